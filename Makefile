@@ -1,0 +1,101 @@
+# A friendly front to CMake.  `make help' lists the targets.
+
+EMACS      ?= emacs
+BUILD      ?= build
+JOBS       ?= $(shell nproc 2>/dev/null || echo 2)
+# Warnings are errors in CI (which sets CI=true) and whenever WERROR=ON.
+WERROR     ?= $(if $(CI),ON,OFF)
+CMAKE_ARGS ?=
+FUZZ_SECONDS ?= 60
+
+# Debian packages the build and the tests need.
+DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2
+FUZZ_PACKAGES := clang libclang-rt-14-dev
+
+.PHONY: all build deps deps-fuzz test bench asan tsan fuzz lint clean help
+
+all: build
+
+help:
+	@echo "make          build the module (into lisp/) and the native tests"
+	@echo "make test     install missing dependencies, build, run every test (Catch2 + ERT)"
+	@echo "make bench    build in Release mode and print the benchmark tables"
+	@echo "make asan     run the native tests under AddressSanitizer + UBSan"
+	@echo "make tsan     run the native tests under ThreadSanitizer"
+	@echo "make fuzz     fuzz the LSP framer for FUZZ_SECONDS (default 60) seconds"
+	@echo "make lint     byte-compile the Lisp with warnings as errors and run checkdoc"
+	@echo "make clean    remove build directories and the built module"
+
+# Checks for every dependency; installs what is missing when run as root,
+# otherwise prints the exact command and stops.
+define install_missing
+	@missing=""; \
+	for need in $(1); do \
+	  case $$need in \
+	    emacs-nox)   command -v $(EMACS) >/dev/null 2>&1 && echo '#include <emacs-module.h>' | cpp -x c - >/dev/null 2>&1 || missing="$$missing emacs-nox" ;; \
+	    cmake)       command -v cmake >/dev/null 2>&1 || missing="$$missing cmake" ;; \
+	    g++)         command -v g++ >/dev/null 2>&1 || missing="$$missing g++" ;; \
+	    pkg-config)  command -v pkg-config >/dev/null 2>&1 || missing="$$missing pkg-config" ;; \
+	    libuv1-dev)  pkg-config --exists libuv 2>/dev/null || missing="$$missing libuv1-dev" ;; \
+	    catch2)      test -f /usr/include/catch2/catch.hpp || missing="$$missing catch2" ;; \
+	    clang)       command -v clang++ >/dev/null 2>&1 || missing="$$missing clang" ;; \
+	    *)           dpkg-query -W -f='$${Status}' $$need 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$need" ;; \
+	  esac; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ]; then \
+	    echo "Installing:$$missing"; \
+	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || exit 1; \
+	  else \
+	    echo "Missing Debian packages:$$missing"; \
+	    echo "Install them with:  sudo apt-get update && sudo apt-get install -y$$missing"; \
+	    exit 1; \
+	  fi; \
+	fi
+endef
+
+deps:
+	$(call install_missing,$(DEPS_PACKAGES))
+
+deps-fuzz:
+	$(call install_missing,$(FUZZ_PACKAGES))
+
+$(BUILD)/CMakeCache.txt:
+	cmake -S . -B $(BUILD) -DFASTREVERT_WERROR=$(WERROR) $(CMAKE_ARGS)
+
+build: deps $(BUILD)/CMakeCache.txt
+	cmake -S . -B $(BUILD) -DFASTREVERT_WERROR=$(WERROR) $(CMAKE_ARGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+bench: deps
+	cmake -S . -B $(BUILD)-release -DCMAKE_BUILD_TYPE=Release -DFASTREVERT_BUILD_TESTS=OFF
+	cmake --build $(BUILD)-release -j $(JOBS) --target fastrevert-module
+	$(EMACS) -Q --batch -L lisp -L bench -l bench/fastrevert-bench.el -f fastrevert-bench-run
+
+# The sanitizer builds leave the module alone (it is loaded into an
+# uninstrumented Emacs) and run the native tests.
+asan tsan: SANITIZER = $(if $(filter asan,$@),address$(comma)undefined,thread)
+asan tsan: deps
+	cmake -S . -B $(BUILD)-$@ -DCMAKE_BUILD_TYPE=Debug -DFASTREVERT_BUILD_MODULE=OFF \
+	  -DFASTREVERT_WERROR=$(WERROR) -DFASTREVERT_SANITIZE=$(SANITIZER)
+	cmake --build $(BUILD)-$@ -j $(JOBS)
+	cd $(BUILD)-$@ && ctest --output-on-failure -j $(JOBS)
+
+comma := ,
+
+fuzz: deps deps-fuzz
+	mkdir -p $(BUILD)-fuzz/corpus
+	clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Imodule \
+	  test/fuzz/lsp_framer_fuzz.cpp module/core/framing.cpp -o $(BUILD)-fuzz/lsp_framer_fuzz
+	$(BUILD)-fuzz/lsp_framer_fuzz -max_total_time=$(FUZZ_SECONDS) $(BUILD)-fuzz/corpus
+
+lint: deps
+	$(EMACS) -Q --batch -L lisp -L test/lisp -l ert -l test/lisp/fastrevert-lint-test.el \
+	  -f ert-run-tests-batch-and-exit
+
+clean:
+	rm -rf $(BUILD) $(BUILD)-release $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz
+	rm -f lisp/fastrevert-module.so lisp/*.elc bench/*.elc test/lisp/*.elc

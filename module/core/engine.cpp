@@ -1,0 +1,179 @@
+#include "core/engine.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+#include "core/errors.h"
+
+namespace fastrevert {
+
+namespace {
+
+void check_uv(int status, const char* function) {
+  if (status < 0) throw SystemError(-status, function);
+}
+
+// Marks FD close-on-exec and non-blocking.  A blocking wake write could stall
+// the engine behind a full pipe; close-on-exec keeps it out of every child.
+void prepare_wake_fd(int fd) {
+  int fd_flags = fcntl(fd, F_GETFD);
+  if (fd_flags < 0 || fcntl(fd, F_SETFD, fd_flags | FD_CLOEXEC) < 0) throw_errno("fcntl");
+  int status_flags = fcntl(fd, F_GETFL);
+  if (status_flags < 0 || fcntl(fd, F_SETFL, status_flags | O_NONBLOCK) < 0) throw_errno("fcntl");
+}
+
+}  // namespace
+
+Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
+  try {
+    prepare_wake_fd(wake_fd_);
+    check_uv(uv_loop_init(&loop_), "uv_loop_init");
+  } catch (...) {
+    close(wake_fd_);
+    throw;
+  }
+  int status = uv_async_init(&loop_, &async_, &Engine::on_async);
+  if (status < 0) {
+    uv_loop_close(&loop_);
+    close(wake_fd_);
+    throw SystemError(-status, "uv_async_init");
+  }
+  async_.data = this;
+
+  // The thread inherits the signal mask of its creator, so block everything
+  // around its creation: no signal meant for Emacs is ever run on the engine
+  // thread, and no handler is installed here.
+  sigset_t all_signals;
+  sigset_t previous;
+  sigfillset(&all_signals);
+  pthread_sigmask(SIG_SETMASK, &all_signals, &previous);
+  try {
+    thread_ = std::thread([this] { thread_main(); });
+  } catch (...) {
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+    uv_run(&loop_, UV_RUN_DEFAULT);
+    uv_loop_close(&loop_);
+    close(wake_fd_);
+    throw;
+  }
+  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+}
+
+Engine::~Engine() { stop(); }
+
+bool Engine::post(Command command) {
+  {
+    std::lock_guard<std::mutex> lock(commands_mutex_);
+    // Checked under the lock so that stop() cannot slip between the test and
+    // the push and leave a command that never runs.
+    if (stopping_.load(std::memory_order_acquire)) return false;
+    commands_.push_back(std::move(command));
+    // Sent under the lock so that stop() cannot close the handle between the
+    // push and the send.
+    uv_async_send(&async_);
+  }
+  stats_.commands.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+void Engine::stop() {
+  if (joined_) return;
+  {
+    std::lock_guard<std::mutex> lock(commands_mutex_);
+    stopping_.store(true, std::memory_order_release);
+  }
+  uv_async_send(&async_);
+  thread_.join();
+  uv_loop_close(&loop_);
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  close(wake_fd_);
+  wake_fd_ = -1;
+  joined_ = true;
+}
+
+void Engine::emit(Record record) {
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  outbox_.push_back(std::move(record));
+  stats_.records.fetch_add(1, std::memory_order_relaxed);
+  wake_locked();
+}
+
+void Engine::wake_locked() {
+  if (wake_pending_ || wake_fd_ < 0) return;
+  wake_pending_ = true;
+  char byte = '!';
+  ssize_t written;
+  do {
+    written = write(wake_fd_, &byte, 1);
+  } while (written < 0 && errno == EINTR);
+  // EAGAIN means the pipe is full of unread wake bytes, so Emacs is already
+  // due to wake and drain; any other failure (Emacs deleted the pipe process)
+  // leaves the records for an explicit drain.  Neither loses a record.
+  if (written == 1) stats_.wakes.fetch_add(1, std::memory_order_relaxed);
+}
+
+std::deque<Record> Engine::drain() {
+  std::deque<Record> taken;
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  taken.swap(outbox_);
+  wake_pending_ = false;
+  stats_.drains.fetch_add(1, std::memory_order_relaxed);
+  return taken;
+}
+
+void Engine::unread(std::deque<Record> records) {
+  if (records.empty()) return;
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  for (auto& record : outbox_) records.push_back(std::move(record));
+  outbox_.swap(records);
+  // The drain that took these cleared the pending wake; ask for another so
+  // the records are not left waiting for the next unrelated one.
+  wake_locked();
+}
+
+std::size_t Engine::pending() const {
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  return outbox_.size();
+}
+
+void Engine::on_async(uv_async_t* handle) {
+  static_cast<Engine*>(handle->data)->run_commands();
+}
+
+void Engine::run_commands() {
+  for (;;) {
+    std::deque<Command> batch;
+    {
+      std::lock_guard<std::mutex> lock(commands_mutex_);
+      batch.swap(commands_);
+    }
+    if (batch.empty()) break;
+    for (auto& command : batch) {
+      try {
+        command(*this);
+      } catch (const std::exception& error) {
+        emit(Record{RecordKind::notice, 0, 0, std::string("fastrevert engine: ") + error.what()});
+      }
+    }
+  }
+  if (stopping_.load(std::memory_order_acquire)) {
+    // Commands posted before stop() have run; now let every service close its
+    // handles, and close our own, so that uv_run returns.
+    for (auto& entry : services_) entry.second->shutdown();
+    uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+  }
+}
+
+void Engine::thread_main() {
+  uv_run(&loop_, UV_RUN_DEFAULT);
+  // Every handle is closed, so services may now be freed on the thread that
+  // owned them.
+  services_.clear();
+}
+
+}  // namespace fastrevert

@@ -1,0 +1,164 @@
+// The engine: one background thread running a libuv loop.
+//
+// Emacs (the main thread) talks to the engine by posting commands, closures
+// that run on the engine thread.  The engine talks back by emitting records
+// into an outbox and, when the outbox goes from empty to non-empty, writing one
+// wake byte to a file descriptor.  In Emacs that descriptor comes from
+// `open_channel' on a pipe process whose filter drains the whole outbox in one
+// module call.  The engine never calls Emacs; this header has no Emacs types.
+#pragma once
+
+#include <uv.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <typeindex>
+#include <unordered_map>
+#include <vector>
+
+namespace fastrevert {
+
+// What a record reports.  Values are stable: the glue names them for Lisp.
+enum class RecordKind : std::uint8_t {
+  echo,            // id: the token posted by an echo command; data: its payload.
+  notice,          // data: a message for the user (a fallback, an overflow).
+  file_changed,    // id: the watched file's id; data: its path.
+  process_output,  // id: the process id; code: 1 stdout, 2 stderr; data: bytes.
+  process_exit,    // id: the process id; code: the wait status.
+};
+
+struct Record {
+  RecordKind kind = RecordKind::notice;
+  std::uint64_t id = 0;
+  std::int64_t code = 0;
+  std::string data;
+};
+
+// Counters shown by `fastrevert-stats'.  Each is written by the engine thread
+// (or by whichever service owns it) and read by the main thread; relaxed
+// atomics suffice because each counter is independent.
+struct Stats {
+  std::atomic<std::uint64_t> commands{0};
+  std::atomic<std::uint64_t> records{0};
+  std::atomic<std::uint64_t> wakes{0};
+  std::atomic<std::uint64_t> drains{0};
+  std::atomic<std::uint64_t> watches{0};
+  std::atomic<std::uint64_t> polled_files{0};
+  std::atomic<std::uint64_t> kernel_events{0};
+  std::atomic<std::uint64_t> events_dropped_natively{0};
+  std::atomic<std::uint64_t> batches{0};
+  std::atomic<std::uint64_t> overflows{0};
+  std::atomic<std::uint64_t> processes{0};
+  std::atomic<std::uint64_t> bytes_read{0};
+};
+
+class Engine;
+
+// A long-lived part of the engine (the file watcher, the process table) that
+// owns libuv handles.  Services are created and destroyed on the engine
+// thread.  shutdown() runs when the engine stops: it must stop its work and
+// uv_close every handle it owns; the service is destroyed once the loop has
+// run all close callbacks.
+class Service {
+ public:
+  virtual ~Service() = default;
+  virtual void shutdown() = 0;
+};
+
+class Engine {
+ public:
+  using Command = std::function<void(Engine&)>;
+
+  // Starts the engine thread.  The engine takes ownership of WAKE_FD (it is
+  // closed when the engine stops), marks it close-on-exec and non-blocking,
+  // and writes one byte to it whenever the outbox goes from empty to
+  // non-empty.  Throws SystemError when the loop or thread cannot start.
+  explicit Engine(int wake_fd);
+  // Stops the engine (see stop()).
+  ~Engine();
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Any thread.  Queues COMMAND to run on the engine thread, in posting
+  // order.  Returns false, dropping the command, once the engine is stopping.
+  bool post(Command command);
+
+  // Main thread.  Runs every posted command, shuts the services down, joins
+  // the thread and closes the wake fd.  Idempotent.
+  void stop();
+
+  bool running() const noexcept { return !stopping_.load(std::memory_order_acquire); }
+
+  // Any thread.  Appends RECORD to the outbox, writing a wake byte if the
+  // outbox was empty and no wake is pending.
+  void emit(Record record);
+
+  // Main thread.  Takes every record in the outbox, in emission order.
+  std::deque<Record> drain();
+
+  // Main thread.  Puts records that could not be delivered back at the front
+  // of the outbox, so that a failing consumer loses nothing, and wakes the
+  // consumer again.
+  void unread(std::deque<Record> records);
+
+  // Main thread.  The number of records waiting in the outbox.
+  std::size_t pending() const;
+
+  // Engine thread only.
+  uv_loop_t* loop() noexcept { return &loop_; }
+
+  // Engine thread only.  Returns the service of type T, creating it with
+  // T(Engine&) on first use.
+  template <typename T>
+  T& service() {
+    auto& slot = services_[std::type_index(typeid(T))];
+    if (!slot) slot = std::make_unique<T>(*this);
+    return static_cast<T&>(*slot);
+  }
+
+  Stats& stats() noexcept { return stats_; }
+  const Stats& stats() const noexcept { return stats_; }
+
+ private:
+  static void on_async(uv_async_t* handle);
+  void run_commands();
+  // Writes a wake byte unless one is pending; outbox_mutex_ must be held.
+  void wake_locked();
+  void thread_main();
+
+  uv_loop_t loop_{};
+  uv_async_t async_{};
+  std::thread thread_;
+  int wake_fd_ = -1;
+
+  // Set by stop(); read by post() and by the loop.  Release/acquire pairs it
+  // with the commands queued before it.
+  std::atomic<bool> stopping_{false};
+  bool joined_ = false;
+
+  // Guards commands_.  Posters push; the engine thread swaps the whole queue
+  // out and runs it without the lock held.
+  std::mutex commands_mutex_;
+  std::deque<Command> commands_;
+
+  // Guards outbox_ and wake_pending_.  wake_pending_ is true from the moment a
+  // wake byte is written until the next drain, so a burst of records costs
+  // one byte however long Emacs takes to come round.
+  mutable std::mutex outbox_mutex_;
+  std::deque<Record> outbox_;
+  bool wake_pending_ = false;
+
+  // Engine thread only (created and destroyed there).
+  std::unordered_map<std::type_index, std::unique_ptr<Service>> services_;
+
+  Stats stats_;
+};
+
+}  // namespace fastrevert

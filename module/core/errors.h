@@ -1,0 +1,27 @@
+// Errors raised by the engine.  The glue turns a SystemError into the Lisp
+// signal `fastrevert-system-error' with data (FUNCTION STRERROR PATH).
+#pragma once
+
+#include <string>
+#include <system_error>
+
+namespace fastrevert {
+
+class SystemError : public std::system_error {
+ public:
+  // FUNCTION names the system call or operation that failed; PATH is the file
+  // it was applied to, or empty when there is none.
+  SystemError(int error, std::string function, std::string path = {});
+
+  const std::string& function() const noexcept { return function_; }
+  const std::string& path() const noexcept { return path_; }
+
+ private:
+  std::string function_;
+  std::string path_;
+};
+
+// Throws a SystemError for the current errno.
+[[noreturn]] void throw_errno(const char* function, std::string path = {});
+
+}  // namespace fastrevert

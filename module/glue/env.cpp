@@ -1,0 +1,178 @@
+#include "glue/env.h"
+
+#include <array>
+#include <cstring>
+#include <new>
+
+#include "core/errors.h"
+
+namespace fastrevert::glue {
+
+emacs_value Env::intern(const char* name) const {
+  emacs_value symbol = raw_->intern(raw_, name);
+  check();
+  return symbol;
+}
+
+emacs_value Env::funcall(emacs_value function, std::initializer_list<emacs_value> args) const {
+  emacs_value result = raw_->funcall(raw_, function, static_cast<std::ptrdiff_t>(args.size()),
+                                     const_cast<emacs_value*>(args.begin()));
+  check();
+  return result;
+}
+
+emacs_value Env::funcall(emacs_value function, const std::vector<emacs_value>& args) const {
+  emacs_value result = raw_->funcall(raw_, function, static_cast<std::ptrdiff_t>(args.size()),
+                                     const_cast<emacs_value*>(args.data()));
+  check();
+  return result;
+}
+
+emacs_value Env::string(std::string_view utf8) const {
+  emacs_value value = raw_->make_string(raw_, utf8.data(), static_cast<std::ptrdiff_t>(utf8.size()));
+  check();
+  return value;
+}
+
+emacs_value Env::unibyte(std::string_view bytes) const {
+  emacs_value value =
+      raw_->make_unibyte_string(raw_, bytes.data(), static_cast<std::ptrdiff_t>(bytes.size()));
+  check();
+  return value;
+}
+
+emacs_value Env::integer(std::int64_t value) const {
+  emacs_value result = raw_->make_integer(raw_, value);
+  check();
+  return result;
+}
+
+emacs_value Env::floating(double value) const {
+  emacs_value result = raw_->make_float(raw_, value);
+  check();
+  return result;
+}
+
+std::int64_t Env::to_integer(emacs_value value) const {
+  std::int64_t result = raw_->extract_integer(raw_, value);
+  check();
+  return result;
+}
+
+std::string Env::to_utf8(emacs_value value) const {
+  std::ptrdiff_t size = 0;
+  raw_->copy_string_contents(raw_, value, nullptr, &size);
+  check();
+  std::string text(static_cast<std::size_t>(size), '\0');
+  raw_->copy_string_contents(raw_, value, text.data(), &size);
+  check();
+  // SIZE counts the terminating NUL that Emacs writes.
+  text.resize(static_cast<std::size_t>(size) - 1);
+  return text;
+}
+
+bool Env::is_string(emacs_value value) const {
+  bool result = raw_->eq(raw_, raw_->type_of(raw_, value), intern("string"));
+  check();
+  return result;
+}
+
+bool Env::is_integer(emacs_value value) const {
+  emacs_value type = raw_->type_of(raw_, value);
+  check();
+  return raw_->eq(raw_, type, intern("integer"));
+}
+
+void Env::wrong_type(const char* predicate, emacs_value value) const {
+  signal("wrong-type-argument", list({intern(predicate), value}));
+}
+
+void Env::signal(const char* symbol, emacs_value data) const {
+  raw_->non_local_exit_signal(raw_, intern(symbol), data);
+  throw PendingExit{};
+}
+
+bool Env::quit_requested() const noexcept {
+  return raw_->process_input(raw_) == emacs_process_input_quit;
+}
+
+emacs_value Env::global_ref(emacs_value value) const {
+  emacs_value ref = raw_->make_global_ref(raw_, value);
+  check();
+  return ref;
+}
+
+void Env::free_global_ref(emacs_value value) const noexcept { raw_->free_global_ref(raw_, value); }
+
+void Env::check() const {
+  if (raw_->non_local_exit_check(raw_) != emacs_funcall_exit_return) throw PendingExit{};
+}
+
+namespace {
+
+// Raises SYMBOL with DATA built from MESSAGE.  Runs only while no exit is
+// pending; if building the data itself fails, that failure stays pending.
+void signal_message(emacs_env* raw, const char* symbol, const std::string& message) {
+  emacs_value text = raw->make_string(raw, message.data(), static_cast<std::ptrdiff_t>(message.size()));
+  emacs_value data = raw->funcall(raw, raw->intern(raw, "list"), 1, &text);
+  if (raw->non_local_exit_check(raw) != emacs_funcall_exit_return) return;
+  raw->non_local_exit_signal(raw, raw->intern(raw, symbol), data);
+}
+
+void signal_system_error(emacs_env* raw, const SystemError& error) {
+  Env env(raw);
+  emacs_value data = env.list({env.string(error.function()),
+                               env.string(std::strerror(error.code().value())),
+                               error.path().empty() ? env.nil() : env.string(error.path())});
+  raw->non_local_exit_signal(raw, env.intern("fastrevert-system-error"), data);
+}
+
+}  // namespace
+
+emacs_value run_guarded(emacs_env* raw, NativeFunction function, std::ptrdiff_t nargs,
+                        emacs_value* args) noexcept {
+  Env env(raw);
+  // Each handler leaves a non-local exit pending; Emacs ignores the returned
+  // value in that case, so nullptr is safe to return.
+  try {
+    return function(env, nargs, args);
+  } catch (const PendingExit&) {
+    // Already pending: nothing to add.
+  } catch (const std::bad_alloc&) {
+    // Raise what Emacs's own memory_full raises: the error and data held in
+    // `memory-signal-data', prepared at startup so that no allocation is
+    // needed now.
+    emacs_value signal_data = raw->funcall(
+        raw, raw->intern(raw, "symbol-value"), 1,
+        std::array<emacs_value, 1>{raw->intern(raw, "memory-signal-data")}.data());
+    emacs_value symbol = raw->funcall(raw, raw->intern(raw, "car"), 1, &signal_data);
+    emacs_value data = raw->funcall(raw, raw->intern(raw, "cdr"), 1, &signal_data);
+    if (raw->non_local_exit_check(raw) == emacs_funcall_exit_return) {
+      raw->non_local_exit_signal(raw, symbol, data);
+    }
+  } catch (const SystemError& error) {
+    try {
+      signal_system_error(raw, error);
+    } catch (...) {
+      // Building the signal data failed and left its own exit pending.
+    }
+  } catch (const std::exception& error) {
+    signal_message(raw, "fastrevert-error", error.what());
+  } catch (...) {
+    signal_message(raw, "fastrevert-error", "unknown C++ exception");
+  }
+  if (raw->non_local_exit_check(raw) == emacs_funcall_exit_return) {
+    // Unreachable in practice; never return a null value with nothing pending.
+    signal_message(raw, "fastrevert-error", "native call failed without a reason");
+  }
+  return nullptr;
+}
+
+std::vector<FunctionSpec>& function_registry() {
+  // A function-local static, so registrations from any translation unit's
+  // static initializers find it constructed.
+  static std::vector<FunctionSpec> registry;
+  return registry;
+}
+
+}  // namespace fastrevert::glue

@@ -1,0 +1,118 @@
+// A checked wrapper around emacs_env, and the machinery that registers
+// native functions.  This directory is the only code that sees emacs_env.
+//
+// Every wrapper method checks for a pending non-local exit after the call it
+// makes and throws PendingExit if there is one.  The trampoline catches
+// PendingExit and returns at once, so C++ scopes unwind normally and the
+// signal or throw stays pending for Emacs to raise.
+#pragma once
+
+#include <emacs-module.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace fastrevert::glue {
+
+// Thrown when an env call left a non-local exit pending.
+struct PendingExit {};
+
+class Env {
+ public:
+  explicit Env(emacs_env* raw) noexcept : raw_(raw) {}
+
+  emacs_env* raw() const noexcept { return raw_; }
+
+  emacs_value intern(const char* name) const;
+  emacs_value nil() const { return intern("nil"); }
+  emacs_value t() const { return intern("t"); }
+  emacs_value boolean(bool value) const { return value ? t() : nil(); }
+
+  emacs_value funcall(emacs_value function, std::initializer_list<emacs_value> args) const;
+  emacs_value funcall(emacs_value function, const std::vector<emacs_value>& args) const;
+  emacs_value call(const char* function, std::initializer_list<emacs_value> args) const {
+    return funcall(intern(function), args);
+  }
+  emacs_value list(const std::vector<emacs_value>& items) const {
+    return funcall(intern("list"), items);
+  }
+
+  // Multibyte string from UTF-8.
+  emacs_value string(std::string_view utf8) const;
+  // Unibyte string holding BYTES unchanged.
+  emacs_value unibyte(std::string_view bytes) const;
+  emacs_value integer(std::int64_t value) const;
+  emacs_value floating(double value) const;
+
+  // These signal `wrong-type-argument' (through Emacs) for a value of the
+  // wrong type, which arrives here as PendingExit.
+  std::int64_t to_integer(emacs_value value) const;
+  std::string to_utf8(emacs_value string) const;
+
+  bool truthy(emacs_value value) const noexcept { return raw_->is_not_nil(raw_, value); }
+  bool eq(emacs_value a, emacs_value b) const noexcept { return raw_->eq(raw_, a, b); }
+  bool is_string(emacs_value value) const;
+  bool is_integer(emacs_value value) const;
+
+  // Signals `wrong-type-argument' with (PREDICATE VALUE) and throws PendingExit.
+  [[noreturn]] void wrong_type(const char* predicate, emacs_value value) const;
+  // Signals SYMBOL with DATA and throws PendingExit.
+  [[noreturn]] void signal(const char* symbol, emacs_value data) const;
+
+  // True when the user has asked to quit (C-g) while native code runs.
+  bool quit_requested() const noexcept;
+
+  emacs_value global_ref(emacs_value value) const;
+  void free_global_ref(emacs_value value) const noexcept;
+
+  // Throws PendingExit if a non-local exit is pending.
+  void check() const;
+
+ private:
+  emacs_env* raw_;
+};
+
+using NativeFunction = emacs_value (*)(Env& env, std::ptrdiff_t nargs, emacs_value* args);
+
+// Turns any C++ exception into the matching Lisp signal; see env.cpp.
+emacs_value run_guarded(emacs_env* raw, NativeFunction function, std::ptrdiff_t nargs,
+                        emacs_value* args) noexcept;
+
+template <NativeFunction Function>
+emacs_value trampoline(emacs_env* raw, std::ptrdiff_t nargs, emacs_value* args, void*) noexcept {
+  return run_guarded(raw, Function, nargs, args);
+}
+
+// A native function to be bound by emacs_module_init.  Registrations are
+// collected at load time by static objects in each glue file.
+struct FunctionSpec {
+  const char* lisp_name;
+  std::ptrdiff_t min_arity;
+  std::ptrdiff_t max_arity;
+  emacs_value (*entry)(emacs_env*, std::ptrdiff_t, emacs_value*, void*) noexcept;
+  const char* docstring;
+};
+
+std::vector<FunctionSpec>& function_registry();
+
+struct Registrar {
+  explicit Registrar(const FunctionSpec& spec) { function_registry().push_back(spec); }
+};
+
+}  // namespace fastrevert::glue
+
+// Defines a native function bound to LISP_NAME.  The body sees `env', `nargs'
+// and `args'.
+#define FASTREVERT_DEFUN(LISP_NAME, CXX_NAME, MIN_ARITY, MAX_ARITY, DOCSTRING)                     \
+  static emacs_value CXX_NAME(::fastrevert::glue::Env& env, std::ptrdiff_t nargs,                  \
+                              emacs_value* args);                                                  \
+  static const ::fastrevert::glue::Registrar CXX_NAME##_registrar{::fastrevert::glue::FunctionSpec{ \
+      LISP_NAME, MIN_ARITY, MAX_ARITY, &::fastrevert::glue::trampoline<CXX_NAME>, DOCSTRING}};     \
+  static emacs_value CXX_NAME([[maybe_unused]] ::fastrevert::glue::Env& env,                       \
+                              [[maybe_unused]] std::ptrdiff_t nargs,                               \
+                              [[maybe_unused]] emacs_value* args)

@@ -1,0 +1,197 @@
+// Module entry point and the engine's Lisp interface: start, stop, drain,
+// stats, and the round-trip and error hooks that the tests use.
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "core/engine.h"
+#include "core/errors.h"
+#include "glue/env.h"
+#include "glue/state.h"
+
+extern "C" {
+__attribute__((visibility("default"))) int plugin_is_GPL_compatible;
+__attribute__((visibility("default"))) int emacs_module_init(struct emacs_runtime* runtime) noexcept;
+}
+
+namespace fastrevert::glue {
+
+namespace {
+
+// The engine lives here, owned by the main thread: every function in this
+// file runs on Emacs's main thread, so no lock is needed around the pointer.
+std::unique_ptr<Engine> running_engine;
+
+const char* record_kind_name(RecordKind kind) {
+  switch (kind) {
+    case RecordKind::echo: return "echo";
+    case RecordKind::notice: return "notice";
+    case RecordKind::file_changed: return "file-changed";
+    case RecordKind::process_output: return "process-output";
+    case RecordKind::process_exit: return "process-exit";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+Engine& engine(Env& env) {
+  if (!running_engine) {
+    env.signal("fastrevert-not-running", env.list({env.string("The fastrevert engine is not running")}));
+  }
+  return *running_engine;
+}
+
+Engine* engine_if_running() noexcept { return running_engine.get(); }
+
+void post_or_signal(Env& env, Engine::Command command) {
+  if (!engine(env).post(std::move(command))) {
+    env.signal("fastrevert-not-running", env.list({env.string("The fastrevert engine is stopping")}));
+  }
+}
+
+}  // namespace fastrevert::glue
+
+using namespace fastrevert;
+using namespace fastrevert::glue;
+
+FASTREVERT_DEFUN("fastrevert--mod-version", mod_version, 0, 0,
+                 "Return the version string this module was built as.") {
+  return env.string(FASTREVERT_VERSION);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-start", mod_start, 1, 1,
+                 "Start the engine thread, waking PIPE-PROCESS when results wait.\n"
+                 "PIPE-PROCESS must be a pipe process made by `make-pipe-process';\n"
+                 "its filter should call `fastrevert--mod-drain'.\n\n(fn PIPE-PROCESS)") {
+  if (running_engine) {
+    env.signal("fastrevert-error", env.list({env.string("The fastrevert engine is already running")}));
+  }
+  int wake_fd = env.raw()->open_channel(env.raw(), args[0]);
+  env.check();
+  running_engine = std::make_unique<Engine>(wake_fd);
+  return env.t();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-stop", mod_stop, 0, 0,
+                 "Stop the engine thread and wait for it; do nothing if it is not running.\n"
+                 "Results not yet drained are discarded.") {
+  if (running_engine) {
+    running_engine->stop();
+    running_engine.reset();
+  }
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-running-p", mod_running_p, 0, 0,
+                 "Return non-nil if the engine thread is running.") {
+  return env.boolean(running_engine && running_engine->running());
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
+                 "Call HANDLER on every result the engine has ready, in order.\n"
+                 "HANDLER gets four arguments: KIND (a symbol), ID, CODE (integers)\n"
+                 "and DATA (a string).  Return the number of results handled.\n"
+                 "If HANDLER exits non-locally, the results after the one it was\n"
+                 "handling stay queued and the exit propagates.\n\n(fn HANDLER)") {
+  Engine* current = engine_if_running();
+  if (current == nullptr) return env.integer(0);
+  std::deque<Record> records = current->drain();
+  std::int64_t handled = 0;
+  try {
+    while (!records.empty()) {
+      Record record = std::move(records.front());
+      records.pop_front();
+      bool raw_bytes = record.kind == RecordKind::process_output ||
+                       record.kind == RecordKind::file_changed;
+      env.funcall(args[0], {env.intern(record_kind_name(record.kind)),
+                            env.integer(static_cast<std::int64_t>(record.id)),
+                            env.integer(record.code),
+                            raw_bytes ? env.unibyte(record.data) : env.string(record.data)});
+      ++handled;
+    }
+  } catch (const PendingExit&) {
+    current->unread(std::move(records));
+    throw;
+  }
+  return env.integer(handled);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-echo", mod_echo, 2, 2,
+                 "Ask the engine thread to send back TOKEN and STRING as an `echo' result.\n"
+                 "TOKEN is an integer; STRING a string.  This is the engine's round trip.\n\n"
+                 "(fn TOKEN STRING)") {
+  std::int64_t token = env.to_integer(args[0]);
+  std::string payload = env.to_utf8(args[1]);
+  post_or_signal(env, [token, payload = std::move(payload)](Engine& e) {
+    e.emit(Record{RecordKind::echo, static_cast<std::uint64_t>(token), 0, payload});
+  });
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-stats", mod_stats, 0, 0,
+                 "Return a plist of the engine's counters, or nil if it is not running.") {
+  Engine* current = engine_if_running();
+  if (current == nullptr) return env.nil();
+  const Stats& stats = current->stats();
+  auto count = [&env](const std::atomic<std::uint64_t>& value) {
+    return env.integer(static_cast<std::int64_t>(value.load(std::memory_order_relaxed)));
+  };
+  return env.list({env.intern(":watches"), count(stats.watches),
+                   env.intern(":polled-files"), count(stats.polled_files),
+                   env.intern(":kernel-events"), count(stats.kernel_events),
+                   env.intern(":events-dropped-natively"), count(stats.events_dropped_natively),
+                   env.intern(":batches"), count(stats.batches),
+                   env.intern(":overflows"), count(stats.overflows),
+                   env.intern(":processes"), count(stats.processes),
+                   env.intern(":bytes-read"), count(stats.bytes_read),
+                   env.intern(":commands"), count(stats.commands),
+                   env.intern(":records"), count(stats.records),
+                   env.intern(":wakes"), count(stats.wakes),
+                   env.intern(":drains"), count(stats.drains)});
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-test-throw", mod_test_throw, 1, 1,
+                 "Throw a C++ exception of KIND inside the module, for tests.\n"
+                 "KIND is one of the symbols `system', `bad-alloc', `runtime' or `other'.\n\n"
+                 "(fn KIND)") {
+  if (env.eq(args[0], env.intern("system"))) {
+    throw SystemError(ENOENT, "open", "/nonexistent/fastrevert");
+  }
+  if (env.eq(args[0], env.intern("bad-alloc"))) throw std::bad_alloc();
+  if (env.eq(args[0], env.intern("runtime"))) throw std::runtime_error("test exception");
+  if (env.eq(args[0], env.intern("other"))) throw 42;
+  env.wrong_type("symbolp", args[0]);
+}
+
+int emacs_module_init(struct emacs_runtime* runtime) noexcept {
+  if (runtime->size < static_cast<std::ptrdiff_t>(sizeof(*runtime))) return 1;
+  emacs_env* raw = runtime->get_environment(runtime);
+  if (raw->size < static_cast<std::ptrdiff_t>(sizeof(struct emacs_env_28))) {
+    // Only the Emacs 25 part of the environment is safe to use here.
+    const char text[] = "fastrevert needs the Emacs 28 module API (open_channel); this Emacs is too old";
+    emacs_value message = raw->make_string(raw, text, sizeof text - 1);
+    raw->funcall(raw, raw->intern(raw, "message"), 1, &message);
+    return 2;
+  }
+  Env env(raw);
+  try {
+    emacs_value defalias = env.intern("defalias");
+    for (const FunctionSpec& spec : function_registry()) {
+      emacs_value function =
+          raw->make_function(raw, spec.min_arity, spec.max_arity, spec.entry, spec.docstring, nullptr);
+      env.check();
+      env.funcall(defalias, {env.intern(spec.lisp_name), function});
+    }
+    env.call("provide", {env.intern("fastrevert-module")});
+  } catch (const PendingExit&) {
+    return 3;
+  } catch (...) {
+    return 4;
+  }
+  return 0;
+}

@@ -1,0 +1,229 @@
+// Tests of the engine thread: command queue, outbox, wake byte, lifecycle.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "core/engine.h"
+
+using fastrevert::Engine;
+using fastrevert::Record;
+using fastrevert::RecordKind;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A pipe standing in for Emacs's channel: the engine owns the write end.
+struct WakePipe {
+  int read_fd = -1;
+  int write_fd = -1;
+  WakePipe() {
+    int fds[2];
+    REQUIRE(pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0);
+    read_fd = fds[0];
+    write_fd = fds[1];
+  }
+  ~WakePipe() { close(read_fd); }
+  // Reads and counts every wake byte currently in the pipe.
+  std::size_t take_bytes() const {
+    std::size_t total = 0;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(read_fd, buffer, sizeof buffer)) > 0) total += static_cast<std::size_t>(n);
+    return total;
+  }
+  // Blocks until a wake byte is readable or the deadline passes.
+  bool wait_readable(std::chrono::milliseconds timeout) const {
+    fd_set set;
+    FD_ZERO(&set);
+    FD_SET(read_fd, &set);
+    timeval tv{static_cast<time_t>(timeout.count() / 1000),
+               static_cast<suseconds_t>((timeout.count() % 1000) * 1000)};
+    return select(read_fd + 1, &set, nullptr, nullptr, &tv) == 1;
+  }
+};
+
+// Runs FN on the engine thread and waits for it to finish.
+template <typename Fn>
+void run_on_engine(Engine& engine, Fn fn) {
+  std::mutex mutex;
+  std::condition_variable done_cv;
+  bool done = false;
+  REQUIRE(engine.post([&](Engine& e) {
+    fn(e);
+    std::lock_guard<std::mutex> lock(mutex);
+    done = true;
+    done_cv.notify_one();
+  }));
+  std::unique_lock<std::mutex> lock(mutex);
+  REQUIRE(done_cv.wait_for(lock, std::chrono::seconds(10), [&] { return done; }));
+}
+
+std::set<int> open_fds() {
+  std::set<int> fds;
+  DIR* dir = opendir("/proc/self/fd");
+  REQUIRE(dir != nullptr);
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] == '.') continue;
+    int fd = std::atoi(entry->d_name);
+    if (fd != dirfd(dir)) fds.insert(fd);
+  }
+  closedir(dir);
+  return fds;
+}
+
+}  // namespace
+
+TEST_CASE("commands run on the engine thread in posting order", "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  std::vector<int> order;
+  std::thread::id engine_thread;
+  for (int i = 0; i < 1000; ++i) {
+    REQUIRE(engine.post([&order, i](Engine&) { order.push_back(i); }));
+  }
+  run_on_engine(engine, [&](Engine&) { engine_thread = std::this_thread::get_id(); });
+  REQUIRE(engine_thread != std::this_thread::get_id());
+  REQUIRE(order.size() == 1000);
+  for (int i = 0; i < 1000; ++i) REQUIRE(order[static_cast<std::size_t>(i)] == i);
+}
+
+TEST_CASE("many records emitted while undrained cost one wake byte", "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  run_on_engine(engine, [](Engine& e) {
+    for (int i = 0; i < 10000; ++i) e.emit(Record{RecordKind::echo, static_cast<uint64_t>(i), 0, "x"});
+  });
+  REQUIRE(wake.wait_readable(std::chrono::seconds(5)));
+  REQUIRE(wake.take_bytes() == 1);
+  auto records = engine.drain();
+  REQUIRE(records.size() == 10000);
+  for (std::size_t i = 0; i < records.size(); ++i) REQUIRE(records[i].id == i);
+
+  // After a drain the next record wakes again, once.
+  run_on_engine(engine, [](Engine& e) {
+    e.emit(Record{RecordKind::echo, 1, 0, "a"});
+    e.emit(Record{RecordKind::echo, 2, 0, "b"});
+  });
+  REQUIRE(wake.wait_readable(std::chrono::seconds(5)));
+  REQUIRE(wake.take_bytes() == 1);
+  REQUIRE(engine.drain().size() == 2);
+  REQUIRE(engine.stats().wakes.load() == 2);
+}
+
+TEST_CASE("a full wake pipe neither blocks the engine nor loses records", "[engine]") {
+  WakePipe wake;
+  // Fill the pipe so that any further write would block or fail.
+  std::vector<char> filler(1 << 16, 'f');
+  while (write(wake.write_fd, filler.data(), filler.size()) > 0) {
+  }
+  REQUIRE(errno == EAGAIN);
+  Engine engine(wake.write_fd);
+  run_on_engine(engine, [](Engine& e) {
+    for (int i = 0; i < 100; ++i) e.emit(Record{RecordKind::echo, static_cast<uint64_t>(i), 0, "full"});
+  });
+  REQUIRE(engine.pending() == 100);
+  REQUIRE(wake.take_bytes() > 0);
+  REQUIRE(engine.drain().size() == 100);
+
+  // The reader has emptied the pipe and drained, so the next record wakes it.
+  run_on_engine(engine, [](Engine& e) { e.emit(Record{RecordKind::echo, 7, 0, "again"}); });
+  REQUIRE(wake.wait_readable(std::chrono::seconds(5)));
+  REQUIRE(wake.take_bytes() == 1);
+  auto records = engine.drain();
+  REQUIRE(records.size() == 1);
+  REQUIRE(records.front().data == "again");
+}
+
+TEST_CASE("unread records come back first and in order", "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  run_on_engine(engine, [](Engine& e) {
+    for (uint64_t i = 0; i < 4; ++i) e.emit(Record{RecordKind::echo, i, 0, ""});
+  });
+  auto records = engine.drain();
+  records.pop_front();
+  run_on_engine(engine, [](Engine& e) { e.emit(Record{RecordKind::echo, 4, 0, ""}); });
+  engine.unread(std::move(records));
+  auto again = engine.drain();
+  REQUIRE(again.size() == 4);
+  for (uint64_t i = 0; i < 4; ++i) REQUIRE(again[i].id == i + 1);
+}
+
+TEST_CASE("the engine thread blocks every signal", "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  sigset_t engine_mask;
+  sigemptyset(&engine_mask);
+  run_on_engine(engine, [&](Engine&) { pthread_sigmask(SIG_BLOCK, nullptr, &engine_mask); });
+  for (int sig : {SIGINT, SIGTERM, SIGCHLD, SIGPIPE, SIGIO, SIGALRM, SIGUSR1, SIGWINCH}) {
+    INFO("signal " << sig);
+    REQUIRE(sigismember(&engine_mask, sig) == 1);
+  }
+  // The caller's own mask is left as it was.
+  sigset_t caller_mask;
+  pthread_sigmask(SIG_BLOCK, nullptr, &caller_mask);
+  REQUIRE(sigismember(&caller_mask, SIGUSR1) == 0);
+}
+
+TEST_CASE("every descriptor the engine opens is close-on-exec", "[engine]") {
+  auto before = open_fds();
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  run_on_engine(engine, [](Engine&) {});
+  for (int fd : open_fds()) {
+    if (before.count(fd)) continue;
+    INFO("fd " << fd);
+    int flags = fcntl(fd, F_GETFD);
+    REQUIRE(flags >= 0);
+    REQUIRE((flags & FD_CLOEXEC) != 0);
+  }
+}
+
+TEST_CASE("starting and stopping the engine 100 times leaks no descriptor", "[engine]") {
+  auto before = open_fds();
+  for (int round = 0; round < 100; ++round) {
+    WakePipe wake;
+    auto engine = std::make_unique<Engine>(wake.write_fd);
+    int ran = 0;
+    run_on_engine(*engine, [&](Engine&) { ++ran; });
+    REQUIRE(ran == 1);
+    engine->stop();
+    REQUIRE_FALSE(engine->running());
+    engine->stop();  // Stopping twice is harmless.
+  }
+  REQUIRE(open_fds() == before);
+}
+
+TEST_CASE("commands posted before stop run; commands after stop are refused", "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  int ran = 0;
+  for (int i = 0; i < 50; ++i) REQUIRE(engine.post([&ran](Engine&) { ++ran; }));
+  engine.stop();
+  REQUIRE(ran == 50);
+  REQUIRE_FALSE(engine.post([&ran](Engine&) { ++ran; }));
+  REQUIRE(ran == 50);
+}
+
+TEST_CASE("an exception thrown by a command becomes a notice record", "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  REQUIRE(engine.post([](Engine&) { throw std::runtime_error("boom"); }));
+  REQUIRE(wake.wait_readable(std::chrono::seconds(5)));
+  auto records = engine.drain();
+  REQUIRE(records.size() == 1);
+  REQUIRE(records.front().kind == RecordKind::notice);
+  REQUIRE(records.front().data.find("boom") != std::string::npos);
+}
