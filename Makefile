@@ -88,9 +88,11 @@ comma := ,
 
 fuzz: deps deps-fuzz
 	mkdir -p $(BUILD)-fuzz/corpus
-	clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -D_GNU_SOURCE -Imodule \
+	clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	  -D_GNU_SOURCE -Wall -Wextra -Werror -Imodule \
 	  test/fuzz/lsp_framer_fuzz.cpp module/core/framing.cpp -o $(BUILD)-fuzz/lsp_framer_fuzz
-	$(BUILD)-fuzz/lsp_framer_fuzz -max_total_time=$(FUZZ_SECONDS) $(BUILD)-fuzz/corpus
+	$(BUILD)-fuzz/lsp_framer_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	  -artifact_prefix=$(BUILD)-fuzz/ $(BUILD)-fuzz/corpus
 
 lint: deps
 	$(EMACS) -Q --batch -L lisp -L test/lisp -l ert -l test/lisp/fastrevert-lint-test.el \

@@ -103,6 +103,20 @@ void Engine::emit(Record record) {
   wake_locked();
 }
 
+void Engine::emit_coalesced(Record record) {
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  StreamKey key{record.kind, record.id, record.code};
+  auto open = open_streams_.find(key);
+  if (open != open_streams_.end()) {
+    outbox_[open->second].data.append(record.data);
+    return;
+  }
+  open_streams_.emplace(key, outbox_.size());
+  outbox_.push_back(std::move(record));
+  stats_.records.fetch_add(1, std::memory_order_relaxed);
+  wake_locked();
+}
+
 void Engine::wake_locked() {
   if (wake_pending_ || wake_fd_ < 0) return;
   wake_pending_ = true;
@@ -121,6 +135,7 @@ std::deque<Record> Engine::drain() {
   std::deque<Record> taken;
   std::lock_guard<std::mutex> lock(outbox_mutex_);
   taken.swap(outbox_);
+  open_streams_.clear();
   wake_pending_ = false;
   stats_.drains.fetch_add(1, std::memory_order_relaxed);
   return taken;
@@ -131,6 +146,9 @@ void Engine::unread(std::deque<Record> records) {
   std::lock_guard<std::mutex> lock(outbox_mutex_);
   for (auto& record : outbox_) records.push_back(std::move(record));
   outbox_.swap(records);
+  // Indexes shifted; later records start new entries rather than extend
+  // ones whose place is no longer known.
+  open_streams_.clear();
   // The drain that took these cleared the pending wake; ask for another so
   // the records are not left waiting for the next unrelated one.
   wake_locked();

@@ -100,6 +100,13 @@ class Engine {
   // outbox was empty and no wake is pending.
   void emit(Record record);
 
+  // Any thread.  Like emit(), but if the outbox still holds an undrained
+  // record of the same kind, id and code, appends RECORD's data to it
+  // instead, so a stream costs one record per drain however often it is
+  // read.  Only the latest such record is extended, which keeps each stream
+  // in order.
+  void emit_coalesced(Record record);
+
   // Main thread.  Takes every record in the outbox, in emission order.
   std::deque<Record> drain();
 
@@ -154,6 +161,23 @@ class Engine {
   mutable std::mutex outbox_mutex_;
   std::deque<Record> outbox_;
   bool wake_pending_ = false;
+  // Index into outbox_ of the latest undrained record per (kind, id, code),
+  // for emit_coalesced(); emptied whenever outbox_ is replaced.
+  struct StreamKey {
+    RecordKind kind;
+    std::uint64_t id;
+    std::int64_t code;
+    bool operator==(const StreamKey& other) const noexcept {
+      return kind == other.kind && id == other.id && code == other.code;
+    }
+  };
+  struct StreamKeyHash {
+    std::size_t operator()(const StreamKey& key) const noexcept {
+      return std::hash<std::uint64_t>()(key.id * 31 + static_cast<std::uint64_t>(key.code) * 7 +
+                                        static_cast<std::uint64_t>(key.kind));
+    }
+  };
+  std::unordered_map<StreamKey, std::size_t, StreamKeyHash> open_streams_;
 
   // Engine thread only (created and destroyed there).
   std::unordered_map<std::type_index, std::unique_ptr<Service>> services_;

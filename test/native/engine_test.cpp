@@ -227,3 +227,34 @@ TEST_CASE("an exception thrown by a command becomes a notice record", "[engine]"
   REQUIRE(records.front().kind == RecordKind::notice);
   REQUIRE(records.front().data.find("boom") != std::string::npos);
 }
+
+TEST_CASE("coalesced records of one stream merge until drained, in order", "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  run_on_engine(engine, [](Engine& e) {
+    e.emit_coalesced(Record{RecordKind::process_output, 1, 1, "a"});
+    e.emit_coalesced(Record{RecordKind::process_output, 1, 2, "x"});
+    e.emit_coalesced(Record{RecordKind::process_output, 2, 1, "p"});
+    e.emit_coalesced(Record{RecordKind::process_output, 1, 1, "b"});
+    e.emit_coalesced(Record{RecordKind::process_output, 1, 2, "y"});
+    e.emit_coalesced(Record{RecordKind::process_output, 1, 1, "c"});
+  });
+  REQUIRE(wake.wait_readable(std::chrono::seconds(5)));
+  REQUIRE(wake.take_bytes() == 1);
+  auto records = engine.drain();
+  REQUIRE(records.size() == 3);
+  REQUIRE(records[0].data == "abc");
+  REQUIRE(records[1].data == "xy");
+  REQUIRE(records[2].data == "p");
+
+  // After a drain, the stream starts a new record.
+  run_on_engine(engine, [](Engine& e) {
+    e.emit_coalesced(Record{RecordKind::process_output, 1, 1, "d"});
+    e.emit(Record{RecordKind::process_exit, 1, 0, ""});
+  });
+  REQUIRE(wake.wait_readable(std::chrono::seconds(5)));
+  records = engine.drain();
+  REQUIRE(records.size() == 2);
+  REQUIRE(records[0].data == "d");
+  REQUIRE(records[1].kind == RecordKind::process_exit);
+}

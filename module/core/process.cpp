@@ -1,0 +1,488 @@
+#include "core/process.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <stdexcept>
+#include <utility>
+#include <vector>
+
+#include "core/errors.h"
+
+namespace fastrevert {
+
+namespace {
+
+// Reads per poll callback before yielding to the rest of the loop, so that
+// one firehose cannot starve the other streams and the command queue.
+constexpr int kReadsPerWakeup = 16;
+
+// The waitpid fallback looks again after 1 ms, doubling up to this.
+constexpr std::uint64_t kMaxExitPollDelayMs = 50;
+
+void close_fd(int& fd) noexcept {
+  if (fd >= 0) close(fd);
+  fd = -1;
+}
+
+void check_uv(int status, const char* function) {
+  if (status < 0) throw SystemError(-status, function);
+}
+
+}  // namespace
+
+// One output pipe of a child.
+struct ProcessTable::Stream {
+  explicit Stream(int stream_code) : code(stream_code) {}
+
+  // The record code: 1 for stdout, 2 for stderr.
+  const int code;
+  // The read end, or -1 once closed (or when the child has no such pipe).
+  int fd = -1;
+  uv_poll_t poll{};
+  // Whether poll was initialized and not yet handed to uv_close.
+  bool poll_open = false;
+  std::unique_ptr<AdaptiveReader> reader;
+  // Null for Framing::none, whose bytes go out as read.
+  std::unique_ptr<Framer> framer;
+  bool broken_framing_reported = false;
+  // Bytes read during the current callback, not yet emitted or framed.  Its
+  // capacity is reused between callbacks when a framer takes the bytes.
+  std::string raw;
+};
+
+// A child and everything the table holds for it.  Owned by processes_ while
+// live and by retiring_ afterwards; freed only once every handle's close
+// callback has run, because libuv owns a handle's memory until then.
+struct ProcessTable::Process {
+  ProcessTable* table = nullptr;
+  std::uint64_t id = 0;
+  Options options;
+  pid_t pid = -1;
+
+  Stream out{1};
+  Stream err{2};
+
+  int stdin_fd = -1;
+  uv_poll_t stdin_poll{};
+  bool stdin_poll_open = false;
+  bool stdin_polling = false;
+  bool stdin_pipe_grown = false;
+  // Bytes waiting for the child to read; the front string is written from
+  // stdin_front_offset on.
+  std::deque<std::string> stdin_queue;
+  std::size_t stdin_front_offset = 0;
+  std::size_t stdin_queued_bytes = 0;
+  bool stdin_close_requested = false;
+
+  int pidfd = -1;
+  uv_poll_t exit_poll{};
+  bool exit_poll_open = false;
+  uv_timer_t exit_timer{};
+  bool exit_timer_open = false;
+  std::uint64_t exit_poll_delay_ms = 1;
+
+  bool reaped = false;
+  int wait_status = -1;
+  // The exit record was emitted (or the process was removed): it is done.
+  bool finished = false;
+  // remove() was called: emit nothing more.
+  bool removed = false;
+  // Moved to retiring_.
+  bool retired = false;
+  // Handles initialized and whose close callback has not run yet.
+  int open_handles = 0;
+};
+
+ProcessTable::ProcessTable(Engine& engine)
+    : engine_(engine), read_scratch_(std::make_shared<ReadScratch>()) {}
+
+ProcessTable::~ProcessTable() = default;
+
+void ProcessTable::start(std::uint64_t id, const SpawnSpec& spec, const Options& options) {
+  if (processes_.count(id)) throw std::invalid_argument("fastrevert: process id already in use");
+  adopt(id, spawn(spec), options);
+}
+
+void ProcessTable::adopt(std::uint64_t id, Child child, const Options& options) {
+  if (shutting_down_) {
+    kill_and_reap(child);
+    throw std::logic_error("fastrevert: the process table is shutting down");
+  }
+  if (processes_.count(id)) {
+    kill_and_reap(child);
+    throw std::invalid_argument("fastrevert: process id already in use");
+  }
+  // Allocate everything that can fail before taking the child over, so that
+  // a failure here can still kill and reap it through CHILD.
+  Process* created = nullptr;
+  try {
+    auto owned = std::make_unique<Process>();
+    created = owned.get();
+    processes_.emplace(id, std::move(owned));
+  } catch (...) {
+    processes_.erase(id);
+    kill_and_reap(child);
+    throw;
+  }
+  Process& process = *created;
+  process.table = this;
+  process.id = id;
+  process.options = options;
+  process.pid = std::exchange(child.pid, -1);
+  process.out.fd = std::exchange(child.stdout_fd, -1);
+  process.err.fd = std::exchange(child.stderr_fd, -1);
+  process.stdin_fd = std::exchange(child.stdin_fd, -1);
+  process.pidfd = std::exchange(child.pidfd, -1);
+  engine_.stats().processes.fetch_add(1, std::memory_order_relaxed);
+
+  try {
+    uv_loop_t* loop = engine_.loop();
+    for (Stream* stream : {&process.out, &process.err}) {
+      if (stream->fd < 0) continue;
+      Framing framing = stream == &process.out ? options.framing : options.stderr_framing;
+      stream->reader = std::make_unique<AdaptiveReader>(options.initial_read_size,
+                                                        options.max_read_size, read_scratch_);
+      if (framing != Framing::none) stream->framer = make_framer(framing);
+      check_uv(uv_poll_init(loop, &stream->poll, stream->fd), "uv_poll_init");
+      stream->poll.data = &process;
+      stream->poll_open = true;
+      ++process.open_handles;
+      check_uv(uv_poll_start(&stream->poll, UV_READABLE, &ProcessTable::on_stream_readable),
+               "uv_poll_start");
+    }
+    if (process.pidfd >= 0 && !options.poll_exit_with_waitpid) {
+      check_uv(uv_poll_init(loop, &process.exit_poll, process.pidfd), "uv_poll_init");
+      process.exit_poll.data = &process;
+      process.exit_poll_open = true;
+      ++process.open_handles;
+      check_uv(uv_poll_start(&process.exit_poll, UV_READABLE, &ProcessTable::on_pidfd_readable),
+               "uv_poll_start");
+    } else {
+      close_fd(process.pidfd);
+      check_uv(uv_timer_init(loop, &process.exit_timer), "uv_timer_init");
+      process.exit_timer.data = &process;
+      process.exit_timer_open = true;
+      ++process.open_handles;
+      check_uv(uv_timer_start(&process.exit_timer, &ProcessTable::on_exit_timer,
+                              process.exit_poll_delay_ms, 0),
+               "uv_timer_start");
+    }
+  } catch (...) {
+    // Leave nothing behind: no child, no zombie, no descriptor, no handle.
+    process.removed = true;
+    send_signal(process, SIGKILL);
+    int status;
+    while (waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    process.reaped = true;
+    retire(process);
+    free_if_closed(process);
+    throw;
+  }
+}
+
+bool ProcessTable::write_stdin(std::uint64_t id, std::string data) {
+  auto found = processes_.find(id);
+  if (found == processes_.end()) return false;
+  Process& process = *found->second;
+  if (process.stdin_fd < 0 || process.stdin_close_requested) return false;
+  if (data.empty()) return true;
+  // A big write means a feeding child; a larger pipe means fewer wake-ups.
+  if (!process.stdin_pipe_grown && data.size() > 65536) {
+    grow_pipe(process.stdin_fd, pipe_max_size());
+    process.stdin_pipe_grown = true;
+  }
+  process.stdin_queued_bytes += data.size();
+  process.stdin_queue.push_back(std::move(data));
+  write_queued_stdin(process);
+  return true;
+}
+
+bool ProcessTable::close_stdin(std::uint64_t id) {
+  auto found = processes_.find(id);
+  if (found == processes_.end()) return false;
+  Process& process = *found->second;
+  process.stdin_close_requested = true;
+  if (process.stdin_queue.empty()) close_stdin_now(process);
+  return true;
+}
+
+bool ProcessTable::signal(std::uint64_t id, int signal_number) {
+  auto found = processes_.find(id);
+  if (found == processes_.end() || found->second->reaped) return false;
+  send_signal(*found->second, signal_number);
+  return true;
+}
+
+bool ProcessTable::set_reading(std::uint64_t id, bool reading) {
+  auto found = processes_.find(id);
+  if (found == processes_.end()) return false;
+  for (Stream* stream : {&found->second->out, &found->second->err}) {
+    if (!stream->poll_open) continue;
+    if (reading) {
+      uv_poll_start(&stream->poll, UV_READABLE, &ProcessTable::on_stream_readable);
+    } else {
+      uv_poll_stop(&stream->poll);
+    }
+  }
+  return true;
+}
+
+bool ProcessTable::remove(std::uint64_t id) {
+  auto found = processes_.find(id);
+  if (found == processes_.end()) return false;
+  Process& process = *found->second;
+  process.removed = true;
+  if (!process.reaped) send_signal(process, SIGKILL);
+  retire(process);
+  free_if_closed(process);
+  return true;
+}
+
+pid_t ProcessTable::pid(std::uint64_t id) const {
+  auto found = processes_.find(id);
+  return found == processes_.end() ? -1 : found->second->pid;
+}
+
+std::size_t ProcessTable::queued_stdin_bytes(std::uint64_t id) const {
+  auto found = processes_.find(id);
+  return found == processes_.end() ? 0 : found->second->stdin_queued_bytes;
+}
+
+void ProcessTable::shutdown() {
+  shutting_down_ = true;
+  std::vector<Process*> all;
+  for (auto& entry : processes_) all.push_back(entry.second.get());
+  for (auto& entry : retiring_) all.push_back(entry.first);
+  for (Process* process : all) {
+    process->removed = true;
+    if (!process->reaped) {
+      send_signal(*process, SIGKILL);
+      int status;
+      while (waitpid(process->pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      process->reaped = true;
+    }
+    stop_exit_watch(*process);
+    retire(*process);
+  }
+  // Every process is now retiring; each is freed by its last close callback,
+  // and the destructor frees any that had no handle left to close.
+}
+
+void ProcessTable::on_stream_readable(uv_poll_t* handle, int, int) {
+  // A poll error is not acted on directly: the read that follows reports it
+  // (or end of file), and the stream is closed then.
+  Process& process = *static_cast<Process*>(handle->data);
+  Stream& stream = handle == &process.out.poll ? process.out : process.err;
+  process.table->read_stream(process, stream);
+}
+
+void ProcessTable::on_stdin_writable(uv_poll_t* handle, int, int) {
+  Process& process = *static_cast<Process*>(handle->data);
+  process.table->write_queued_stdin(process);
+}
+
+void ProcessTable::on_pidfd_readable(uv_poll_t* handle, int, int) {
+  Process& process = *static_cast<Process*>(handle->data);
+  process.table->try_reap(process);
+}
+
+void ProcessTable::on_exit_timer(uv_timer_t* handle) {
+  Process& process = *static_cast<Process*>(handle->data);
+  process.table->try_reap(process);
+  if (!process.reaped && process.exit_timer_open) {
+    process.exit_poll_delay_ms = std::min(process.exit_poll_delay_ms * 2, kMaxExitPollDelayMs);
+    uv_timer_start(handle, &ProcessTable::on_exit_timer, process.exit_poll_delay_ms, 0);
+  }
+}
+
+void ProcessTable::on_handle_closed(uv_handle_t* handle) {
+  Process& process = *static_cast<Process*>(handle->data);
+  --process.open_handles;
+  process.table->free_if_closed(process);
+}
+
+void ProcessTable::read_stream(Process& process, Stream& stream) {
+  bool at_eof = false;
+  for (int reads = 0; reads < kReadsPerWakeup && !at_eof; ++reads) {
+    ReadResult result = stream.reader->read_append(stream.fd, stream.raw);
+    if (result.status == ReadResult::Status::data) {
+      engine_.stats().bytes_read.fetch_add(result.bytes.size(), std::memory_order_relaxed);
+    } else if (result.status == ReadResult::Status::would_block) {
+      break;
+    } else {
+      at_eof = true;
+    }
+  }
+  deliver(process, stream, at_eof);
+  if (at_eof) {
+    close_stream(process, stream);
+    maybe_finish(process);
+  }
+}
+
+void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
+  std::string chunk;
+  if (!stream.framer) {
+    chunk.swap(stream.raw);
+  } else {
+    stream.framer->append(stream.raw);
+    stream.raw.clear();
+    chunk = stream.framer->take();
+    if (at_eof) chunk += stream.framer->flush();
+    if (stream.framer->broken() && !stream.broken_framing_reported && !process.removed) {
+      stream.broken_framing_reported = true;
+      engine_.emit(Record{RecordKind::notice, process.id, stream.code,
+                          "fastrevert: process output framing failed (" + stream.framer->error() +
+                              "); passing the rest through raw"});
+    }
+  }
+  if (chunk.empty() || process.removed) return;
+  engine_.emit_coalesced(Record{RecordKind::process_output, process.id, stream.code, std::move(chunk)});
+}
+
+void ProcessTable::close_stream(Process& process, Stream& stream) {
+  if (stream.poll_open) {
+    stream.poll_open = false;
+    close_handle(process, reinterpret_cast<uv_handle_t*>(&stream.poll));
+  }
+  // Safe right after uv_close: libuv has stopped watching the descriptor.
+  close_fd(stream.fd);
+}
+
+void ProcessTable::write_queued_stdin(Process& process) {
+  while (!process.stdin_queue.empty()) {
+    const std::string& front = process.stdin_queue.front();
+    ssize_t written =
+        write_without_sigpipe(process.stdin_fd, front.data() + process.stdin_front_offset,
+                              front.size() - process.stdin_front_offset);
+    if (written < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+      // EPIPE: the child closed its stdin.  What it did not read is dropped,
+      // as a pipe would.
+      close_stdin_now(process);
+      return;
+    }
+    process.stdin_front_offset += static_cast<std::size_t>(written);
+    process.stdin_queued_bytes -= static_cast<std::size_t>(written);
+    if (process.stdin_front_offset == front.size()) {
+      process.stdin_queue.pop_front();
+      process.stdin_front_offset = 0;
+    }
+  }
+
+  if (process.stdin_queue.empty()) {
+    if (process.stdin_polling) {
+      uv_poll_stop(&process.stdin_poll);
+      process.stdin_polling = false;
+    }
+    if (process.stdin_close_requested) close_stdin_now(process);
+    return;
+  }
+  if (!process.stdin_poll_open) {
+    int status = uv_poll_init(engine_.loop(), &process.stdin_poll, process.stdin_fd);
+    if (status < 0) {
+      engine_.emit(
+          Record{RecordKind::notice, process.id, 0,
+                 std::string("fastrevert: cannot watch process stdin: ") + uv_strerror(status)});
+      close_stdin_now(process);
+      return;
+    }
+    process.stdin_poll.data = &process;
+    process.stdin_poll_open = true;
+    ++process.open_handles;
+  }
+  if (!process.stdin_polling) {
+    uv_poll_start(&process.stdin_poll, UV_WRITABLE, &ProcessTable::on_stdin_writable);
+    process.stdin_polling = true;
+  }
+}
+
+void ProcessTable::close_stdin_now(Process& process) {
+  if (process.stdin_poll_open) {
+    process.stdin_poll_open = false;
+    process.stdin_polling = false;
+    close_handle(process, reinterpret_cast<uv_handle_t*>(&process.stdin_poll));
+  }
+  close_fd(process.stdin_fd);
+  process.stdin_queue.clear();
+  process.stdin_front_offset = 0;
+  process.stdin_queued_bytes = 0;
+  process.stdin_close_requested = true;
+}
+
+void ProcessTable::try_reap(Process& process) {
+  if (process.reaped) return;
+  int status = 0;
+  pid_t reaped;
+  do {
+    reaped = waitpid(process.pid, &status, WNOHANG);
+  } while (reaped < 0 && errno == EINTR);
+  if (reaped == 0) return;
+  process.reaped = true;
+  // ECHILD means someone reaped our child (SIGCHLD ignored): the status is
+  // lost, but the child is gone all the same.
+  process.wait_status = reaped == process.pid ? status : -1;
+  stop_exit_watch(process);
+  maybe_finish(process);
+}
+
+void ProcessTable::stop_exit_watch(Process& process) {
+  if (process.exit_poll_open) {
+    process.exit_poll_open = false;
+    close_handle(process, reinterpret_cast<uv_handle_t*>(&process.exit_poll));
+  }
+  close_fd(process.pidfd);
+  if (process.exit_timer_open) {
+    process.exit_timer_open = false;
+    close_handle(process, reinterpret_cast<uv_handle_t*>(&process.exit_timer));
+  }
+}
+
+void ProcessTable::send_signal(Process& process, int signal_number) {
+  // The pid cannot have been reused: it stays ours until we reap it, and
+  // callers check process.reaped first.
+  if (process.reaped || process.pid <= 0) return;
+  kill(process.options.signal_process_group ? -process.pid : process.pid, signal_number);
+}
+
+void ProcessTable::maybe_finish(Process& process) {
+  if (process.finished) return;
+  if (!process.reaped || process.out.fd >= 0 || process.err.fd >= 0) return;
+  process.finished = true;
+  if (!process.removed) {
+    engine_.emit(Record{RecordKind::process_exit, process.id, process.wait_status, {}});
+  }
+  retire(process);
+}
+
+void ProcessTable::retire(Process& process) {
+  close_stream(process, process.out);
+  close_stream(process, process.err);
+  close_stdin_now(process);
+  if (process.reaped) stop_exit_watch(process);
+  if (process.retired) return;
+  process.retired = true;
+  auto found = processes_.find(process.id);
+  if (found != processes_.end() && found->second.get() == &process) {
+    retiring_.emplace(&process, std::move(found->second));
+    processes_.erase(found);
+  }
+}
+
+void ProcessTable::close_handle(Process&, uv_handle_t* handle) {
+  if (!uv_is_closing(handle)) uv_close(handle, &ProcessTable::on_handle_closed);
+}
+
+void ProcessTable::free_if_closed(Process& process) {
+  // Only retired processes are freed, and only once libuv has let go of
+  // every handle embedded in them.
+  if (process.retired && process.open_handles == 0) retiring_.erase(&process);
+}
+
+}  // namespace fastrevert

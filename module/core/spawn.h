@@ -1,0 +1,128 @@
+// Spawning children without forking Emacs.
+//
+// spawn() uses posix_spawn, which glibc implements with clone(CLONE_VM |
+// CLONE_VFORK): the parent's address space is shared, not copied, so the cost
+// does not grow with the size of a multi-gigabyte Emacs.  Nothing here installs
+// a signal handler or touches SIGCHLD, which belongs to Emacs; a child is
+// reaped only by waiting on its own pid (or pidfd).
+//
+// Every function may be called from any thread.  None keeps global state
+// except the cached value of /proc/sys/fs/pipe-max-size.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fastrevert {
+
+// What to run and how to connect it.  Files named here are opened by the
+// caller's process before the child starts, so a relative name resolves
+// against the caller's working directory, not CWD, and an error names the file
+// that failed.
+struct SpawnSpec {
+  // Absolute path of the executable, already resolved (see find_executable).
+  std::string program;
+  // The whole argument vector, argv[0] included.  When empty, the child gets
+  // { program }.
+  std::vector<std::string> argv;
+  // The child's whole environment as "NAME=VALUE" strings (Emacs passes
+  // `process-environment').  std::nullopt inherits the caller's environ.
+  std::optional<std::vector<std::string>> env;
+  // The child's working directory; empty keeps the caller's.
+  std::string cwd;
+
+  // Where the child's standard input comes from.
+  enum class Stdin {
+    pipe,  // Child::stdin_fd is the write end, owned by the caller.
+    null,  // /dev/null.
+    file,  // stdin_file, opened read-only.
+  };
+  Stdin stdin_mode = Stdin::null;
+  std::string stdin_file;
+
+  // Where the child's standard output goes.
+  enum class Stdout {
+    pipe,  // Child::stdout_fd is the read end.
+    null,  // /dev/null.
+    file,  // stdout_file, created or truncated.
+  };
+  Stdout stdout_mode = Stdout::pipe;
+  std::string stdout_file;
+
+  // Where the child's standard error goes.
+  enum class Stderr {
+    pipe,   // A pipe of its own: Child::stderr_fd is the read end.
+    merge,  // Wherever standard output goes (2>&1).
+    null,   // /dev/null.
+    file,   // stderr_file, created or truncated.
+  };
+  Stderr stderr_mode = Stderr::pipe;
+  std::string stderr_file;
+
+  // Runs the child in a new session (setsid), so it is also the leader of a
+  // new process group that can be signalled as a whole with kill(-pid, sig),
+  // and a terminal's job-control signals meant for Emacs do not reach it.
+  bool new_session = false;
+};
+
+// A started child.  It owns its descriptors: each one still >= 0 is closed
+// when the Child is destroyed, so a caller that keeps a descriptor sets the
+// member to -1.  Destroying a Child neither kills nor reaps the process; use
+// kill_and_reap() or wait for it.  All descriptors are close-on-exec, and the
+// pipe ends are non-blocking.
+struct Child {
+  pid_t pid = -1;
+  // A pidfd for pid (readable once the child has exited), or -1 when the
+  // kernel lacks pidfd_open (before Linux 5.3).
+  int pidfd = -1;
+  int stdin_fd = -1;   // Write end of the child's stdin pipe, or -1.
+  int stdout_fd = -1;  // Read end of the child's stdout pipe, or -1.
+  int stderr_fd = -1;  // Read end of the child's stderr pipe, or -1.
+
+  Child() = default;
+  Child(Child&& other) noexcept;
+  Child& operator=(Child&& other) noexcept;
+  Child(const Child&) = delete;
+  Child& operator=(const Child&) = delete;
+  ~Child();
+
+  // Closes every descriptor still held and sets it to -1.
+  void close_fds() noexcept;
+};
+
+// Starts a child as SPEC says.  The child starts with an empty signal mask and
+// every signal at its default disposition, whatever the caller had blocked or
+// handled, and with no descriptor but 0, 1 and 2 open.  Throws SystemError:
+// for a program that does not exist or cannot be executed, errno ENOENT,
+// EACCES, ENOEXEC... with function "posix_spawn" and path PROGRAM; for an
+// unusable CWD, function "chdir" and path CWD; for a redirection file,
+// function "open" and that file.
+Child spawn(const SpawnSpec& spec);
+
+// Resolves NAME the way `exec-path' does: a name containing a slash is
+// returned as it is (relative ones are not searched); otherwise the first
+// DIRS entry holding an executable regular file NAME wins.  An empty entry
+// stands for the current directory.  Returns std::nullopt when none does.
+std::optional<std::string> find_executable(const std::string& name,
+                                           const std::vector<std::string>& dirs);
+
+// SIGKILLs CHILD (if it has not been reaped) and waits for it, returning the
+// raw wait status, or -1 when someone else reaped it.  Closes its descriptors.
+// For the error paths of a caller that cannot hand the child on.
+int kill_and_reap(Child& child) noexcept;
+
+// The value of /proc/sys/fs/pipe-max-size, read once and cached; 1 MiB when it
+// cannot be read.
+std::size_t pipe_max_size() noexcept;
+
+// Asks for pipe FD to hold SIZE bytes (capped at pipe_max_size()).  Returns
+// the capacity the pipe now has, or 0 when FD is not a pipe.  Never throws: a
+// refused enlargement (EPERM past a user's pipe quota) leaves the pipe as it
+// was.
+std::size_t grow_pipe(int fd, std::size_t size) noexcept;
+
+}  // namespace fastrevert

@@ -1,0 +1,507 @@
+// Tests of the process table through a real Engine: records, ordering, exit
+// statuses, stdin, signals, scale and shutdown.
+#include "core/process.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/errors.h"
+
+using namespace fastrevert;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// An Engine with the main thread's side of the wake pipe, and helpers to run
+// code on the engine thread and to wait for records with a deadline.
+class EngineHarness {
+ public:
+  EngineHarness() {
+    int ends[2];
+    REQUIRE(pipe2(ends, O_CLOEXEC | O_NONBLOCK) == 0);
+    wake_read_ = ends[0];
+    engine_ = std::make_unique<Engine>(ends[1]);
+  }
+  ~EngineHarness() {
+    engine_->stop();
+    close(wake_read_);
+  }
+
+  Engine& engine() { return *engine_; }
+
+  // Runs ACTION on the engine thread with the process table and waits for it.
+  void with_table(std::function<void(ProcessTable&)> action) {
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    auto error = std::make_shared<std::string>();
+    bool posted = engine_->post([action, done, error](Engine& engine) {
+      try {
+        action(engine.service<ProcessTable>());
+      } catch (const std::exception& caught) {
+        *error = caught.what();
+      }
+      // Release pairs with the acquire below, publishing ERROR.
+      done->store(true, std::memory_order_release);
+    });
+    // No Catch2 assertion may run here while ACTION (which may assert) runs
+    // on the engine thread: Catch2 is not thread-safe.
+    auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (posted && !done->load(std::memory_order_acquire) && Clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+    REQUIRE(posted);
+    REQUIRE(done->load(std::memory_order_acquire));
+    if (!error->empty()) FAIL("engine command failed: " << *error);
+  }
+
+  // Drains records into ON_RECORD (or records()) until PREDICATE holds or
+  // TIMEOUT passes; returns whether it held.
+  bool wait_until(const std::function<bool()>& predicate,
+                  std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    auto deadline = Clock::now() + timeout;
+    for (;;) {
+      for (auto& record : engine_->drain()) {
+        if (on_record) {
+          on_record(record);
+        } else {
+          records_.push_back(std::move(record));
+        }
+      }
+      if (predicate()) return true;
+      if (Clock::now() >= deadline) return false;
+      pollfd wake = {wake_read_, POLLIN, 0};
+      poll(&wake, 1, 10);
+      char bytes[64];
+      while (read(wake_read_, bytes, sizeof bytes) > 0) {
+      }
+    }
+  }
+
+  std::vector<Record>& records() { return records_; }
+
+  // When set, wait_until hands records here instead of keeping them.
+  std::function<void(Record&)> on_record;
+
+  int exits_of(std::uint64_t id) const {
+    int count = 0;
+    for (const auto& record : records_)
+      if (record.kind == RecordKind::process_exit && record.id == id) ++count;
+    return count;
+  }
+  const Record* exit_of(std::uint64_t id) const {
+    for (const auto& record : records_)
+      if (record.kind == RecordKind::process_exit && record.id == id) return &record;
+    return nullptr;
+  }
+  std::string output_of(std::uint64_t id, int code) const {
+    std::string all;
+    for (const auto& record : records_)
+      if (record.kind == RecordKind::process_output && record.id == id && record.code == code)
+        all += record.data;
+    return all;
+  }
+
+ private:
+  int wake_read_ = -1;
+  std::unique_ptr<Engine> engine_;
+  std::vector<Record> records_;
+};
+
+SpawnSpec shell(const std::string& script) {
+  SpawnSpec spec;
+  spec.program = "/bin/sh";
+  spec.argv = {"sh", "-c", script};
+  return spec;
+}
+
+SpawnSpec never_exiting() {
+  SpawnSpec spec;
+  spec.program = "/bin/sleep";
+  spec.argv = {"sleep", "1000"};
+  return spec;
+}
+
+bool is_gone(pid_t pid) {
+  errno = 0;
+  return waitpid(pid, nullptr, WNOHANG) == -1 && errno == ECHILD && kill(pid, 0) == -1;
+}
+
+std::string pattern_bytes(std::size_t size, std::uint32_t seed) {
+  std::string bytes(size, '\0');
+  std::uint32_t state = seed;
+  for (std::size_t i = 0; i < size; ++i) {
+    state = state * 1664525u + 1013904223u;
+    bytes[i] = static_cast<char>(state >> 24);
+  }
+  return bytes;
+}
+
+}  // namespace
+
+TEST_CASE("process table delivers each stream in order and the exit record after all output",
+          "[process]") {
+  EngineHarness harness;
+  harness.with_table([](ProcessTable& table) {
+    table.start(1,
+                shell("i=0; while [ $i -lt 2000 ]; do echo out $i; echo err $i >&2; "
+                      "i=$((i+1)); done; exit 3"),
+                {});
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+
+  std::string expected_out;
+  std::string expected_err;
+  for (int i = 0; i < 2000; ++i) {
+    expected_out += "out " + std::to_string(i) + "\n";
+    expected_err += "err " + std::to_string(i) + "\n";
+  }
+  CHECK(harness.output_of(1, 1) == expected_out);
+  CHECK(harness.output_of(1, 2) == expected_err);
+  const Record& last = harness.records().back();
+  CHECK(last.kind == RecordKind::process_exit);
+  CHECK(last.id == 1);
+  CHECK(WIFEXITED(last.code));
+  CHECK(WEXITSTATUS(last.code) == 3);
+  // Nothing more arrives for it.
+  harness.wait_until([] { return false; }, std::chrono::milliseconds(100));
+  CHECK(harness.exits_of(1) == 1);
+  CHECK(harness.records().back().kind == RecordKind::process_exit);
+  harness.with_table([](ProcessTable& table) { CHECK_FALSE(table.contains(1)); });
+}
+
+TEST_CASE("process table reports exit codes and deaths by signal as raw wait statuses",
+          "[process]") {
+  EngineHarness harness;
+  harness.with_table([](ProcessTable& table) {
+    table.start(1, shell("exit 0"), {});
+    table.start(2, shell("exit 42"), {});
+    table.start(3, shell("kill -TERM $$"), {});
+    ProcessTable::Options polled;
+    polled.poll_exit_with_waitpid = true;
+    table.start(4, shell("exit 5"), polled);
+  });
+  REQUIRE(harness.wait_until([&] {
+    return harness.exit_of(1) && harness.exit_of(2) && harness.exit_of(3) && harness.exit_of(4);
+  }));
+  CHECK(WEXITSTATUS(harness.exit_of(1)->code) == 0);
+  CHECK(WEXITSTATUS(harness.exit_of(2)->code) == 42);
+  CHECK(WIFSIGNALED(harness.exit_of(3)->code));
+  CHECK(WTERMSIG(harness.exit_of(3)->code) == SIGTERM);
+  CHECK(WEXITSTATUS(harness.exit_of(4)->code) == 5);
+}
+
+TEST_CASE("process table carries 100 MB of stdin through cat byte for byte", "[process]") {
+  EngineHarness harness;
+  const std::size_t size = 100u << 20;
+  auto input = std::make_shared<const std::string>(pattern_bytes(size, 11));
+  std::size_t offset = 0;
+  bool intact = true;
+  bool exited = false;
+  int status = -1;
+  harness.on_record = [&](Record& record) {
+    if (record.id != 1) return;
+    if (record.kind == RecordKind::process_output) {
+      if (offset + record.data.size() > size ||
+          input->compare(offset, record.data.size(), record.data) != 0) {
+        intact = false;
+      }
+      offset += record.data.size();
+    } else if (record.kind == RecordKind::process_exit) {
+      exited = true;
+      status = static_cast<int>(record.code);
+    }
+  };
+
+  SpawnSpec spec;
+  spec.program = "/bin/cat";
+  spec.stdin_mode = SpawnSpec::Stdin::pipe;
+  harness.with_table([&](ProcessTable& table) {
+    table.start(1, spec, {});
+    // In several pieces, as a Lisp caller would send them.
+    for (std::size_t piece = 0; piece < size; piece += 10u << 20) {
+      CHECK(table.write_stdin(1, input->substr(piece, 10u << 20)));
+    }
+    CHECK(table.close_stdin(1));
+    CHECK_FALSE(table.write_stdin(1, "after close"));
+  });
+  REQUIRE(harness.wait_until([&] { return exited; }, std::chrono::seconds(40)));
+  CHECK(offset == size);
+  CHECK(intact);
+  CHECK(WEXITSTATUS(status) == 0);
+}
+
+TEST_CASE("process table keeps a child that closed stdout early until it exits", "[process]") {
+  EngineHarness harness;
+  harness.with_table([](ProcessTable& table) {
+    table.start(1, shell("echo early; exec >&-; sleep 0.2; echo late >&2; exit 4"), {});
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  CHECK(harness.output_of(1, 1) == "early\n");
+  CHECK(harness.output_of(1, 2) == "late\n");
+  CHECK(WEXITSTATUS(harness.exit_of(1)->code) == 4);
+  CHECK(harness.records().back().kind == RecordKind::process_exit);
+}
+
+TEST_CASE("process table stops a never-exiting child with the signal it is sent", "[process]") {
+  EngineHarness harness;
+  pid_t pid = -1;
+  harness.with_table([&](ProcessTable& table) {
+    table.start(1, never_exiting(), {});
+    pid = table.pid(1);
+  });
+  REQUIRE(pid > 0);
+  CHECK_FALSE(
+      harness.wait_until([&] { return harness.exits_of(1) > 0; }, std::chrono::milliseconds(100)));
+  harness.with_table([](ProcessTable& table) {
+    CHECK(table.signal(1, SIGTERM));
+    CHECK_FALSE(table.signal(99, SIGTERM));
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  CHECK(WIFSIGNALED(harness.exit_of(1)->code));
+  CHECK(WTERMSIG(harness.exit_of(1)->code) == SIGTERM);
+  CHECK(is_gone(pid));
+}
+
+TEST_CASE("process table runs 1,000 concurrent children and reports each one's output",
+          "[process]") {
+  rlimit limit;
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &limit) == 0);
+  if (limit.rlim_cur < 8192 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  const int count = 1000;
+  EngineHarness harness;
+  harness.with_table([&](ProcessTable& table) {
+    for (int id = 1; id <= count; ++id) {
+      SpawnSpec spec;
+      if (id % 2) {
+        spec.program = "/bin/true";
+      } else {
+        spec.program = "/bin/echo";
+        spec.argv = {"echo", std::to_string(id)};
+      }
+      table.start(static_cast<std::uint64_t>(id), spec, {});
+    }
+    CHECK(table.size() <= static_cast<std::size_t>(count));
+  });
+  int exits = 0;
+  std::map<std::uint64_t, std::string> outputs;
+  std::map<std::uint64_t, int> statuses;
+  harness.on_record = [&](Record& record) {
+    if (record.kind == RecordKind::process_output) {
+      CHECK(statuses.count(record.id) == 0);  // No output after the exit.
+      outputs[record.id] += record.data;
+    } else if (record.kind == RecordKind::process_exit) {
+      ++exits;
+      statuses[record.id] = static_cast<int>(record.code);
+    }
+  };
+  REQUIRE(harness.wait_until([&] { return exits == count; }, std::chrono::seconds(40)));
+  CHECK(statuses.size() == static_cast<std::size_t>(count));
+  int wrong = 0;
+  for (int id = 1; id <= count; ++id) {
+    std::string expected = id % 2 ? "" : std::to_string(id) + "\n";
+    if (outputs[static_cast<std::uint64_t>(id)] != expected) ++wrong;
+    if (statuses[static_cast<std::uint64_t>(id)] != 0) ++wrong;
+  }
+  CHECK(wrong == 0);
+  harness.with_table([](ProcessTable& table) { CHECK(table.size() == 0); });
+  CHECK(harness.engine().stats().processes.load() >= static_cast<std::uint64_t>(count));
+}
+
+TEST_CASE("engine shutdown kills live children and leaves no zombies", "[process]") {
+  std::vector<pid_t> pids;
+  {
+    EngineHarness harness;
+    harness.with_table([&](ProcessTable& table) {
+      for (std::uint64_t id = 1; id <= 5; ++id) {
+        SpawnSpec spec = never_exiting();
+        spec.stdin_mode = SpawnSpec::Stdin::pipe;
+        table.start(id, spec, {});
+        pids.push_back(table.pid(id));
+      }
+      // One removed child still being reaped in the background.
+      table.remove(5);
+      // Queued stdin that can never be written.
+      table.write_stdin(1, std::string(4u << 20, 'q'));
+    });
+    harness.engine().stop();
+  }
+  REQUIRE(pids.size() == 5);
+  for (pid_t pid : pids) CHECK(is_gone(pid));
+}
+
+TEST_CASE("process table forgets a removed child: no more records, killed and reaped",
+          "[process]") {
+  EngineHarness harness;
+  pid_t pid = -1;
+  harness.with_table([&](ProcessTable& table) {
+    table.start(1, shell("echo hello; exec sleep 1000"), {});
+    pid = table.pid(1);
+  });
+  REQUIRE(harness.wait_until([&] { return !harness.output_of(1, 1).empty(); }));
+  harness.with_table([](ProcessTable& table) {
+    CHECK(table.remove(1));
+    CHECK_FALSE(table.contains(1));
+    CHECK_FALSE(table.remove(1));
+  });
+  // The id may be reused at once.
+  harness.with_table([](ProcessTable& table) { table.start(1, shell("echo again"), {}); });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  CHECK(harness.output_of(1, 1) == "hello\nagain\n");
+  CHECK(harness.exits_of(1) == 1);
+  REQUIRE(harness.wait_until([&] { return is_gone(pid); }));
+}
+
+TEST_CASE("process table frames lines and flushes the unterminated tail at end of file",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable::Options options;
+  options.framing = Framing::lines;
+  harness.with_table([&](ProcessTable& table) {
+    table.start(1,
+                shell("printf a; sleep 0.05; printf 'b\\nc'; sleep 0.05; printf 'd\\ne\\n';"
+                      "sleep 0.05; printf tail"),
+                options);
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  std::vector<std::string> chunks;
+  for (const auto& record : harness.records())
+    if (record.kind == RecordKind::process_output) chunks.push_back(record.data);
+  REQUIRE_FALSE(chunks.empty());
+  CHECK(chunks.back() == "tail");
+  for (std::size_t i = 0; i + 1 < chunks.size(); ++i) CHECK(chunks[i].back() == '\n');
+  CHECK(harness.output_of(1, 1) == "ab\ncd\ne\ntail");
+}
+
+TEST_CASE("process table frames LSP messages and reports broken framing once", "[process]") {
+  EngineHarness harness;
+  ProcessTable::Options options;
+  options.framing = Framing::lsp;
+  harness.with_table([&](ProcessTable& table) {
+    table.start(1,
+                shell("printf 'Content-Length: 2\\r\\n\\r'; sleep 0.05; printf '\\n{'; "
+                      "sleep 0.05; printf '}Content-Length: 3\\r\\n\\r\\n[1]'"),
+                options);
+    table.start(2, shell("printf 'garbage\\r\\n\\r\\nmore'"), options);
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0 && harness.exits_of(2) > 0; }));
+  std::vector<std::string> chunks;
+  int notices = 0;
+  for (const auto& record : harness.records()) {
+    if (record.kind == RecordKind::process_output && record.id == 1) chunks.push_back(record.data);
+    if (record.kind == RecordKind::notice && record.id == 2) ++notices;
+  }
+  CHECK(harness.output_of(1, 1) == "Content-Length: 2\r\n\r\n{}Content-Length: 3\r\n\r\n[1]");
+  // The pieces arrive 50 ms apart, yet every record is whole messages.
+  CHECK(chunks.front().rfind("Content-Length: 2\r\n\r\n{}", 0) == 0);
+  for (const auto& chunk : chunks) CHECK((chunk.back() == '}' || chunk.back() == ']'));
+  CHECK(harness.output_of(2, 1) == "garbage\r\n\r\nmore");
+  CHECK(notices == 1);
+}
+
+TEST_CASE("process table refuses a missing program with an error and records nothing",
+          "[process]") {
+  EngineHarness harness;
+  harness.with_table([](ProcessTable& table) {
+    SpawnSpec spec;
+    spec.program = "/nonexistent/program";
+    CHECK_THROWS_AS(table.start(1, spec, {}), SystemError);
+    CHECK_FALSE(table.contains(1));
+  });
+  CHECK_FALSE(harness.wait_until([&] { return !harness.records().empty(); },
+                                 std::chrono::milliseconds(50)));
+}
+
+TEST_CASE("process table adopts a child spawned on another thread", "[process]") {
+  EngineHarness harness;
+  auto child = std::make_shared<Child>(spawn(shell("echo adopted")));
+  harness.with_table([child](ProcessTable& table) { table.adopt(7, std::move(*child), {}); });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(7) > 0; }));
+  CHECK(harness.output_of(7, 1) == "adopted\n");
+}
+
+TEST_CASE("process table counts spawned processes and bytes read", "[process]") {
+  EngineHarness harness;
+  harness.with_table([](ProcessTable& table) { table.start(1, shell("printf 12345"), {}); });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  CHECK(harness.engine().stats().processes.load() == 1);
+  CHECK(harness.engine().stats().bytes_read.load() == 5);
+}
+
+TEST_CASE("process table pauses reading on request and loses nothing on resume", "[process]") {
+  EngineHarness harness;
+  SpawnSpec spec;
+  spec.program = "/usr/bin/head";
+  spec.argv = {"head", "-c", "3000000", "/dev/zero"};
+  harness.with_table([&](ProcessTable& table) {
+    table.start(1, spec, {});
+    table.set_reading(1, false);
+  });
+  // Paused, the child blocks on its full pipe and cannot finish.
+  CHECK_FALSE(
+      harness.wait_until([&] { return harness.exits_of(1) > 0; }, std::chrono::milliseconds(200)));
+  harness.with_table([](ProcessTable& table) { CHECK(table.set_reading(1, true)); });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  CHECK(harness.output_of(1, 1) == std::string(3000000, '\0'));
+}
+
+TEST_CASE("process table survives a child that exits without reading its stdin", "[process]") {
+  EngineHarness harness;
+  SpawnSpec spec = shell("sleep 0.1; exit 9");
+  spec.stdin_mode = SpawnSpec::Stdin::pipe;
+  harness.with_table([&](ProcessTable& table) {
+    table.start(1, spec, {});
+    CHECK(table.write_stdin(1, std::string(8u << 20, 's')));
+    CHECK(table.queued_stdin_bytes(1) > 0);
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  CHECK(WEXITSTATUS(harness.exit_of(1)->code) == 9);
+}
+
+TEST_CASE("process table refuses a duplicate id and reaps the child it was handed", "[process]") {
+  EngineHarness harness;
+  auto child = std::make_shared<Child>(spawn(never_exiting()));
+  pid_t pid = child->pid;
+  harness.with_table([child](ProcessTable& table) {
+    table.start(1, never_exiting(), {});
+    CHECK_THROWS_AS(table.adopt(1, std::move(*child), {}), std::invalid_argument);
+    CHECK(table.remove(1));
+  });
+  CHECK(is_gone(pid));
+}
+
+TEST_CASE("process table frames stderr separately from stdout", "[process]") {
+  EngineHarness harness;
+  ProcessTable::Options options;
+  options.stderr_framing = Framing::lines;
+  harness.with_table([&](ProcessTable& table) {
+    table.start(1, shell("printf 'partial'; printf 'warn'>&2; sleep 0.05; printf 'ing\\n' >&2"),
+                options);
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  for (const auto& record : harness.records()) {
+    if (record.kind == RecordKind::process_output && record.code == 2) {
+      CHECK(record.data == "warning\n");
+    }
+  }
+  CHECK(harness.output_of(1, 1) == "partial");
+}

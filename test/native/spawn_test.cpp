@@ -1,0 +1,382 @@
+// Tests of spawn(): argv, environment, directory, redirections, errors, and
+// the clean state a child starts in.
+#include "core/spawn.h"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "core/errors.h"
+#include "core/reader.h"
+
+using namespace fastrevert;
+
+namespace {
+
+// A fresh directory under /tmp, removed with its contents at scope exit.
+class TempDir {
+ public:
+  TempDir() {
+    char name[] = "/tmp/fastrevert-spawn-XXXXXX";
+    REQUIRE(mkdtemp(name) != nullptr);
+    path_ = name;
+  }
+  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void write_file(const std::string& path, const std::string& content, mode_t mode = 0644) {
+  std::ofstream(path, std::ios::binary) << content;
+  chmod(path.c_str(), mode);
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+struct Output {
+  std::string out;
+  std::string err;
+  int status = -1;
+};
+
+// Spawns SPEC and collects everything it prints.
+Output run(const SpawnSpec& spec, std::string_view input = {}) {
+  Child child = spawn(spec);
+  Output output;
+  RunOptions options;
+  options.stdin_data = input;
+  RunResult result = run_to_completion(
+      child, [&](std::string_view bytes) { output.out.append(bytes); },
+      [&](std::string_view bytes) { output.err.append(bytes); }, options);
+  output.status = result.wait_status;
+  return output;
+}
+
+SpawnSpec shell(const std::string& script) {
+  SpawnSpec spec;
+  spec.program = "/bin/sh";
+  spec.argv = {"sh", "-c", script};
+  return spec;
+}
+
+bool is_cloexec(int fd) {
+  return (fcntl(fd, F_GETFD) & FD_CLOEXEC) != 0;
+}
+bool is_nonblocking(int fd) {
+  return (fcntl(fd, F_GETFL) & O_NONBLOCK) != 0;
+}
+
+// The value of a "Name:\tvalue" line in /proc/<pid>/status text.
+std::string status_field(const std::string& status_text, const std::string& name) {
+  std::istringstream lines(status_text);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + ":", 0) == 0) {
+      std::string value = line.substr(name.size() + 1);
+      value.erase(0, value.find_first_not_of(" \t"));
+      return value;
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+TEST_CASE("spawn passes argv exactly, including spaces and empty arguments", "[spawn]") {
+  SpawnSpec spec = shell("printf '%s|' \"$@\"");
+  spec.argv.insert(spec.argv.end(), {"sh", "a b", "", "c"});
+  Output output = run(spec);
+  CHECK(output.out == "a b||c|");
+  CHECK(WIFEXITED(output.status));
+  CHECK(WEXITSTATUS(output.status) == 0);
+}
+
+TEST_CASE("spawn gives the child exactly the environment it is given", "[spawn]") {
+  SpawnSpec spec;
+  spec.program = "/usr/bin/env";
+  spec.argv = {"env"};
+  spec.env = std::vector<std::string>{"FOO=bar", "EMPTY="};
+  CHECK(run(spec).out == "FOO=bar\nEMPTY=\n");
+
+  spec.env = std::vector<std::string>{};
+  CHECK(run(spec).out.empty());
+}
+
+TEST_CASE("spawn without an environment inherits the caller's", "[spawn]") {
+  setenv("FASTREVERT_SPAWN_TEST", "inherited", 1);
+  SpawnSpec spec = shell("printf %s \"$FASTREVERT_SPAWN_TEST\"");
+  CHECK(run(spec).out == "inherited");
+  unsetenv("FASTREVERT_SPAWN_TEST");
+}
+
+TEST_CASE("spawn runs the child in the given working directory", "[spawn]") {
+  TempDir dir;
+  char resolved[PATH_MAX];
+  REQUIRE(realpath(dir.path().c_str(), resolved));
+  SpawnSpec spec;
+  spec.program = "/bin/pwd";
+  spec.argv = {"pwd", "-P"};
+  spec.cwd = dir.path();
+  CHECK(run(spec).out == std::string(resolved) + "\n");
+}
+
+TEST_CASE("spawn of a missing program throws ENOENT naming the program", "[spawn]") {
+  SpawnSpec spec;
+  spec.program = "/nonexistent/fastrevert-no-such-program";
+  try {
+    spawn(spec);
+    FAIL("spawn did not throw");
+  } catch (const SystemError& error) {
+    CHECK(error.code().value() == ENOENT);
+    CHECK(error.function() == "posix_spawn");
+    CHECK(error.path() == spec.program);
+  }
+}
+
+TEST_CASE("spawn of a non-executable file throws EACCES naming the program", "[spawn]") {
+  // Even root needs an execute bit to exec a file, so this holds for root.
+  TempDir dir;
+  std::string script = dir.file("not-executable");
+  write_file(script, "#!/bin/sh\necho hi\n", 0644);
+  SpawnSpec spec;
+  spec.program = script;
+  try {
+    spawn(spec);
+    FAIL("spawn did not throw");
+  } catch (const SystemError& error) {
+    CHECK(error.code().value() == EACCES);
+    CHECK(error.path() == script);
+  }
+}
+
+TEST_CASE("spawn with a missing working directory throws naming the directory", "[spawn]") {
+  SpawnSpec spec;
+  spec.program = "/bin/true";
+  spec.cwd = "/nonexistent/fastrevert-no-such-dir";
+  try {
+    spawn(spec);
+    FAIL("spawn did not throw");
+  } catch (const SystemError& error) {
+    CHECK(error.code().value() == ENOENT);
+    CHECK(error.function() == "chdir");
+    CHECK(error.path() == spec.cwd);
+  }
+}
+
+TEST_CASE("spawn reads stdin from a file", "[spawn]") {
+  TempDir dir;
+  write_file(dir.file("input"), "line one\nline two\n");
+  SpawnSpec spec;
+  spec.program = "/bin/cat";
+  spec.stdin_mode = SpawnSpec::Stdin::file;
+  spec.stdin_file = dir.file("input");
+  CHECK(run(spec).out == "line one\nline two\n");
+}
+
+TEST_CASE("spawn with a missing stdin file throws naming the file", "[spawn]") {
+  SpawnSpec spec;
+  spec.program = "/bin/cat";
+  spec.stdin_mode = SpawnSpec::Stdin::file;
+  spec.stdin_file = "/nonexistent/input";
+  try {
+    spawn(spec);
+    FAIL("spawn did not throw");
+  } catch (const SystemError& error) {
+    CHECK(error.code().value() == ENOENT);
+    CHECK(error.function() == "open");
+    CHECK(error.path() == spec.stdin_file);
+  }
+}
+
+TEST_CASE("spawn with stdin from /dev/null gives the child end of file at once", "[spawn]") {
+  SpawnSpec spec;
+  spec.program = "/bin/cat";
+  Output output = run(spec);
+  CHECK(output.out.empty());
+  CHECK(WEXITSTATUS(output.status) == 0);
+}
+
+TEST_CASE("spawn with a stdin pipe carries the bytes written to it", "[spawn]") {
+  SpawnSpec spec;
+  spec.program = "/bin/cat";
+  spec.stdin_mode = SpawnSpec::Stdin::pipe;
+  CHECK(run(spec, "through the pipe").out == "through the pipe");
+}
+
+TEST_CASE("spawn merges stderr into the stdout pipe in write order", "[spawn]") {
+  SpawnSpec spec = shell("echo out1; echo err1 >&2; echo out2; echo err2 >&2");
+  spec.stderr_mode = SpawnSpec::Stderr::merge;
+  Child child = spawn(spec);
+  CHECK(child.stderr_fd == -1);
+  std::string out;
+  run_to_completion(
+      child, [&](std::string_view bytes) { out.append(bytes); }, nullptr);
+  CHECK(out == "out1\nerr1\nout2\nerr2\n");
+}
+
+TEST_CASE("spawn keeps stderr separate when asked", "[spawn]") {
+  Output output = run(shell("echo out; echo err >&2"));
+  CHECK(output.out == "out\n");
+  CHECK(output.err == "err\n");
+}
+
+TEST_CASE("spawn sends stderr to a file or to /dev/null", "[spawn]") {
+  TempDir dir;
+  SpawnSpec spec = shell("echo out; echo err >&2");
+  spec.stderr_mode = SpawnSpec::Stderr::file;
+  spec.stderr_file = dir.file("errors");
+  Output output = run(spec);
+  CHECK(output.out == "out\n");
+  CHECK(read_file(dir.file("errors")) == "err\n");
+
+  spec.stderr_mode = SpawnSpec::Stderr::null;
+  output = run(spec);
+  CHECK(output.out == "out\n");
+  CHECK(output.err.empty());
+}
+
+TEST_CASE("spawn sends stdout to a file, truncating it", "[spawn]") {
+  TempDir dir;
+  write_file(dir.file("out"), "old content that is longer");
+  SpawnSpec spec = shell("echo new");
+  spec.stdout_mode = SpawnSpec::Stdout::file;
+  spec.stdout_file = dir.file("out");
+  Child child = spawn(spec);
+  CHECK(child.stdout_fd == -1);
+  run_to_completion(child, nullptr, nullptr);
+  CHECK(read_file(dir.file("out")) == "new\n");
+}
+
+TEST_CASE("spawn returns close-on-exec descriptors, non-blocking pipe ends and a pidfd",
+          "[spawn]") {
+  SpawnSpec spec;
+  spec.program = "/bin/cat";
+  spec.stdin_mode = SpawnSpec::Stdin::pipe;
+  Child child = spawn(spec);
+  REQUIRE(child.pid > 0);
+  CHECK(child.pidfd >= 0);  // Linux 5.3 or later.
+  for (int fd : {child.pidfd, child.stdin_fd, child.stdout_fd, child.stderr_fd}) {
+    REQUIRE(fd > 2);
+    CHECK(is_cloexec(fd));
+  }
+  for (int fd : {child.stdin_fd, child.stdout_fd, child.stderr_fd}) CHECK(is_nonblocking(fd));
+  RunResult result = run_to_completion(child, nullptr, nullptr);
+  CHECK(WIFEXITED(result.wait_status));
+  CHECK(child.pid == -1);
+  CHECK(child.stdout_fd == -1);
+}
+
+TEST_CASE("spawn starts the child with no signal blocked or ignored", "[spawn]") {
+  sigset_t blocked;
+  sigset_t previous_mask;
+  sigemptyset(&blocked);
+  sigaddset(&blocked, SIGTERM);
+  sigaddset(&blocked, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &blocked, &previous_mask);
+  struct sigaction ignore = {};
+  struct sigaction previous_action = {};
+  ignore.sa_handler = SIG_IGN;
+  sigaction(SIGUSR2, &ignore, &previous_action);
+
+  SpawnSpec spec;
+  spec.program = "/bin/cat";
+  spec.argv = {"cat", "/proc/self/status"};
+  Output output = run(spec);
+
+  sigaction(SIGUSR2, &previous_action, nullptr);
+  pthread_sigmask(SIG_SETMASK, &previous_mask, nullptr);
+
+  CHECK(status_field(output.out, "SigBlk") == "0000000000000000");
+  // glibc's posix_spawn leaves its two internal signals (32 and 33, below
+  // SIGRTMIN, which no program may use) ignored; every other signal is at its
+  // default.
+  unsigned long long ignored = std::stoull(status_field(output.out, "SigIgn"), nullptr, 16);
+  unsigned long long glibc_internal = (1ull << (32 - 1)) | (1ull << (33 - 1));
+  CHECK((ignored & ~glibc_internal) == 0);
+}
+
+TEST_CASE("spawn leaks no descriptor into the child, even one without close-on-exec", "[spawn]") {
+  int leaky = open("/dev/null", O_RDONLY);  // Deliberately without O_CLOEXEC.
+  REQUIRE(leaky >= 0);
+  int high = dup2(leaky, 77);
+  REQUIRE(high == 77);
+  close(leaky);
+  Output output = run(shell("if [ -e /proc/self/fd/77 ]; then echo leaked; else echo closed; fi"));
+  close(high);
+  CHECK(output.out == "closed\n");
+}
+
+TEST_CASE("spawn with new_session makes the child a session and group leader", "[spawn]") {
+  SpawnSpec spec = shell("set -- $(cat /proc/$$/stat); echo $1 $5 $6");
+  spec.new_session = true;
+  std::istringstream fields(run(spec).out);
+  long pid = 0, group = 0, session = 0;
+  fields >> pid >> group >> session;
+  CHECK(pid > 0);
+  CHECK(group == pid);
+  CHECK(session == pid);
+}
+
+TEST_CASE("find_executable searches directories in order like exec-path", "[spawn]") {
+  TempDir first;
+  TempDir second;
+  write_file(first.file("tool"), "#!/bin/sh\n", 0644);  // Not executable: skipped.
+  mkdir(first.file("dir-tool").c_str(), 0755);          // A directory: skipped.
+  write_file(second.file("tool"), "#!/bin/sh\n", 0755);
+  write_file(second.file("dir-tool"), "#!/bin/sh\n", 0755);
+  std::vector<std::string> dirs = {"/nonexistent", first.path(), second.path() + "/"};
+
+  CHECK(find_executable("tool", dirs) == second.file("tool"));
+  CHECK(find_executable("dir-tool", dirs) == second.file("dir-tool"));
+  CHECK(find_executable("fastrevert-no-such-tool", dirs) == std::nullopt);
+  CHECK(find_executable("/absolute/as/is", dirs) == std::string("/absolute/as/is"));
+  CHECK(find_executable("", dirs) == std::nullopt);
+  CHECK(find_executable("sh", {"/nonexistent", "/bin"}) == std::string("/bin/sh"));
+}
+
+TEST_CASE("kill_and_reap kills a running child and leaves no zombie", "[spawn]") {
+  SpawnSpec spec;
+  spec.program = "/bin/sleep";
+  spec.argv = {"sleep", "1000"};
+  Child child = spawn(spec);
+  pid_t pid = child.pid;
+  int status = kill_and_reap(child);
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGKILL);
+  CHECK(child.pid == -1);
+  CHECK(child.stdout_fd == -1);
+  errno = 0;
+  CHECK(waitpid(pid, nullptr, WNOHANG) == -1);
+  CHECK(errno == ECHILD);
+}
+
+TEST_CASE("grow_pipe enlarges a pipe up to pipe-max-size and ignores non-pipes", "[spawn]") {
+  int ends[2];
+  REQUIRE(pipe2(ends, O_CLOEXEC) == 0);
+  std::size_t grown = grow_pipe(ends[0], std::size_t{1} << 30);
+  CHECK(grown > 65536);
+  CHECK(grown <= pipe_max_size());
+  close(ends[0]);
+  close(ends[1]);
+  int file = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  CHECK(grow_pipe(file, 1 << 20) == 0);
+  close(file);
+}
