@@ -124,10 +124,13 @@ A handler is called with the result's ID, CODE and DATA.")
 
 (defun fastrevert--dispatch (kind id code data)
   "Hand one engine result to the handler registered for KIND.
-ID, CODE and DATA are the result's fields."
+ID, CODE and DATA are the result's fields; DATA is a unibyte string,
+decoded here as UTF-8 for the kinds that carry text."
+  (when (memq kind '(echo notice))
+    (setq data (decode-coding-string data 'utf-8-unix)))
   (let ((handler (alist-get kind fastrevert--record-handlers)))
     (cond (handler (funcall handler id code data))
-          ((eq kind 'notice) (message "fastrevert: %s" data)))))
+          ((eq kind 'notice) (message "%s" data)))))
 
 (defun fastrevert--drain ()
   "Handle every result the engine has ready; return how many."
@@ -186,6 +189,360 @@ spent handling engine results."
                            (or (plist-get fastrevert--lisp-counters :reverts) 0)))
     (plist-put stats :main-thread-ms
                (* 1000.0 fastrevert--main-thread-seconds))))
+
+;;;; fastrevert-mode: auto-revert driven by the engine
+
+(require 'autorevert)
+(require 'cl-lib)
+
+(declare-function fastrevert--mod-watch-add "fastrevert-module" (id file mode &optional contents))
+(declare-function fastrevert--mod-watch-remove "fastrevert-module" (id))
+(declare-function fastrevert--mod-watch-configure "fastrevert-module"
+                  (poll-interval settle-delay safety-poll))
+
+(defcustom fastrevert-settle-delay 0.03
+  "Seconds a changed file must stay quiet before its buffer is checked.
+A burst of changes, such as a checkout rewriting many files, becomes one
+batch.  A file written continuously is still checked at least every
+ten settle delays."
+  :type 'number)
+
+(defvar fastrevert--next-id 0
+  "The last watch id handed to the engine.")
+
+(defvar fastrevert--buffer-by-id (make-hash-table :test #'eql)
+  "Map from watch id to the buffer it was registered for.")
+
+(defvar fastrevert--stock-buffers nil
+  "Auto-reverted buffers the engine cannot watch, left to stock polling.
+These are remote buffers and non-file buffers that do not support
+notification.")
+
+(defvar fastrevert--pending (make-hash-table :test #'eq)
+  "Buffers whose files may have changed, waiting to be checked.")
+
+(defvar fastrevert--revert-timer nil
+  "Timer that checks the pending buffers, or nil.")
+
+(defvar fastrevert--reverted nil
+  "Non-nil once the buffer being checked has been reverted.")
+
+(defvar fastrevert--bypass nil
+  "Non-nil while stock auto-revert functions must run unadvised.")
+
+(defun fastrevert--descriptor-p (descriptor)
+  "Return non-nil if DESCRIPTOR is a watch held by the engine."
+  (eq (car-safe descriptor) 'fastrevert))
+
+(defun fastrevert--target ()
+  "Return what the engine should watch for the current buffer, or nil.
+That is the visited file, or the directory of a non-file buffer that
+reverts by notification (as Dired does).  Remote names are left to
+the stock machinery."
+  (cond (buffer-file-name
+         (let ((file (expand-file-name buffer-file-name)))
+           (unless (file-remote-p file) file)))
+        ((and buffer-auto-revert-by-notification default-directory)
+         (let ((dir (expand-file-name default-directory)))
+           (unless (file-remote-p dir) (directory-file-name dir))))))
+
+(defun fastrevert--watch-mode ()
+  "Return how the engine should watch the current buffer's target.
+`poll' when `auto-revert-use-notify' is nil or the directory matches
+`auto-revert-notify-exclude-dir-regexp', otherwise `notify'."
+  (if (or (not auto-revert-use-notify)
+          (string-match-p auto-revert-notify-exclude-dir-regexp
+                          (expand-file-name default-directory)))
+      'poll
+    'notify))
+
+(defun fastrevert--encode-file-name (file)
+  "Return FILE encoded as the bytes the file system sees."
+  (encode-coding-string file (or file-name-coding-system
+                                 default-file-name-coding-system)))
+
+(defun fastrevert--register (target)
+  "Watch TARGET in the engine on behalf of the current buffer."
+  (let ((id (setq fastrevert--next-id (1+ fastrevert--next-id))))
+    (fastrevert--mod-watch-add id (fastrevert--encode-file-name target)
+                               (fastrevert--watch-mode) (not buffer-file-name))
+    (puthash id (current-buffer) fastrevert--buffer-by-id)
+    ;; The engine answers with `file-watched' once it has taken its first
+    ;; look; the buffer is checked then (see `fastrevert--on-file-changed'),
+    ;; which covers a change made since the file was read.
+    (setq auto-revert-notify-watch-descriptor (cons 'fastrevert id)
+          auto-revert-notify-modified-p nil)
+    (add-hook 'kill-buffer-hook #'auto-revert-notify-rm-watch nil t)))
+
+(defun fastrevert--unregister ()
+  "Stop the engine watching for the current buffer."
+  (let ((descriptor auto-revert-notify-watch-descriptor))
+    (when (fastrevert--descriptor-p descriptor)
+      (remhash (cdr descriptor) fastrevert--buffer-by-id)
+      (fastrevert--mod-watch-remove (cdr descriptor))
+      (remove-hook 'kill-buffer-hook #'auto-revert-notify-rm-watch t)
+      (setq auto-revert-notify-watch-descriptor nil
+            auto-revert-notify-modified-p nil
+            fastrevert--watching nil))))
+
+(defun fastrevert--adopt-current-buffer ()
+  "Hand the current buffer to the engine or to stock polling, as fits.
+A buffer no longer under auto-revert is released."
+  (when fastrevert-mode
+    (let ((target (fastrevert--target)))
+      (cond ((not (auto-revert-active-p))
+             (fastrevert--unregister))
+            ((fastrevert--descriptor-p auto-revert-notify-watch-descriptor))
+            (target
+             (when auto-revert-notify-watch-descriptor
+               ;; A stock file-notify watch from before; the engine replaces it.
+               (fastrevert--without-advice #'auto-revert-notify-rm-watch))
+             (fastrevert--register target))
+            ((or buffer-file-name
+                 (not (eq buffer-stale-function #'buffer-stale--default-function)))
+             (cl-pushnew (current-buffer) fastrevert--stock-buffers)
+             (auto-revert-set-timer))))))
+
+(defun fastrevert--without-advice (function)
+  "Call FUNCTION, an advised auto-revert function, without fastrevert's advice."
+  (let ((fastrevert--bypass t))
+    (funcall function)))
+
+;;;;; Reverting
+
+(defvar-local fastrevert--watching nil
+  "Non-nil once the engine reports every change to this buffer's file.")
+
+(defun fastrevert--on-file-watched (id code data)
+  "Note that the engine now watches ID; check its buffer once.
+CODE and DATA are as for `fastrevert--on-file-changed'."
+  (let ((buffer (gethash id fastrevert--buffer-by-id)))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer (setq fastrevert--watching t))))
+  (fastrevert--on-file-changed id code data))
+
+(defun fastrevert--on-file-changed (id _code _data)
+  "Note that the file watched under ID may have changed."
+  (let ((buffer (gethash id fastrevert--buffer-by-id)))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (setq auto-revert-notify-modified-p t))
+      (fastrevert--queue buffer))))
+
+(defun fastrevert--queue (buffer)
+  "Check BUFFER for reverting soon."
+  (puthash buffer t fastrevert--pending)
+  (unless fastrevert--revert-timer
+    (setq fastrevert--revert-timer
+          (run-at-time 0 nil #'fastrevert--revert-pending))))
+
+(defun fastrevert--take-pending ()
+  "Return the pending buffers, visible ones first, and clear the queue."
+  (let (visible hidden)
+    (maphash (lambda (buffer _)
+               (when (buffer-live-p buffer)
+                 (if (get-buffer-window buffer 'visible)
+                     (push buffer visible)
+                   (push buffer hidden))))
+             fastrevert--pending)
+    (clrhash fastrevert--pending)
+    (nconc visible hidden)))
+
+(defun fastrevert--note-revert ()
+  "Record that the buffer being checked was reverted."
+  (setq fastrevert--reverted t))
+
+(defun fastrevert--check-buffer (buffer)
+  "Let the stock handler revert BUFFER if it is stale."
+  (with-current-buffer buffer
+    (when (and (auto-revert-active-p)
+               (fastrevert--descriptor-p auto-revert-notify-watch-descriptor))
+      (let ((fastrevert--reverted nil))
+        (auto-revert-handler)
+        (when fastrevert--reverted
+          (fastrevert--count :reverts))))))
+
+(defun fastrevert--revert-pending ()
+  "Check every pending buffer, visible ones first.
+When `auto-revert-stop-on-user-input' is non-nil, stop at pending input
+and resume as soon as Emacs is idle again."
+  (setq fastrevert--revert-timer nil)
+  (let* ((start (float-time))
+         (buffers (fastrevert--take-pending))
+         (total (length buffers))
+         (reporter (and (> total 50)
+                        (make-progress-reporter "fastrevert: reverting buffers..." 0 total)))
+         (done 0))
+    (unwind-protect
+        (save-match-data
+          (while (and buffers
+                      (not (and auto-revert-stop-on-user-input (input-pending-p))))
+            (let ((buffer (pop buffers)))
+              (when (buffer-live-p buffer)
+                (with-demoted-errors "fastrevert: %S"
+                  (fastrevert--check-buffer buffer))))
+            (setq done (1+ done))
+            (when reporter (progress-reporter-update reporter done))))
+      ;; Whatever was not reached, by input or by an error, stays queued.
+      (dolist (buffer buffers) (puthash buffer t fastrevert--pending))
+      (cond ((and buffers (not fastrevert--revert-timer))
+             (setq fastrevert--revert-timer
+                   (run-with-idle-timer 0 nil #'fastrevert--revert-pending)))
+            (reporter (progress-reporter-done reporter)))
+      (setq fastrevert--main-thread-seconds
+            (+ fastrevert--main-thread-seconds (- (float-time) start))))))
+
+;;;;; Advice on the stock machinery
+
+(defun fastrevert--add-watch-advice (function)
+  "Watch through the engine where it can, else call FUNCTION (stock)."
+  (let ((target (and (not fastrevert--bypass) (fastrevert--target))))
+    (if (and fastrevert-mode target (not auto-revert-notify-watch-descriptor))
+        (fastrevert--register target)
+      (funcall function))))
+
+(defun fastrevert--rm-watch-advice (function)
+  "Release an engine watch, or call FUNCTION (stock) for any other."
+  (if (and (not fastrevert--bypass)
+           (fastrevert--descriptor-p auto-revert-notify-watch-descriptor))
+      (fastrevert--unregister)
+    (funcall function)))
+
+(defun fastrevert--stock-buffers-live ()
+  "Return the auto-reverted buffers left to stock polling, pruned."
+  (setq fastrevert--stock-buffers
+        (cl-delete-if-not (lambda (buffer)
+                            (and (buffer-live-p buffer)
+                                 (with-current-buffer buffer
+                                   (and (auto-revert-active-p)
+                                        (not (fastrevert--descriptor-p
+                                              auto-revert-notify-watch-descriptor))))))
+                          fastrevert--stock-buffers)))
+
+(defun fastrevert--polled-buffers-advice (function)
+  "Return the buffers for stock polling; FUNCTION is the stock version.
+With `fastrevert-mode' on, only buffers the engine cannot watch."
+  (if (or fastrevert--bypass (not fastrevert-mode))
+      (funcall function)
+    (cl-remove-if (lambda (buffer)
+                    (and auto-revert-avoid-polling
+                         (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
+                  (fastrevert--stock-buffers-live))))
+
+(defun fastrevert--need-polling-advice (function)
+  "Return non-nil if stock polling is still needed; FUNCTION is stock's."
+  (if (or fastrevert--bypass (not fastrevert-mode))
+      (funcall function)
+    (and (fastrevert--polled-buffers-advice function) t)))
+
+(defconst fastrevert--advice
+  '((auto-revert-notify-add-watch . fastrevert--add-watch-advice)
+    (auto-revert-notify-rm-watch . fastrevert--rm-watch-advice)
+    (auto-revert--polled-buffers . fastrevert--polled-buffers-advice)
+    (auto-revert--need-polling-p . fastrevert--need-polling-advice))
+  "Stock auto-revert functions and the :around advice fastrevert puts on them.")
+
+(defconst fastrevert--watched-settings
+  '(auto-revert-use-notify auto-revert-notify-exclude-dir-regexp
+    auto-revert-interval auto-revert-avoid-polling auto-revert-remote-files
+    fastrevert-settle-delay)
+  "Settings whose change makes fastrevert re-register its buffers.")
+
+;;;;; Settings
+
+(defun fastrevert--configure-engine ()
+  "Pass the current intervals to the engine."
+  (fastrevert--mod-watch-configure auto-revert-interval fastrevert-settle-delay
+                                   (not auto-revert-avoid-polling)))
+
+(defvar fastrevert--reconfigure-timer nil
+  "Timer that applies changed settings, or nil.")
+
+(defun fastrevert--setting-changed (_symbol _value _operation _where)
+  "Apply a changed auto-revert setting once the change has been made."
+  (unless fastrevert--reconfigure-timer
+    (setq fastrevert--reconfigure-timer
+          (run-at-time 0 nil #'fastrevert--reconfigure))))
+
+(defun fastrevert--reconfigure ()
+  "Apply the current settings to the engine and to every buffer."
+  (setq fastrevert--reconfigure-timer nil)
+  (when fastrevert-mode
+    (fastrevert--configure-engine)
+    (dolist (buffer (buffer-list))
+      (with-current-buffer buffer
+        (when (fastrevert--descriptor-p auto-revert-notify-watch-descriptor)
+          (fastrevert--unregister))
+        (fastrevert--adopt-current-buffer)))
+    (auto-revert-set-timer)))
+
+;;;;; The mode
+
+(defun fastrevert--enable ()
+  "Move auto-revert onto the engine."
+  (fastrevert--engine-ensure)
+  (fastrevert--configure-engine)
+  (setf (alist-get 'file-changed fastrevert--record-handlers) #'fastrevert--on-file-changed)
+  (setf (alist-get 'file-watched fastrevert--record-handlers) #'fastrevert--on-file-watched)
+  (pcase-dolist (`(,symbol . ,advice) fastrevert--advice)
+    (advice-add symbol :around advice))
+  (advice-add 'auto-revert--global-add-current-buffer :after #'fastrevert--adopt-current-buffer)
+  (add-hook 'auto-revert-mode-hook #'fastrevert--adopt-current-buffer)
+  (add-hook 'auto-revert-tail-mode-hook #'fastrevert--adopt-current-buffer)
+  (add-hook 'after-set-visited-file-name-hook #'fastrevert--adopt-current-buffer t)
+  (add-hook 'after-revert-hook #'fastrevert--note-revert)
+  (dolist (symbol fastrevert--watched-settings)
+    (add-variable-watcher symbol #'fastrevert--setting-changed))
+  (dolist (buffer (buffer-list))
+    (with-current-buffer buffer
+      (fastrevert--adopt-current-buffer)))
+  (auto-revert-set-timer))
+
+(defun fastrevert--disable ()
+  "Give auto-revert back to the stock machinery."
+  (dolist (symbol fastrevert--watched-settings)
+    (remove-variable-watcher symbol #'fastrevert--setting-changed))
+  (dolist (buffer (buffer-list))
+    (with-current-buffer buffer
+      (fastrevert--unregister)))
+  (pcase-dolist (`(,symbol . ,advice) fastrevert--advice)
+    (advice-remove symbol advice))
+  (advice-remove 'auto-revert--global-add-current-buffer #'fastrevert--adopt-current-buffer)
+  (remove-hook 'auto-revert-mode-hook #'fastrevert--adopt-current-buffer)
+  (remove-hook 'auto-revert-tail-mode-hook #'fastrevert--adopt-current-buffer)
+  (remove-hook 'after-set-visited-file-name-hook #'fastrevert--adopt-current-buffer)
+  (remove-hook 'after-revert-hook #'fastrevert--note-revert)
+  (setf (alist-get 'file-changed fastrevert--record-handlers nil t) nil)
+  (setf (alist-get 'file-watched fastrevert--record-handlers nil t) nil)
+  (clrhash fastrevert--buffer-by-id)
+  (clrhash fastrevert--pending)
+  (setq fastrevert--stock-buffers nil)
+  (dolist (timer (list fastrevert--revert-timer fastrevert--reconfigure-timer))
+    (when (timerp timer) (cancel-timer timer)))
+  (setq fastrevert--revert-timer nil
+        fastrevert--reconfigure-timer nil)
+  ;; Stock auto-revert adds its file-notify watches as it polls; one pass
+  ;; now restores them and the timer at once.
+  (auto-revert-set-timer)
+  (when (or global-auto-revert-mode auto-revert-buffer-list)
+    (auto-revert-buffers)))
+
+;;;###autoload
+(define-minor-mode fastrevert-mode
+  "Toggle fastrevert's native engine for auto-revert.
+With this global mode on, the buffers that `auto-revert-mode',
+`auto-revert-tail-mode' and `global-auto-revert-mode' manage are
+watched by fastrevert's engine thread instead of by `file-notify' and
+the polling timer.  Nothing runs on the main thread while no file
+changes; when one does, its buffer is checked and reverted by the
+stock machinery, so every `auto-revert-*' setting keeps its meaning.
+Remote buffers, and non-file buffers that cannot be notified, keep
+stock polling.  Turning the mode off restores the stock behavior."
+  :global t
+  :group 'fastrevert
+  (if fastrevert-mode
+      (fastrevert--enable)
+    (fastrevert--disable)))
 
 (provide 'fastrevert)
 

@@ -29,6 +29,7 @@ enum class RecordKind : std::uint8_t {
   echo,            // id: the token posted by an echo command; data: its payload.
   notice,          // data: a message for the user (a fallback, an overflow).
   file_changed,    // id: the watched file's id; data: its path.
+  file_watched,    // id: a new registration whose baseline is taken; data: its path.
   process_output,  // id: the process id; code: 1 stdout, 2 stderr; data: bytes.
   process_exit,    // id: the process id; code: the wait status.
 };

@@ -59,7 +59,7 @@ std::int64_t Env::to_integer(emacs_value value) const {
   return result;
 }
 
-std::string Env::to_utf8(emacs_value value) const {
+std::string Env::to_bytes(emacs_value value) const {
   std::ptrdiff_t size = 0;
   raw_->copy_string_contents(raw_, value, nullptr, &size);
   check();

@@ -52,7 +52,9 @@ class Env {
   // These signal `wrong-type-argument' (through Emacs) for a value of the
   // wrong type, which arrives here as PendingExit.
   std::int64_t to_integer(emacs_value value) const;
-  std::string to_utf8(emacs_value string) const;
+  // The bytes of STRING: UTF-8 for a multibyte string, the bytes themselves
+  // for a unibyte one (so Lisp passes file names encoded).
+  std::string to_bytes(emacs_value string) const;
 
   bool truthy(emacs_value value) const noexcept { return raw_->is_not_nil(raw_, value); }
   bool eq(emacs_value a, emacs_value b) const noexcept { return raw_->eq(raw_, a, b); }

@@ -31,6 +31,7 @@ const char* record_kind_name(RecordKind kind) {
     case RecordKind::echo: return "echo";
     case RecordKind::notice: return "notice";
     case RecordKind::file_changed: return "file-changed";
+    case RecordKind::file_watched: return "file-watched";
     case RecordKind::process_output: return "process-output";
     case RecordKind::process_exit: return "process-exit";
   }
@@ -95,7 +96,7 @@ FASTREVERT_DEFUN("fastrevert--mod-running-p", mod_running_p, 0, 0,
 FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
                  "Call HANDLER on every result the engine has ready, in order.\n"
                  "HANDLER gets four arguments: KIND (a symbol), ID, CODE (integers)\n"
-                 "and DATA (a string).  Return the number of results handled.\n"
+                 "and DATA (a unibyte string).  Return the number of results handled.\n"
                  "If HANDLER exits non-locally, the results after the one it was\n"
                  "handling stay queued and the exit propagates.\n\n(fn HANDLER)") {
   Engine* current = engine_if_running();
@@ -106,12 +107,11 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
     while (!records.empty()) {
       Record record = std::move(records.front());
       records.pop_front();
-      bool raw_bytes = record.kind == RecordKind::process_output ||
-                       record.kind == RecordKind::file_changed;
+      // DATA goes as unibyte bytes: paths and output need not be valid
+      // UTF-8, and make_string would refuse them.
       env.funcall(args[0], {env.intern(record_kind_name(record.kind)),
                             env.integer(static_cast<std::int64_t>(record.id)),
-                            env.integer(record.code),
-                            raw_bytes ? env.unibyte(record.data) : env.string(record.data)});
+                            env.integer(record.code), env.unibyte(record.data)});
       ++handled;
     }
   } catch (const PendingExit&) {
@@ -126,7 +126,7 @@ FASTREVERT_DEFUN("fastrevert--mod-echo", mod_echo, 2, 2,
                  "TOKEN is an integer; STRING a string.  This is the engine's round trip.\n\n"
                  "(fn TOKEN STRING)") {
   std::int64_t token = env.to_integer(args[0]);
-  std::string payload = env.to_utf8(args[1]);
+  std::string payload = env.to_bytes(args[1]);
   post_or_signal(env, [token, payload = std::move(payload)](Engine& e) {
     e.emit(Record{RecordKind::echo, static_cast<std::uint64_t>(token), 0, payload});
   });

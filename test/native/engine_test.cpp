@@ -192,6 +192,12 @@ TEST_CASE("every descriptor the engine opens is close-on-exec", "[engine]") {
 }
 
 TEST_CASE("starting and stopping the engine 100 times leaks no descriptor", "[engine]") {
+  {
+    // libuv opens a process-wide pipe with its first loop and keeps it; open
+    // it before counting.
+    WakePipe wake;
+    Engine first(wake.write_fd);
+  }
   auto before = open_fds();
   for (int round = 0; round < 100; ++round) {
     WakePipe wake;

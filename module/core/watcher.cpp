@@ -1,0 +1,781 @@
+#include "core/watcher.h"
+
+#include <sys/inotify.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <system_error>
+#include <thread>
+#include <tuple>
+
+namespace fastrevert {
+
+namespace {
+
+// What a directory watch listens for.  Every event that can change what a
+// name in the directory refers to, or its contents or attributes, and the
+// events that end the watch itself.  IN_EXCL_UNLINK keeps writes to a file
+// that is already unlinked (but still open somewhere) from waking us: the
+// registered name no longer refers to it.
+constexpr std::uint32_t kDirectoryEventMask = IN_MODIFY | IN_ATTRIB | IN_CREATE | IN_DELETE |
+                                              IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |
+                                              IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK;
+
+// A file appended to continuously never goes quiet; after this many settle
+// delays its batch is flushed anyway.
+constexpr std::uint64_t kSettleCapFactor = 10;
+
+// libuv's threadpool has four threads by default and is shared by the whole
+// process.  A sweep stuck on a dead mount holds one thread; capping our share
+// keeps the rest available to other users of the pool, and later sweeps wait
+// in our own pending list instead.
+constexpr std::size_t kMaxSweepsInFlight = 2;
+
+// Bounds the reads of one readable callback, so that a flood of events
+// cannot starve the other handles of the loop; uv_poll is level-triggered
+// and calls us again.
+constexpr int kMaxReadsPerCallback = 16;
+
+std::int64_t to_ns(const timespec& time) {
+  return static_cast<std::int64_t>(time.tv_sec) * 1000000000 + time.tv_nsec;
+}
+
+// Splits PATH into its directory and its last component, lexically, as
+// `file-name-directory' and `file-name-nondirectory' would.
+std::pair<std::string, std::string> split_path(const std::string& path) {
+  std::size_t slash = path.rfind('/');
+  if (slash == std::string::npos) return {".", path};
+  if (slash == 0) return {"/", path.substr(1)};
+  return {path.substr(0, slash), path.substr(slash + 1)};
+}
+
+// Errors of inotify_add_watch that concern one directory (it is gone, not a
+// directory, unreadable) rather than a resource running out.  Those fall back
+// to polling silently; the others deserve a notice.
+bool is_path_specific_error(int error) {
+  return error == ENOENT || error == ENOTDIR || error == EACCES || error == ELOOP ||
+         error == ENAMETOOLONG;
+}
+
+// The key in WatchedDir::paths_by_name under which a directory registered
+// with its contents is found: no real entry has an empty name.
+const std::string kAnyName;
+
+std::string errno_name(int error) {
+  if (const char* name = strerrorname_np(error)) return name;
+  return "errno " + std::to_string(error);
+}
+
+// Explains the usual cause of a resource error, so the user knows which
+// limit to raise.
+std::string failure_hint(const std::string& function, int error) {
+  if (error == ENOSPC && function == "inotify_add_watch")
+    return ": the inotify watch limit (sysctl fs.inotify.max_user_watches) is reached";
+  if (error == EMFILE && function == "inotify_init1")
+    return ": the inotify instance limit (sysctl fs.inotify.max_user_instances) or the "
+           "open-file limit is reached";
+  if (error == EMFILE) return ": the open-file limit of this process is reached";
+  if (error == ENFILE) return ": the system-wide open-file limit is reached";
+  return "";
+}
+
+// What a notice says when kernel events may have been missed, rather than
+// replaced by polling.
+constexpr const char* kKernelEventsLost =
+    "fastrevert re-stats every registered file now, but may miss later kernel events until "
+    "fastrevert-mode is turned off and on again";
+
+std::string describe_interval(std::chrono::milliseconds interval) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g s", static_cast<double>(interval.count()) / 1000.0);
+  return text;
+}
+
+}  // namespace
+
+bool FileSignature::operator==(const FileSignature& other) const noexcept {
+  return exists == other.exists && device == other.device && inode == other.inode &&
+         mode == other.mode && size == other.size && mtime_ns == other.mtime_ns &&
+         ctime_ns == other.ctime_ns;
+}
+
+FileSignature read_file_signature(const std::string& path) {
+  FileSignature signature;
+  struct stat status;
+  if (stat(path.c_str(), &status) != 0) return signature;
+  signature.exists = true;
+  signature.device = status.st_dev;
+  signature.inode = status.st_ino;
+  signature.mode = status.st_mode;
+  signature.size = status.st_size;
+  signature.mtime_ns = to_ns(status.st_mtim);
+  signature.ctime_ns = to_ns(status.st_ctim);
+  return signature;
+}
+
+WatcherTestHooks& watcher_test_hooks() noexcept {
+  static WatcherTestHooks hooks;
+  return hooks;
+}
+
+Watcher::Watcher(Engine& engine) : engine_(engine) {
+  // uv_timer_init only fills in the handle and links it into the loop; it
+  // cannot fail on Unix, so there is no half-initialized state to undo.
+  uv_timer_init(engine_.loop(), &flush_timer_);
+  flush_timer_.data = this;
+  uv_timer_init(engine_.loop(), &poll_timer_);
+  poll_timer_.data = this;
+}
+
+Watcher::~Watcher() {
+  // The engine destroys services only after shutdown() and after the loop
+  // has run every close callback, which closes the inotify fd.  This covers a
+  // watcher whose poll handle never got that far.
+  if (inotify_fd_ >= 0 && !inotify_poll_initialized_) close(inotify_fd_);
+}
+
+// ---------------------------------------------------------------------------
+// Registry.
+
+void Watcher::add(std::uint64_t id, std::string path, WatchMode mode, bool contents) {
+  if (shutting_down_) return;
+  remove(id);
+  if (mode == WatchMode::notify && split_path(path).second.empty()) mode = WatchMode::poll;
+
+  Registration registration;
+  registration.mode = mode;
+  registration.first_usable_sweep = next_sweep_number_;
+  registration.path = path;
+
+  auto [path_it, inserted] = paths_.try_emplace(std::move(path));
+  // The map's key outlives every use below (unlike PATH, moved into it).
+  const std::string& registered_path = path_it->first;
+  WatchedPath& watched = path_it->second;
+  if (inserted) {
+    watched.incarnation = next_incarnation_++;
+    std::tie(watched.own_dir, watched.own_name) = split_path(registered_path);
+    watched.contents = contents;
+  } else if (contents && !watched.contents) {
+    // A name first registered as a plain file now matters as a directory.
+    if (watched.has_kernel_interest) add_interest(registered_path, kAnyName, registered_path);
+    watched.contents = true;
+  }
+  watched.ids.insert(id);
+  if (mode == WatchMode::notify) {
+    if (++watched.notify_registrations == 1) add_kernel_interest(registered_path, watched);
+  } else {
+    ++watched.poll_registrations;
+  }
+  registrations_.emplace(id, std::move(registration));
+
+  refresh_coverage(registered_path, watched);
+  // The baseline is taken off the loop like every other stat; until it
+  // arrives the registration reports nothing.
+  request_stat(registered_path, watched);
+  schedule_flush(FlushUrgency::now);
+}
+
+void Watcher::remove(std::uint64_t id) {
+  auto registration_it = registrations_.find(id);
+  if (registration_it == registrations_.end()) return;
+  std::string path = std::move(registration_it->second.path);
+  WatchMode mode = registration_it->second.mode;
+  registrations_.erase(registration_it);
+
+  auto path_it = paths_.find(path);
+  if (path_it == paths_.end()) return;
+  WatchedPath& watched = path_it->second;
+  watched.ids.erase(id);
+  if (mode == WatchMode::notify) {
+    if (--watched.notify_registrations == 0) drop_kernel_interest(path, watched);
+  } else {
+    --watched.poll_registrations;
+  }
+  if (watched.ids.empty()) {
+    // A sweep still in flight for this name finds no entry (or a newer
+    // incarnation) and drops its result.
+    if (watched.polled) {
+      polled_paths_.erase(path);
+      engine_.stats().polled_files.store(polled_paths_.size(), std::memory_order_relaxed);
+    }
+    paths_.erase(path_it);
+    update_poll_timer();
+    return;
+  }
+  refresh_coverage(path, watched);
+}
+
+void Watcher::set_poll_interval(std::chrono::milliseconds interval) {
+  if (interval.count() <= 0) interval = std::chrono::milliseconds(1);
+  poll_interval_ = interval;
+  if (shutting_down_) return;
+  if (uv_is_active(reinterpret_cast<uv_handle_t*>(&poll_timer_))) {
+    auto repeat = static_cast<std::uint64_t>(poll_interval_.count());
+    uv_timer_start(&poll_timer_, &Watcher::on_poll_timer, repeat, repeat);
+  }
+}
+
+void Watcher::set_poll_notified(bool enabled) {
+  poll_notified_ = enabled;
+  update_poll_timer();
+}
+
+void Watcher::set_settle_delay(std::chrono::milliseconds delay) {
+  if (delay.count() < 0) delay = std::chrono::milliseconds(0);
+  settle_delay_ = delay;
+}
+
+void Watcher::rescan() {
+  if (shutting_down_) return;
+  mark_all_pending();
+  schedule_flush(FlushUrgency::now);
+}
+
+void Watcher::inject_overflow() {
+  if (shutting_down_) return;
+  engine_.stats().kernel_events.fetch_add(1, std::memory_order_relaxed);
+  handle_overflow();
+}
+
+bool Watcher::idle() const noexcept {
+  if (flush_armed_ || !sweeps_in_flight_.empty()) return false;
+  for (const auto& path : pending_paths_) {
+    auto it = paths_.find(path);
+    if (it != paths_.end() && it->second.stat_pending) return false;
+  }
+  return true;
+}
+
+void Watcher::shutdown() {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  // Sweeps that have not started are cancelled; a running one cannot be, and
+  // the loop (hence Engine::stop) waits for its stats to return.  Either way
+  // after_sweep frees the job.
+  for (SweepJob* job : sweeps_in_flight_) uv_cancel(reinterpret_cast<uv_req_t*>(&job->request));
+  uv_close(reinterpret_cast<uv_handle_t*>(&flush_timer_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&poll_timer_), nullptr);
+  if (inotify_poll_initialized_) {
+    // The fd is closed in the close callback, once libuv has stopped
+    // polling it.
+    uv_close(reinterpret_cast<uv_handle_t*>(&inotify_poll_), [](uv_handle_t* handle) {
+      auto* self = static_cast<Watcher*>(handle->data);
+      close(self->inotify_fd_);
+      self->inotify_fd_ = -1;
+      self->inotify_poll_initialized_ = false;
+    });
+  } else if (inotify_fd_ >= 0) {
+    close(inotify_fd_);
+    inotify_fd_ = -1;
+  }
+  engine_.stats().watches.store(0, std::memory_order_relaxed);
+  engine_.stats().polled_files.store(0, std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------
+// Kernel watches.
+//
+// inotify_add_watch resolves a path and so could block on a dead network
+// mount.  It runs on the loop anyway: the Lisp side registers remote and
+// excluded directories (auto-revert-notify-exclude-dir-regexp) in poll mode,
+// and inotify cannot see remote changes there in any case.
+
+void Watcher::add_kernel_interest(const std::string& path, WatchedPath& watched) {
+  watched.has_kernel_interest = true;
+  add_interest(watched.own_dir, watched.own_name, path);
+  if (watched.contents) add_interest(path, kAnyName, path);
+  if (!watched.target_dir.empty()) add_interest(watched.target_dir, watched.target_name, path);
+}
+
+void Watcher::drop_kernel_interest(const std::string& path, WatchedPath& watched) {
+  watched.has_kernel_interest = false;
+  drop_interest(watched.own_dir, watched.own_name, path);
+  if (watched.contents) drop_interest(path, kAnyName, path);
+  if (!watched.target_dir.empty()) drop_interest(watched.target_dir, watched.target_name, path);
+}
+
+void Watcher::add_interest(const std::string& dir, const std::string& name,
+                           const std::string& path) {
+  auto [dir_it, inserted] = dirs_.try_emplace(dir);
+  dir_it->second.paths_by_name[name].insert(path);
+  if (inserted) try_watch_directory(dir, dir_it->second);
+}
+
+void Watcher::drop_interest(const std::string& dir, const std::string& name,
+                            const std::string& path) {
+  auto dir_it = dirs_.find(dir);
+  if (dir_it == dirs_.end()) return;
+  auto& paths_by_name = dir_it->second.paths_by_name;
+  auto name_it = paths_by_name.find(name);
+  if (name_it != paths_by_name.end()) {
+    name_it->second.erase(path);
+    if (name_it->second.empty()) paths_by_name.erase(name_it);
+  }
+  if (paths_by_name.empty()) {
+    unwatch_directory(dir, dir_it->second);
+    dirs_.erase(dir_it);
+  }
+}
+
+bool Watcher::ensure_inotify() {
+  if (inotify_fd_ >= 0) return true;
+  int fd;
+  if (int injected = watcher_test_hooks().init_errno.load(std::memory_order_relaxed)) {
+    fd = -1;
+    errno = injected;
+  } else {
+    fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+  }
+  if (fd < 0) {
+    notice_failure_once("inotify_init1", errno);
+    return false;
+  }
+  int status = uv_poll_init(engine_.loop(), &inotify_poll_, fd);
+  if (status < 0) {
+    close(fd);
+    notice_failure_once("uv_poll_init", -status);
+    return false;
+  }
+  inotify_poll_.data = this;
+  inotify_poll_initialized_ = true;
+  inotify_fd_ = fd;
+  uv_poll_start(&inotify_poll_, UV_READABLE, &Watcher::on_inotify_readable);
+  return true;
+}
+
+bool Watcher::try_watch_directory(const std::string& dir, WatchedDir& watched) {
+  if (!ensure_inotify()) return false;
+  int wd;
+  if (int injected = watcher_test_hooks().add_watch_errno.load(std::memory_order_relaxed)) {
+    wd = -1;
+    errno = injected;
+  } else {
+    wd = inotify_add_watch(inotify_fd_, dir.c_str(), kDirectoryEventMask);
+  }
+  if (wd < 0) {
+    int error = errno;
+    if (!is_path_specific_error(error)) notice_failure_once("inotify_add_watch", error);
+    // Whatever the old watch was on, it no longer serves this name.
+    unwatch_directory(dir, watched);
+    return false;
+  }
+  if (wd != watched.wd) {
+    // A different descriptor means the name now leads to a different inode
+    // (the directory was recreated); the old watch is stale.
+    unwatch_directory(dir, watched);
+    watched.wd = wd;
+    auto& keys = dirs_by_wd_[wd];
+    if (std::find(keys.begin(), keys.end(), dir) == keys.end()) keys.push_back(dir);
+    engine_.stats().watches.store(dirs_by_wd_.size(), std::memory_order_relaxed);
+  }
+  return true;
+}
+
+void Watcher::unwatch_directory(const std::string& dir, WatchedDir& watched) {
+  if (watched.wd < 0) return;
+  int wd = watched.wd;
+  watched.wd = -1;
+  auto keys_it = dirs_by_wd_.find(wd);
+  if (keys_it != dirs_by_wd_.end()) {
+    auto& keys = keys_it->second;
+    keys.erase(std::remove(keys.begin(), keys.end(), dir), keys.end());
+    if (keys.empty()) {
+      dirs_by_wd_.erase(keys_it);
+      // EINVAL here only means the kernel dropped the watch already.
+      if (inotify_fd_ >= 0) inotify_rm_watch(inotify_fd_, wd);
+    }
+  }
+  engine_.stats().watches.store(dirs_by_wd_.size(), std::memory_order_relaxed);
+}
+
+void Watcher::lose_watch(int wd, bool still_registered) {
+  auto keys_it = dirs_by_wd_.find(wd);
+  std::vector<std::string> keys = std::move(keys_it->second);
+  dirs_by_wd_.erase(keys_it);
+  if (still_registered && inotify_fd_ >= 0) inotify_rm_watch(inotify_fd_, wd);
+  engine_.stats().watches.store(dirs_by_wd_.size(), std::memory_order_relaxed);
+  // Every file seen through this directory is stat'ed now (to report the
+  // deletion) and polled from now on; the poll timer also retries the watch,
+  // and once the directory exists again its files are re-stat'ed.
+  for (const auto& dir : keys) {
+    auto dir_it = dirs_.find(dir);
+    if (dir_it == dirs_.end()) continue;
+    dir_it->second.wd = -1;
+    for (const auto& name_entry : dir_it->second.paths_by_name) {
+      for (const auto& path : name_entry.second) {
+        auto path_it = paths_.find(path);
+        if (path_it == paths_.end()) continue;
+        request_stat(path, path_it->second);
+        refresh_coverage(path, path_it->second);
+      }
+    }
+  }
+  schedule_flush(FlushUrgency::settle);
+}
+
+void Watcher::refresh_coverage(const std::string& path, WatchedPath& watched) {
+  auto watched_dir = [this](const std::string& dir) {
+    auto it = dirs_.find(dir);
+    return it != dirs_.end() && it->second.wd >= 0;
+  };
+  bool kernel_covers = watched.notify_registrations > 0 && !watched.own_name.empty() &&
+                       !watched.link_unresolved && watched_dir(watched.own_dir) &&
+                       (watched.target_dir.empty() || watched_dir(watched.target_dir)) &&
+                       (!watched.contents || watched_dir(path));
+  bool should_poll =
+      watched.poll_registrations > 0 || (watched.notify_registrations > 0 && !kernel_covers);
+  if (should_poll != watched.polled) {
+    watched.polled = should_poll;
+    if (should_poll) {
+      polled_paths_.insert(path);
+    } else {
+      polled_paths_.erase(path);
+    }
+    engine_.stats().polled_files.store(polled_paths_.size(), std::memory_order_relaxed);
+  }
+  update_poll_timer();
+}
+
+void Watcher::update_poll_timer() {
+  if (shutting_down_) return;
+  // Every directory without a watch has polled files in it, so the polled
+  // set alone decides whether the timer (which also retries watches) runs.
+  bool needed = !polled_paths_.empty() || (poll_notified_ && !paths_.empty());
+  bool active = uv_is_active(reinterpret_cast<uv_handle_t*>(&poll_timer_)) != 0;
+  if (needed && !active) {
+    auto repeat = static_cast<std::uint64_t>(poll_interval_.count());
+    uv_timer_start(&poll_timer_, &Watcher::on_poll_timer, repeat, repeat);
+  } else if (!needed && active) {
+    uv_timer_stop(&poll_timer_);
+  }
+}
+
+void Watcher::on_inotify_readable(uv_poll_t* handle, int status, int /*events*/) {
+  auto* self = static_cast<Watcher*>(handle->data);
+  if (status < 0) {
+    // libuv has stopped the handle.  This does not happen for an inotify fd
+    // in practice; if it ever does, say so and catch up once.
+    self->notice_failure_once("uv_poll", -status, kKernelEventsLost);
+    self->handle_overflow();
+    return;
+  }
+  self->read_inotify_events();
+}
+
+void Watcher::read_inotify_events() {
+  Stats& stats = engine_.stats();
+  bool marked = false;
+  for (int reads = 0; reads < kMaxReadsPerCallback && !shutting_down_; ++reads) {
+    ssize_t length = read(inotify_fd_, event_buffer_.data(), event_buffer_.size());
+    if (length < 0) {
+      if (errno == EINTR) continue;
+      if (errno != EAGAIN) notice_failure_once("read", errno, kKernelEventsLost);
+      break;
+    }
+    if (length == 0) break;
+    std::size_t offset = 0;
+    auto total = static_cast<std::size_t>(length);
+    while (offset + sizeof(inotify_event) <= total) {
+      // Copied out rather than cast in place, so that no alignment or
+      // aliasing assumption is made about the kernel's packing.
+      inotify_event event;
+      std::memcpy(&event, event_buffer_.data() + offset, sizeof event);
+      const char* name_start = event_buffer_.data() + offset + sizeof event;
+      std::size_t name_room = std::min<std::size_t>(event.len, total - offset - sizeof event);
+      std::string name(name_start, strnlen(name_start, name_room));
+      offset += sizeof event + event.len;
+      stats.kernel_events.fetch_add(1, std::memory_order_relaxed);
+
+      if (event.mask & IN_Q_OVERFLOW) {
+        handle_overflow();
+        continue;
+      }
+      bool known_watch = dirs_by_wd_.count(event.wd) != 0;
+      if (event.mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT)) {
+        // IN_IGNORED means the kernel already removed the watch; after the
+        // others, a watch may remain (a moved directory keeps its watch at the
+        // new place), and it must go because it no longer serves the name.
+        if (known_watch) {
+          lose_watch(event.wd, (event.mask & IN_IGNORED) == 0);
+        } else {
+          stats.events_dropped_natively.fetch_add(1, std::memory_order_relaxed);
+        }
+        continue;
+      }
+      bool matched = false;
+      if (known_watch) {
+        for (const auto& dir : dirs_by_wd_[event.wd]) {
+          auto dir_it = dirs_.find(dir);
+          if (dir_it == dirs_.end()) continue;
+          // The event's own name, then the directories registered with their
+          // contents, which every event inside them concerns.
+          for (const std::string* key : {static_cast<const std::string*>(&name), &kAnyName}) {
+            if (key == &name && name.empty()) continue;
+            auto name_it = dir_it->second.paths_by_name.find(*key);
+            if (name_it == dir_it->second.paths_by_name.end()) continue;
+            for (const auto& path : name_it->second) {
+              auto path_it = paths_.find(path);
+              if (path_it == paths_.end()) continue;
+              request_stat(path, path_it->second);
+              matched = true;
+            }
+          }
+        }
+      }
+      if (matched) {
+        marked = true;
+      } else {
+        stats.events_dropped_natively.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+  }
+  if (marked) schedule_flush(FlushUrgency::settle);
+}
+
+void Watcher::handle_overflow() {
+  engine_.stats().overflows.fetch_add(1, std::memory_order_relaxed);
+  // Lost events may include a directory's IN_IGNORED, so every directory
+  // watch is re-added: the same descriptor means it is intact, a new one that
+  // the directory was recreated, a failure that it is gone.
+  for (auto& dir_entry : dirs_) try_watch_directory(dir_entry.first, dir_entry.second);
+  for (auto& path_entry : paths_) refresh_coverage(path_entry.first, path_entry.second);
+  mark_all_pending();
+  schedule_flush(FlushUrgency::now);
+}
+
+void Watcher::on_poll_timer(uv_timer_t* handle) {
+  auto* self = static_cast<Watcher*>(handle->data);
+  if (self->shutting_down_) return;
+  // Directories without a watch (gone, or refused by the kernel) are retried
+  // first; the files of one that is back are re-stat'ed, so a file recreated
+  // with its directory is reported.
+  for (auto& dir_entry : self->dirs_) {
+    WatchedDir& dir = dir_entry.second;
+    if (dir.wd >= 0 || !self->try_watch_directory(dir_entry.first, dir)) continue;
+    for (const auto& name_entry : dir.paths_by_name) {
+      for (const auto& path : name_entry.second) {
+        auto path_it = self->paths_.find(path);
+        if (path_it == self->paths_.end()) continue;
+        self->request_stat(path, path_it->second);
+        self->refresh_coverage(path, path_it->second);
+      }
+    }
+  }
+  if (self->poll_notified_) {
+    for (auto& path_entry : self->paths_) self->request_stat(path_entry.first, path_entry.second);
+  } else {
+    for (const auto& path : self->polled_paths_) {
+      auto path_it = self->paths_.find(path);
+      if (path_it != self->paths_.end()) self->request_stat(path, path_it->second);
+    }
+  }
+  if (!self->pending_paths_.empty()) self->schedule_flush(FlushUrgency::now);
+}
+
+// ---------------------------------------------------------------------------
+// Confirming changes.  Kernel events, polling, overflows, rescans and new
+// registrations all end here: the name is marked pending, a flush launches a
+// sweep of every pending name on the threadpool, and apply_sweep compares
+// the results with each id's baseline and emits the records.
+
+void Watcher::mark_all_pending() {
+  for (auto& path_entry : paths_) request_stat(path_entry.first, path_entry.second);
+}
+
+void Watcher::request_stat(const std::string& path, WatchedPath& watched) {
+  if (watched.stat_pending) return;
+  watched.stat_pending = true;
+  pending_paths_.push_back(path);
+}
+
+// One flush timer serves every directory rather than one per directory: a
+// checkout that touches hundreds of directories at once then becomes one
+// batch and one threadpool job, not hundreds, and the cap still bounds how long
+// a busy directory can hold back the report of a quiet one.
+void Watcher::schedule_flush(FlushUrgency urgency) {
+  if (shutting_down_) return;
+  std::uint64_t now = uv_now(engine_.loop());
+  if (!flush_armed_) {
+    flush_armed_ = true;
+    urgent_flush_requested_ = false;
+    first_flush_request_at_ = now;
+  }
+  if (urgency == FlushUrgency::now) {
+    urgent_flush_requested_ = true;
+    flush_deadline_ = now;
+  } else if (!urgent_flush_requested_) {
+    // Each event pushes the flush back by the settle delay, up to a cap
+    // counted from the first event of the batch.
+    auto settle = static_cast<std::uint64_t>(settle_delay_.count());
+    flush_deadline_ = std::min(now + settle, first_flush_request_at_ + kSettleCapFactor * settle);
+  }
+  std::uint64_t delay = flush_deadline_ > now ? flush_deadline_ - now : 0;
+  uv_timer_start(&flush_timer_, &Watcher::on_flush_timer, delay, 0);
+}
+
+void Watcher::on_flush_timer(uv_timer_t* handle) {
+  auto* self = static_cast<Watcher*>(handle->data);
+  self->flush_armed_ = false;
+  self->urgent_flush_requested_ = false;
+  self->launch_sweeps();
+}
+
+void Watcher::launch_sweeps() {
+  if (shutting_down_ || pending_paths_.empty()) return;
+  // At the cap, the pending names wait; after_sweep calls back here.
+  if (sweeps_in_flight_.size() >= kMaxSweepsInFlight) return;
+
+  auto job = std::make_unique<SweepJob>();
+  job->watcher = this;
+  job->number = next_sweep_number_++;
+  std::vector<std::string> still_pending;
+  for (auto& path : pending_paths_) {
+    auto path_it = paths_.find(path);
+    if (path_it == paths_.end()) continue;
+    WatchedPath& watched = path_it->second;
+    if (!watched.stat_pending) continue;
+    if (watched.stat_in_flight) {
+      // One stat per name at a time, so results apply in order; this one is
+      // swept again when the current stat returns.
+      still_pending.push_back(std::move(path));
+      continue;
+    }
+    watched.stat_pending = false;
+    watched.stat_in_flight = true;
+    SweepEntry entry;
+    entry.path = path;
+    entry.incarnation = watched.incarnation;
+    job->entries.push_back(std::move(entry));
+  }
+  pending_paths_ = std::move(still_pending);
+  if (job->entries.empty()) return;
+
+  job->request.data = job.get();
+  int status =
+      uv_queue_work(engine_.loop(), &job->request, &Watcher::run_sweep, &Watcher::after_sweep);
+  if (status < 0) {
+    // uv_queue_work fails only for a missing callback; keep the names
+    // pending rather than losing them.
+    for (auto& entry : job->entries) {
+      auto path_it = paths_.find(entry.path);
+      if (path_it == paths_.end()) continue;
+      path_it->second.stat_in_flight = false;
+      request_stat(entry.path, path_it->second);
+    }
+    notice_failure_once("uv_queue_work", -status,
+                        "the pending files are stat'ed on the next change or rescan");
+    return;
+  }
+  // Ownership passes to the request until after_sweep takes it back.
+  sweeps_in_flight_.insert(job.release());
+}
+
+// Threadpool thread.  Touches only the job, never the watcher: a hung stat
+// here stalls this job alone while the loop goes on serving everything else.
+void Watcher::run_sweep(uv_work_t* request) {
+  auto* job = static_cast<SweepJob*>(request->data);
+  int delay_ms = watcher_test_hooks().stat_delay_ms.load(std::memory_order_relaxed);
+  for (auto& entry : job->entries) {
+    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    entry.signature = read_file_signature(entry.path);
+    struct stat link_status;
+    entry.is_symlink = lstat(entry.path.c_str(), &link_status) == 0 && S_ISLNK(link_status.st_mode);
+    if (!entry.is_symlink) continue;
+    if (char* resolved = realpath(entry.path.c_str(), nullptr)) {
+      entry.resolved = true;
+      entry.resolved_path = resolved;
+      std::free(resolved);
+    }
+  }
+}
+
+void Watcher::after_sweep(uv_work_t* request, int status) {
+  std::unique_ptr<SweepJob> job(static_cast<SweepJob*>(request->data));
+  Watcher& self = *job->watcher;
+  self.sweeps_in_flight_.erase(job.get());
+  if (status < 0 || self.shutting_down_) return;
+  self.apply_sweep(*job);
+  if (!self.pending_paths_.empty()) self.schedule_flush(FlushUrgency::settle);
+}
+
+void Watcher::apply_sweep(SweepJob& job) {
+  std::size_t emitted = 0;
+  for (const auto& entry : job.entries) {
+    auto path_it = paths_.find(entry.path);
+    if (path_it == paths_.end() || path_it->second.incarnation != entry.incarnation) continue;
+    WatchedPath& watched = path_it->second;
+    watched.stat_in_flight = false;
+    for (std::uint64_t id : watched.ids) {
+      auto registration_it = registrations_.find(id);
+      if (registration_it == registrations_.end()) continue;
+      Registration& registration = registration_it->second;
+      if (job.number < registration.first_usable_sweep) {
+        // Stat'ed before this id registered; its baseline needs a fresh one.
+        request_stat(entry.path, watched);
+        continue;
+      }
+      if (!registration.has_baseline) {
+        // From here on every change is reported.  Saying so lets Emacs check
+        // the buffer once now, which covers a change made after it read the
+        // file but before this stat.
+        registration.baseline = entry.signature;
+        registration.has_baseline = true;
+        engine_.emit(Record{RecordKind::file_watched, id, 0, entry.path});
+        continue;
+      }
+      if (entry.signature == registration.baseline) continue;
+      registration.baseline = entry.signature;
+      engine_.emit(Record{RecordKind::file_changed, id, 0, entry.path});
+      ++emitted;
+    }
+    update_link_target(entry.path, watched, entry);
+  }
+  if (emitted > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Watcher::update_link_target(const std::string& path, WatchedPath& watched,
+                                 const SweepEntry& entry) {
+  std::string target_dir;
+  std::string target_name;
+  if (entry.is_symlink && entry.resolved) {
+    std::tie(target_dir, target_name) = split_path(entry.resolved_path);
+  }
+  watched.link_unresolved = entry.is_symlink && !entry.resolved;
+  if (target_dir != watched.target_dir || target_name != watched.target_name) {
+    if (watched.has_kernel_interest && !watched.target_dir.empty()) {
+      drop_interest(watched.target_dir, watched.target_name, path);
+    }
+    watched.target_dir = std::move(target_dir);
+    watched.target_name = std::move(target_name);
+    if (watched.has_kernel_interest && !watched.target_dir.empty()) {
+      add_interest(watched.target_dir, watched.target_name, path);
+      // The target may have changed between this sweep's stat and the new
+      // watch; one more stat closes that window.
+      request_stat(path, watched);
+    }
+  }
+  refresh_coverage(path, watched);
+}
+
+void Watcher::notice_failure_once(const char* function, int error, const char* consequence) {
+  if (!noticed_failures_.emplace(function, error).second) return;
+  std::string message = std::string("fastrevert: ") + function + " failed with " +
+                        errno_name(error) + " (" +
+                        std::error_code(error, std::generic_category()).message() + ")" +
+                        failure_hint(function, error) + "; ";
+  if (consequence) {
+    message += consequence;
+  } else {
+    message += "fastrevert falls back to polling the affected files every " +
+               describe_interval(poll_interval_) + " (auto-revert-interval)";
+  }
+  engine_.emit(Record{RecordKind::notice, 0, 0, std::move(message)});
+}
+
+}  // namespace fastrevert

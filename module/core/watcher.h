@@ -1,0 +1,258 @@
+// The file watcher: the engine service behind auto-revert.
+//
+// Emacs registers each visited file under an id (one id per buffer).  The
+// watcher learns about possible changes in two ways, kernel notification
+// (one inotify watch per directory, shared by every registered file in it)
+// and stat polling at the auto-revert interval, and confirms both the same
+// way: it stats the file and compares the result with the signature recorded
+// for that id.  A difference emits one Record{file_changed, id, 0, path} and
+// becomes the new baseline, so one change is reported once.
+//
+// Everything here runs on the engine thread, except the stat sweeps, which
+// run on libuv's threadpool so that a hung file system stalls only the
+// watcher's own results and never the engine loop or Emacs.
+#pragma once
+
+#include <sys/types.h>
+#include <uv.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "core/engine.h"
+
+namespace fastrevert {
+
+enum class WatchMode : std::uint8_t {
+  notify,  // A kernel watch on the file's directory (and its target's, for a symlink).
+  poll,    // Background stat polling at the poll interval.
+};
+
+// What a stat of a registered name says about the file it names, following
+// symlinks as `file-attributes' does.  Two signatures differ exactly when the
+// watcher reports a change.  The mode is compared too: a chmod changes the
+// ctime only at the kernel's coarse clock resolution, so a chmod in the same
+// tick as the previous change would otherwise go unseen.
+struct FileSignature {
+  bool exists = false;
+  dev_t device = 0;
+  ino_t inode = 0;
+  mode_t mode = 0;
+  off_t size = 0;
+  std::int64_t mtime_ns = 0;
+  std::int64_t ctime_ns = 0;
+
+  bool operator==(const FileSignature& other) const noexcept;
+  bool operator!=(const FileSignature& other) const noexcept { return !(*this == other); }
+};
+
+// Stats PATH now.  Any failure (missing file, dangling link, permission)
+// reads as a file that does not exist.
+FileSignature read_file_signature(const std::string& path);
+
+// Faults the tests inject.  They are process-wide because the watcher is
+// created on demand inside an engine; each is zero, meaning no fault, unless
+// a test sets it.
+struct WatcherTestHooks {
+  // When non-zero, inotify_add_watch fails with this errno instead of running.
+  // Relaxed: read on the engine thread, set by a test before it posts work.
+  std::atomic<int> add_watch_errno{0};
+  // When non-zero, inotify_init1 fails with this errno instead of running.
+  // Relaxed for the same reason.
+  std::atomic<int> init_errno{0};
+  // Milliseconds each sweep stat sleeps first, standing in for a hung mount.
+  // Relaxed: read on threadpool threads, and only its value matters.
+  std::atomic<int> stat_delay_ms{0};
+};
+
+WatcherTestHooks& watcher_test_hooks() noexcept;
+
+class Watcher : public Service {
+ public:
+  // Engine thread, as are all the methods below.
+  explicit Watcher(Engine& engine);
+  ~Watcher() override;
+
+  Watcher(const Watcher&) = delete;
+  Watcher& operator=(const Watcher&) = delete;
+
+  // Registers PATH under ID, replacing any earlier registration of ID.  PATH
+  // should be absolute (the engine thread shares the process's working
+  // directory with Emacs).  The baseline signature is taken by the next
+  // sweep, off the loop, and announced with a file_watched record.  A name with no last component (ending in a slash)
+  // cannot be matched against kernel events and is polled.  With CONTENTS,
+  // PATH is a directory whose entries matter (a Dired buffer): the directory
+  // itself is watched too, and any event inside it has PATH stat'ed, whose
+  // modification time moves when an entry comes or goes.
+  void add(std::uint64_t id, std::string path, WatchMode mode, bool contents = false);
+  // Forgets ID.  Unknown ids are ignored.
+  void remove(std::uint64_t id);
+  // The auto-revert interval: how often polled files are stat'ed and lost
+  // directory watches retried.  Default 5 s.
+  void set_poll_interval(std::chrono::milliseconds interval);
+  // Whether the poll timer also stats files that have a kernel watch, as a
+  // safety net for changes notification cannot see (another host writing to
+  // a network file system).  This is `auto-revert-avoid-polling' nil.
+  void set_poll_notified(bool enabled);
+  // How long the watched files must be quiet after a kernel event before the
+  // dirty ones are stat'ed.  A continuous stream of events still flushes
+  // after ten settle delays.  Default 30 ms.
+  void set_settle_delay(std::chrono::milliseconds delay);
+  // Stats every registered file now and reports every change.
+  void rescan();
+  // Behaves exactly as if the kernel had reported IN_Q_OVERFLOW.
+  void inject_overflow();
+
+  // True when no stat is in flight or pending: every event read so far has
+  // been confirmed and reported.  Tests use it as a synchronization point.
+  bool idle() const noexcept;
+  std::size_t registration_count() const noexcept { return registrations_.size(); }
+  std::size_t sweeps_in_flight() const noexcept { return sweeps_in_flight_.size(); }
+
+  void shutdown() override;
+
+ private:
+  struct Registration {
+    std::string path;
+    WatchMode mode = WatchMode::notify;
+    FileSignature baseline;
+    bool has_baseline = false;
+    // Results of sweeps numbered below this were stat'ed before the
+    // registration existed, so they cannot serve as its baseline.
+    std::uint64_t first_usable_sweep = 0;
+  };
+
+  // One registered name, shared by every id that registered it.
+  struct WatchedPath {
+    std::set<std::uint64_t> ids;
+    int notify_registrations = 0;
+    int poll_registrations = 0;
+    // Distinguishes this entry from an earlier one for the same name, so a
+    // sweep started before a remove and re-add cannot update the new one.
+    std::uint64_t incarnation = 0;
+    // The directory the kernel watch for the name itself lives on, and the
+    // name within it.
+    std::string own_dir;
+    std::string own_name;
+    // For a symlink, where it resolved on the last sweep; empty otherwise.
+    std::string target_dir;
+    std::string target_name;
+    // A symlink whose target could not be resolved is polled: no directory
+    // watch can see its target appear.
+    bool link_unresolved = false;
+    // Registered with contents: the directory itself is watched as well.
+    bool contents = false;
+    bool has_kernel_interest = false;
+    bool stat_pending = false;
+    bool stat_in_flight = false;
+    bool polled = false;
+  };
+
+  // One directory that registered names live in, or that a registered
+  // symlink points into.
+  struct WatchedDir {
+    int wd = -1;
+    // The registered names in this directory that matter, each mapped to the
+    // registered paths that an event on it makes dirty.
+    std::unordered_map<std::string, std::unordered_set<std::string>> paths_by_name;
+  };
+
+  struct SweepEntry {
+    std::string path;
+    std::uint64_t incarnation = 0;
+    FileSignature signature;
+    bool is_symlink = false;
+    // Registered with contents: the directory PATH is watched as well.
+    bool contents = false;
+    bool resolved = false;
+    std::string resolved_path;
+  };
+
+  // A batch of stats run on the threadpool.  Owned by the watcher from launch
+  // until its after-work callback, which frees it on the engine thread.
+  struct SweepJob {
+    uv_work_t request{};
+    Watcher* watcher = nullptr;
+    std::uint64_t number = 0;
+    std::vector<SweepEntry> entries;
+  };
+
+  enum class FlushUrgency { settle, now };
+
+  static void on_inotify_readable(uv_poll_t* handle, int status, int events);
+  static void on_flush_timer(uv_timer_t* handle);
+  static void on_poll_timer(uv_timer_t* handle);
+  static void run_sweep(uv_work_t* request);
+  static void after_sweep(uv_work_t* request, int status);
+
+  void add_kernel_interest(const std::string& path, WatchedPath& watched);
+  void drop_kernel_interest(const std::string& path, WatchedPath& watched);
+  void add_interest(const std::string& dir, const std::string& name, const std::string& path);
+  void drop_interest(const std::string& dir, const std::string& name, const std::string& path);
+  bool ensure_inotify();
+  bool try_watch_directory(const std::string& dir, WatchedDir& watched);
+  void unwatch_directory(const std::string& dir, WatchedDir& watched);
+  void lose_watch(int wd, bool still_registered);
+  void refresh_coverage(const std::string& path, WatchedPath& watched);
+  void update_poll_timer();
+  void read_inotify_events();
+  void handle_overflow();
+  void mark_all_pending();
+  void request_stat(const std::string& path, WatchedPath& watched);
+  void schedule_flush(FlushUrgency urgency);
+  void launch_sweeps();
+  void apply_sweep(SweepJob& job);
+  void update_link_target(const std::string& path, WatchedPath& watched, const SweepEntry& entry);
+  // Emits one notice per failure kind (FUNCTION and ERROR) in the watcher's
+  // lifetime.  CONSEQUENCE says what happens next; null means the fallback
+  // to polling.
+  void notice_failure_once(const char* function, int error, const char* consequence = nullptr);
+
+  Engine& engine_;
+  bool shutting_down_ = false;
+
+  std::chrono::milliseconds poll_interval_{5000};
+  std::chrono::milliseconds settle_delay_{30};
+  bool poll_notified_ = false;
+
+  std::unordered_map<std::uint64_t, Registration> registrations_;
+  std::unordered_map<std::string, WatchedPath> paths_;
+  std::unordered_map<std::string, WatchedDir> dirs_;
+  // Several directory names can lead to one inode (a symlinked directory),
+  // and the kernel then hands out one watch descriptor for all of them.
+  std::unordered_map<int, std::vector<std::string>> dirs_by_wd_;
+  std::unordered_set<std::string> polled_paths_;
+  // Paths whose stat_pending flag is set; may hold stale or repeated names,
+  // the flag decides.
+  std::vector<std::string> pending_paths_;
+
+  int inotify_fd_ = -1;
+  uv_poll_t inotify_poll_{};
+  bool inotify_poll_initialized_ = false;
+  uv_timer_t flush_timer_{};
+  uv_timer_t poll_timer_{};
+
+  bool flush_armed_ = false;
+  bool urgent_flush_requested_ = false;
+  std::uint64_t first_flush_request_at_ = 0;
+  std::uint64_t flush_deadline_ = 0;
+
+  std::uint64_t next_sweep_number_ = 1;
+  std::uint64_t next_incarnation_ = 1;
+  std::unordered_set<SweepJob*> sweeps_in_flight_;
+  // Failure kinds ("function:errno") already reported with a notice.
+  std::set<std::pair<std::string, int>> noticed_failures_;
+
+  // Filled by read(2) on the inotify fd; aligned for struct inotify_event.
+  alignas(8) std::array<char, 64 * 1024> event_buffer_{};
+};
+
+}  // namespace fastrevert

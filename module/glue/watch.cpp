@@ -1,0 +1,102 @@
+// The watcher's Lisp interface: register and forget files, configure the
+// intervals, and the fault hooks the tests use.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "core/watcher.h"
+#include "glue/env.h"
+#include "glue/state.h"
+
+using namespace fastrevert;
+using namespace fastrevert::glue;
+
+namespace {
+
+WatchMode watch_mode(Env& env, emacs_value mode) {
+  if (env.eq(mode, env.intern("notify"))) return WatchMode::notify;
+  if (env.eq(mode, env.intern("poll"))) return WatchMode::poll;
+  env.wrong_type("fastrevert-watch-mode-p", mode);
+}
+
+std::chrono::milliseconds to_milliseconds(Env& env, emacs_value seconds) {
+  double value = env.raw()->extract_float(env.raw(), env.call("float", {seconds}));
+  env.check();
+  if (!(value >= 0)) env.wrong_type("natnump", seconds);
+  return std::chrono::milliseconds(static_cast<std::int64_t>(value * 1000.0));
+}
+
+}  // namespace
+
+FASTREVERT_DEFUN("fastrevert--mod-watch-add", mod_watch_add, 3, 4,
+                 "Watch FILE under ID, by MODE: `notify' or `poll'.\n"
+                 "FILE is an absolute file name, already encoded as a unibyte string.\n"
+                 "A change is reported as a `file-changed' result for ID.  Non-nil\n"
+                 "CONTENTS means FILE is a directory whose entries matter, as for Dired.\n\n"
+                 "(fn ID FILE MODE &optional CONTENTS)") {
+  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  if (!env.is_string(args[1])) env.wrong_type("stringp", args[1]);
+  std::string path = env.to_bytes(args[1]);
+  WatchMode mode = watch_mode(env, args[2]);
+  bool contents = nargs > 3 && env.truthy(args[3]);
+  post_or_signal(env, [id, path = std::move(path), mode, contents](Engine& e) {
+    e.service<Watcher>().add(id, path, mode, contents);
+  });
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-watch-remove", mod_watch_remove, 1, 1,
+                 "Stop watching the file registered under ID.\n\n(fn ID)") {
+  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  if (Engine* current = engine_if_running()) {
+    current->post([id](Engine& e) { e.service<Watcher>().remove(id); });
+  }
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-watch-configure", mod_watch_configure, 3, 3,
+                 "Set the watcher's POLL-INTERVAL and SETTLE-DELAY, both in seconds.\n"
+                 "Non-nil SAFETY-POLL means files with a kernel watch are polled too.\n\n"
+                 "(fn POLL-INTERVAL SETTLE-DELAY SAFETY-POLL)") {
+  auto poll_interval = to_milliseconds(env, args[0]);
+  auto settle_delay = to_milliseconds(env, args[1]);
+  bool safety_poll = env.truthy(args[2]);
+  post_or_signal(env, [poll_interval, settle_delay, safety_poll](Engine& e) {
+    Watcher& watcher = e.service<Watcher>();
+    watcher.set_poll_interval(std::max(poll_interval, std::chrono::milliseconds(1)));
+    watcher.set_settle_delay(settle_delay);
+    watcher.set_poll_notified(safety_poll);
+  });
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-watch-rescan", mod_watch_rescan, 0, 0,
+                 "Stat every watched file now and report each change.") {
+  post_or_signal(env, [](Engine& e) { e.service<Watcher>().rescan(); });
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-test-watch-fault", mod_test_watch_fault, 2, 2,
+                 "Inject the watcher fault KIND with VALUE, for tests.\n"
+                 "KIND is `add-watch-errno' or `init-errno' (VALUE an errno number,\n"
+                 "0 to clear), `stat-delay-ms' (VALUE milliseconds), or `overflow'\n"
+                 "(VALUE ignored: behave as if the kernel queue overflowed).\n\n"
+                 "(fn KIND VALUE)") {
+  WatcherTestHooks& hooks = watcher_test_hooks();
+  if (env.eq(args[0], env.intern("overflow"))) {
+    post_or_signal(env, [](Engine& e) { e.service<Watcher>().inject_overflow(); });
+    return env.nil();
+  }
+  auto value = static_cast<int>(env.to_integer(args[1]));
+  if (env.eq(args[0], env.intern("add-watch-errno"))) {
+    hooks.add_watch_errno.store(value, std::memory_order_relaxed);
+  } else if (env.eq(args[0], env.intern("init-errno"))) {
+    hooks.init_errno.store(value, std::memory_order_relaxed);
+  } else if (env.eq(args[0], env.intern("stat-delay-ms"))) {
+    hooks.stat_delay_ms.store(value, std::memory_order_relaxed);
+  } else {
+    env.wrong_type("fastrevert-watch-fault-p", args[0]);
+  }
+  return env.nil();
+}

@@ -1,0 +1,534 @@
+;;; fastrevert-revert-test.el --- Tests of fastrevert-mode's auto-revert -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Each test visits real files, changes them as another program would,
+;; and waits (with a deadline) for the buffers to match the disk.
+
+;;; Code:
+
+(require 'fastrevert-test-helpers)
+(require 'fastrevert)
+(require 'autorevert)
+(require 'dired)
+
+(defmacro fastrevert-revert-test--with-mode (&rest body)
+  "Run BODY with `fastrevert-mode' on and stock settings restored after."
+  (declare (indent 0))
+  `(let ((auto-revert-verbose nil)
+         (auto-revert-use-notify t)
+         (auto-revert-avoid-polling nil)
+         (auto-revert-interval 5)
+         (auto-revert-stop-on-user-input t)
+         (auto-revert-notify-exclude-dir-regexp "^$")
+         (global-auto-revert-non-file-buffers nil)
+         (revert-without-query nil)
+         (fastrevert-settle-delay 0.02))
+     (unwind-protect
+         (progn
+           (fastrevert-mode 1)
+           ,@body)
+       (fastrevert-mode -1)
+       (global-auto-revert-mode -1)
+       (dolist (buffer (buffer-list))
+         (with-current-buffer buffer
+           (when (or buffer-file-name (derived-mode-p 'dired-mode))
+             (set-buffer-modified-p nil)
+             (kill-buffer buffer))))
+       (fastrevert--mod-test-watch-fault 'add-watch-errno 0)
+       (fastrevert--mod-test-watch-fault 'init-errno 0)
+       (fastrevert--mod-test-watch-fault 'stat-delay-ms 0))))
+
+(defun fastrevert-revert-test--write (file content)
+  "Write CONTENT to FILE as an external program does."
+  (with-temp-buffer
+    (insert content)
+    (let ((coding-system-for-write 'utf-8-unix))
+      (unless (zerop (call-process-region (point-min) (point-max) "sh" nil nil nil
+                                          "-c" "cat > \"$1\"" "sh" file))
+        (error "Could not write %s" file)))))
+
+(defun fastrevert-revert-test--sh (command &rest args)
+  "Run the shell COMMAND with ARGS as $1..., and fail unless it succeeds."
+  (unless (zerop (apply #'call-process "sh" nil nil nil "-c" command "sh" args))
+    (error "Shell command failed: %s" command)))
+
+(defun fastrevert-revert-test--text (buffer)
+  "Return BUFFER's text without properties."
+  (with-current-buffer buffer
+    (buffer-substring-no-properties (point-min) (point-max))))
+
+(defun fastrevert-revert-test--wait-text (buffer text)
+  "Wait until BUFFER holds TEXT; return non-nil if it does in time."
+  (fastrevert-test-wait-for
+   (lambda () (equal (fastrevert-revert-test--text buffer) text))))
+
+(defun fastrevert-revert-test--visit (file &optional content)
+  "Create FILE with CONTENT (if given) and visit it under `auto-revert-mode'.
+Return the buffer once the engine reports every change to FILE."
+  (when content (fastrevert-revert-test--write file content))
+  (let ((buffer (find-file-noselect file)))
+    (with-current-buffer buffer (auto-revert-mode 1))
+    (should (fastrevert-revert-test--watching-p buffer))
+    buffer))
+
+(defun fastrevert-revert-test--watching-p (buffer)
+  "Wait until the engine watches for BUFFER; return non-nil if in time."
+  (fastrevert-test-wait-for (lambda () (buffer-local-value 'fastrevert--watching buffer))))
+
+(defun fastrevert-revert-test--settled ()
+  "Wait until fastrevert has nothing pending; return non-nil if in time."
+  (fastrevert-test-wait-for
+   (lambda () (and (not fastrevert--revert-timer)
+                   (zerop (hash-table-count fastrevert--pending))))))
+
+(defun fastrevert-revert-test--engine-watching-p (buffer)
+  "Return non-nil if the engine, not file-notify, watches for BUFFER."
+  (fastrevert--descriptor-p
+   (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
+
+;;;; Events
+
+(ert-deftest fastrevert-revert-modify-in-place ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "a.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "one\n")))
+        (should (fastrevert-revert-test--engine-watching-p buffer))
+        (should-not auto-revert-timer)
+        (fastrevert-revert-test--write file "two\n")
+        (should (fastrevert-revert-test--wait-text buffer "two\n"))
+        (should (>= (plist-get (fastrevert-stats) :reverts) 1))))))
+
+(ert-deftest fastrevert-revert-tail-mode-reads-only-appended-bytes ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "log.txt" dir))
+             (buffer (progn (fastrevert-revert-test--write file "line1\n")
+                            (find-file-noselect file))))
+        (with-current-buffer buffer (auto-revert-tail-mode 1))
+        (should (fastrevert-revert-test--engine-watching-p buffer))
+        (should (fastrevert-revert-test--watching-p buffer))
+        ;; Rewrite the old bytes too: tail mode must only read from the old end.
+        (fastrevert-revert-test--write file "LINE1\nline2\n")
+        (should (fastrevert-revert-test--wait-text buffer "line1\nline2\n"))
+        (fastrevert-revert-test--sh "printf 'line3\\n' >> \"$1\"" file)
+        (should (fastrevert-revert-test--wait-text buffer "line1\nline2\nline3\n"))))))
+
+(ert-deftest fastrevert-revert-attribute-change-is-noticed ()
+  "A change of attributes alone (here the modification time) reaches the buffer."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "attr.txt" dir))
+             (stamp (expand-file-name "stamp" dir))
+             (buffer (progn (fastrevert-revert-test--write file "old\n")
+                            (fastrevert-revert-test--sh "touch -r \"$1\" \"$2\"" file stamp)
+                            (fastrevert-revert-test--visit file))))
+        ;; New content with the old time: the stock predicate sees no change.
+        (fastrevert-revert-test--sh "printf 'new\\n' > \"$1\" && touch -r \"$2\" \"$1\""
+                                    file stamp)
+        (should (fastrevert-test-wait-for
+                 (lambda () (>= (plist-get (fastrevert-stats) :batches) 1))))
+        (fastrevert-revert-test--settled)
+        (should (equal (fastrevert-revert-test--text buffer) "old\n"))
+        ;; Only the attribute changes now.
+        (fastrevert-revert-test--sh "touch -d '2001-01-01 00:00:00' \"$1\"" file)
+        (should (fastrevert-revert-test--wait-text buffer "new\n"))))))
+
+(ert-deftest fastrevert-revert-delete-keeps-buffer ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "gone.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "keep me\n"))
+             (batches (plist-get (fastrevert-stats) :batches)))
+        (delete-file file)
+        (should (fastrevert-test-wait-for
+                 (lambda () (> (plist-get (fastrevert-stats) :batches) batches))))
+        (should (fastrevert-revert-test--settled))
+        (should (buffer-live-p buffer))
+        (should (equal (fastrevert-revert-test--text buffer) "keep me\n"))
+        (should-not (buffer-modified-p buffer))))))
+
+(ert-deftest fastrevert-revert-delete-then-recreate ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "phoenix.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "first\n")))
+        (delete-file file)
+        (fastrevert-revert-test--write file "second\n")
+        (should (fastrevert-revert-test--wait-text buffer "second\n"))))))
+
+(ert-deftest fastrevert-revert-atomic-save-by-rename ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "atomic.txt" dir))
+             (temp (expand-file-name ".atomic.txt.tmp" dir))
+             (buffer (fastrevert-revert-test--visit file "before\n")))
+        (fastrevert-revert-test--write temp "after\n")
+        (fastrevert-revert-test--sh "mv -f \"$1\" \"$2\"" temp file)
+        (should (fastrevert-revert-test--wait-text buffer "after\n"))))))
+
+(ert-deftest fastrevert-revert-rename-away-then-back ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "moved.txt" dir))
+             (elsewhere (expand-file-name "elsewhere.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "here\n"))
+             (batches (plist-get (fastrevert-stats) :batches)))
+        (rename-file file elsewhere)
+        (should (fastrevert-test-wait-for
+                 (lambda () (> (plist-get (fastrevert-stats) :batches) batches))))
+        (should (fastrevert-revert-test--settled))
+        (should (equal (fastrevert-revert-test--text buffer) "here\n"))
+        (fastrevert-revert-test--write elsewhere "changed while away\n")
+        (rename-file elsewhere file)
+        (should (fastrevert-revert-test--wait-text buffer "changed while away\n"))))))
+
+(ert-deftest fastrevert-revert-directory-deleted-and-recreated ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((auto-revert-interval 0.2)
+             (subdir (expand-file-name "sub/" dir))
+             (file (expand-file-name "inner.txt" subdir))
+             (buffer (progn (make-directory subdir)
+                            (fastrevert-revert-test--visit file "v1\n"))))
+        (delete-directory subdir t)
+        (make-directory subdir)
+        (fastrevert-revert-test--write file "v2\n")
+        (should (fastrevert-revert-test--wait-text buffer "v2\n"))
+        ;; And the watch is live again afterwards.
+        (fastrevert-revert-test--write file "v3\n")
+        (should (fastrevert-revert-test--wait-text buffer "v3\n"))))))
+
+(ert-deftest fastrevert-revert-symlinked-file ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((find-file-visit-truename nil)
+             (real-dir (expand-file-name "real/" dir))
+             (target (expand-file-name "target.txt" real-dir))
+             (link (expand-file-name "link.txt" dir))
+             (buffer (progn (make-directory real-dir)
+                            (fastrevert-revert-test--write target "t1\n")
+                            (make-symbolic-link target link)
+                            (fastrevert-revert-test--visit link))))
+        (should (fastrevert-revert-test--engine-watching-p buffer))
+        (fastrevert-revert-test--write target "t2\n")
+        (should (fastrevert-revert-test--wait-text buffer "t2\n"))))))
+
+(ert-deftest fastrevert-revert-many-buffers-in-one-directory-share-a-watch ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (global-auto-revert-mode 1)
+      (let* ((files (mapcar (lambda (i) (expand-file-name (format "f%03d.txt" i) dir))
+                            (number-sequence 1 200)))
+             (buffers (mapcar (lambda (file)
+                                (fastrevert-revert-test--write file "old\n")
+                                (find-file-noselect file))
+                              files)))
+        (should (cl-every #'fastrevert-revert-test--engine-watching-p buffers))
+        (should (cl-every #'fastrevert-revert-test--watching-p buffers))
+        (should (fastrevert-test-wait-for
+                 (lambda () (= (plist-get (fastrevert-stats) :watches) 1))))
+        (apply #'fastrevert-revert-test--sh
+               "for f in \"$@\"; do printf 'new\\n' > \"$f\"; done" files)
+        (should (fastrevert-test-wait-for
+                 (lambda () (cl-every (lambda (buffer)
+                                        (equal (fastrevert-revert-test--text buffer) "new\n"))
+                                      buffers))))))))
+
+(ert-deftest fastrevert-revert-dired-follows-its-directory ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let ((global-auto-revert-non-file-buffers t))
+        (global-auto-revert-mode 1)
+        (let ((buffer (dired-noselect dir)))
+          (should (fastrevert-test-wait-for
+                   (lambda () (fastrevert-revert-test--engine-watching-p buffer))))
+          (should (fastrevert-revert-test--watching-p buffer))
+          (fastrevert-revert-test--write (expand-file-name "newcomer.txt" dir) "x\n")
+          (should (fastrevert-test-wait-for
+                   (lambda () (with-current-buffer buffer
+                                (save-excursion
+                                  (goto-char (point-min))
+                                  (search-forward "newcomer.txt" nil t))))))
+          (kill-buffer buffer))))))
+
+;;;; What never happens
+
+(ert-deftest fastrevert-revert-never-overwrites-user-edits ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "edited.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "disk\n"))
+             (batches (plist-get (fastrevert-stats) :batches)))
+        (with-current-buffer buffer
+          (goto-char (point-max))
+          (insert "my edit\n"))
+        (fastrevert-revert-test--write file "disk changed\n")
+        (should (fastrevert-test-wait-for
+                 (lambda () (> (plist-get (fastrevert-stats) :batches) batches))))
+        (should (fastrevert-revert-test--settled))
+        (should (equal (fastrevert-revert-test--text buffer) "disk\nmy edit\n"))
+        (should (buffer-modified-p buffer))))))
+
+(ert-deftest fastrevert-revert-own-save-causes-no-revert-or-prompt ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "saved.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "start\n"))
+             (prompts 0)
+             (reverts nil))
+        (fastrevert-revert-test--settled)
+        (setq reverts (plist-get (fastrevert-stats) :reverts))
+        (cl-letf (((symbol-function 'ask-user-about-supersession-threat)
+                   (lambda (&rest _) (setq prompts (1+ prompts))))
+                  ((symbol-function 'yes-or-no-p)
+                   (lambda (&rest _) (setq prompts (1+ prompts)) nil)))
+          (let ((batches (plist-get (fastrevert-stats) :batches)))
+            (with-current-buffer buffer
+              (goto-char (point-max))
+              (insert "saved by Emacs\n")
+              (save-buffer))
+            (should (fastrevert-test-wait-for
+                     (lambda () (> (plist-get (fastrevert-stats) :batches) batches))))
+            (should (fastrevert-revert-test--settled))
+            (with-current-buffer buffer
+              (insert "more\n")
+              (set-buffer-modified-p nil))))
+        (should (= prompts 0))
+        (should (= (plist-get (fastrevert-stats) :reverts) reverts))
+        (should (equal (fastrevert-revert-test--text buffer)
+                       "start\nsaved by Emacs\nmore\n"))))))
+
+(ert-deftest fastrevert-revert-unvisited-file-events-never-reach-lisp ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "visited.txt" dir))
+             (other (expand-file-name "noise.log" dir))
+             (calls 0)
+             (buffer (fastrevert-revert-test--visit file "quiet\n")))
+        (fastrevert-revert-test--settled)
+        (advice-add 'fastrevert--on-file-changed :before
+                    (lambda (&rest _) (setq calls (1+ calls)))
+                    '((name . count-calls)))
+        (unwind-protect
+            (let ((dropped (plist-get (fastrevert-stats) :events-dropped-natively)))
+              (fastrevert-revert-test--sh
+               "i=0; while [ $i -lt 100 ]; do echo $i >> \"$1\"; i=$((i+1)); done" other)
+              ;; The kernel merges identical events, so fewer than 100 arrive.
+              (should (fastrevert-test-wait-for
+                       (lambda () (> (plist-get (fastrevert-stats) :events-dropped-natively)
+                                     dropped))))
+              ;; A change to the visited file still arrives, after the noise.
+              (fastrevert-revert-test--write file "loud\n")
+              (should (fastrevert-revert-test--wait-text buffer "loud\n"))
+              (should (= calls 1)))
+          (advice-remove 'fastrevert--on-file-changed 'count-calls))))))
+
+;;;; Settings
+
+(ert-deftest fastrevert-revert-without-notify-polls-in-the-engine ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (setq auto-revert-use-notify nil
+            auto-revert-interval 0.1)
+      (fastrevert--reconfigure)
+      (let* ((file (expand-file-name "polled.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "p1\n")))
+        (should (fastrevert-revert-test--engine-watching-p buffer))
+        (should (fastrevert-test-wait-for
+                 (lambda () (= (plist-get (fastrevert-stats) :polled-files) 1))))
+        (should (= (plist-get (fastrevert-stats) :watches) 0))
+        (should-not auto-revert-timer)
+        (fastrevert-revert-test--write file "p2\n")
+        (should (fastrevert-revert-test--wait-text buffer "p2\n"))))))
+
+(ert-deftest fastrevert-revert-excluded-directory-is-polled ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (setq auto-revert-notify-exclude-dir-regexp (regexp-quote dir)
+            auto-revert-interval 0.1)
+      (fastrevert--reconfigure)
+      (let* ((file (expand-file-name "excluded.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "e1\n")))
+        (should (fastrevert-test-wait-for
+                 (lambda () (= (plist-get (fastrevert-stats) :polled-files) 1))))
+        (should (= (plist-get (fastrevert-stats) :watches) 0))
+        (fastrevert-revert-test--write file "e2\n")
+        (should (fastrevert-revert-test--wait-text buffer "e2\n"))))))
+
+(ert-deftest fastrevert-revert-setting-change-takes-effect-at-run-time ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "live.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "l1\n")))
+        (should (fastrevert-test-wait-for
+                 (lambda () (= (plist-get (fastrevert-stats) :watches) 1))))
+        (setq auto-revert-use-notify nil)
+        (should (fastrevert-test-wait-for
+                 (lambda () (and (= (plist-get (fastrevert-stats) :watches) 0)
+                                 (= (plist-get (fastrevert-stats) :polled-files) 1)))))
+        (setq auto-revert-interval 0.1)
+        (fastrevert-revert-test--write file "l2\n")
+        (should (fastrevert-revert-test--wait-text buffer "l2\n"))))))
+
+(ert-deftest fastrevert-revert-remote-buffers-keep-the-stock-path ()
+  (fastrevert-revert-test--with-mode
+    (let ((buffer (generate-new-buffer "remote")))
+      (unwind-protect
+          (with-current-buffer buffer
+            (setq buffer-file-name "/ssh:fastrevert-nohost:/tmp/x.txt")
+            (cl-letf (((symbol-function 'auto-revert-buffers) #'ignore))
+              (auto-revert-mode 1))
+            (should-not (fastrevert-revert-test--engine-watching-p buffer))
+            (should (memq buffer fastrevert--stock-buffers))
+            (should (memq buffer (auto-revert--polled-buffers)))
+            (should auto-revert-timer))
+        (with-current-buffer buffer
+          (auto-revert-mode -1)
+          (setq buffer-file-name nil))
+        (kill-buffer buffer)))))
+
+(ert-deftest fastrevert-revert-mode-off-restores-stock-watches ()
+  (fastrevert-test-with-temp-dir dir
+    (let ((file (expand-file-name "stock.txt" dir))
+          buffer)
+      (fastrevert-revert-test--with-mode
+        (setq buffer (fastrevert-revert-test--visit file "s1\n"))
+        (should (fastrevert-revert-test--engine-watching-p buffer))
+        (fastrevert-mode -1)
+        (let ((descriptor (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
+          (should descriptor)
+          (should-not (fastrevert--descriptor-p descriptor))
+          (should (file-notify-valid-p descriptor)))
+        (should (timerp auto-revert-timer))
+        (should-not (advice-member-p #'fastrevert--polled-buffers-advice
+                                     'auto-revert--polled-buffers))
+        ;; Stock reverting still works: its notifications arrive as input
+        ;; events, which batch Emacs handles only when it reads events.
+        (fastrevert-revert-test--write file "s2\n")
+        (should (fastrevert-test-wait-for
+                 (lambda () (read-event nil nil 0.02)
+                   (equal (fastrevert-revert-test--text buffer) "s2\n"))))))))
+
+;;;; Scale and failure
+
+(ert-deftest fastrevert-revert-yields-to-input-and-resumes-when-idle ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((files (mapcar (lambda (i) (expand-file-name (format "y%02d.txt" i) dir))
+                            (number-sequence 1 20)))
+             (buffers (mapcar (lambda (file) (fastrevert-revert-test--visit file "old\n"))
+                              files)))
+        (should (fastrevert-revert-test--settled))
+        (let ((unread-command-events (list ?x)))
+          (apply #'fastrevert-revert-test--sh
+                 "for f in \"$@\"; do printf 'new\\n' > \"$f\"; done" files)
+          ;; Input is pending: the changes are queued, none is applied.
+          (should (fastrevert-test-wait-for
+                   (lambda () (= (hash-table-count fastrevert--pending) 20))))
+          (should (cl-every (lambda (b) (equal (fastrevert-revert-test--text b) "old\n"))
+                            buffers))
+          ;; The rest waits for Emacs to be idle, not for a polling tick.
+          (should (memq fastrevert--revert-timer timer-idle-list)))
+        (timer-event-handler fastrevert--revert-timer)
+        (should (cl-every (lambda (b) (equal (fastrevert-revert-test--text b) "new\n"))
+                          buffers))))))
+
+(ert-deftest fastrevert-revert-large-batch-shows-progress ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((files (mapcar (lambda (i) (expand-file-name (format "p%03d.txt" i) dir))
+                            (number-sequence 1 60)))
+             (buffers (mapcar (lambda (file) (fastrevert-revert-test--visit file "old\n"))
+                              files))
+             (reporters 0))
+        (should (fastrevert-revert-test--settled))
+        (advice-add 'make-progress-reporter :before
+                    (lambda (&rest _) (setq reporters (1+ reporters)))
+                    '((name . count-reporters)))
+        (unwind-protect
+            (progn
+              (apply #'fastrevert-revert-test--sh
+                     "for f in \"$@\"; do printf 'new\\n' > \"$f\"; done" files)
+              (should (fastrevert-test-wait-for
+                       (lambda () (cl-every (lambda (b)
+                                              (equal (fastrevert-revert-test--text b) "new\n"))
+                                            buffers))))
+              (should (>= reporters 1)))
+          (advice-remove 'make-progress-reporter 'count-reporters))))))
+
+(ert-deftest fastrevert-revert-overflow-rescans-everything ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "overflow.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "o1\n"))
+             (overflows (plist-get (fastrevert-stats) :overflows)))
+        (should (fastrevert-revert-test--settled))
+        (fastrevert--mod-test-watch-fault 'overflow 0)
+        (should (fastrevert-test-wait-for
+                 (lambda () (> (plist-get (fastrevert-stats) :overflows) overflows))))
+        (fastrevert-revert-test--write file "o2\n")
+        (should (fastrevert-revert-test--wait-text buffer "o2\n"))))))
+
+(defun fastrevert-revert-test--fallback (errno-name errno)
+  "Check the polling fallback when adding a watch fails with ERRNO (ERRNO-NAME)."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (setq auto-revert-interval 0.1)
+      (fastrevert--reconfigure)
+      (fastrevert--mod-test-watch-fault 'add-watch-errno errno)
+      (let* ((messages nil)
+             (file-a (expand-file-name "fa.txt" dir))
+             (file-b (expand-file-name "fb.txt" dir)))
+        (cl-letf* ((real-message (symbol-function 'message))
+                   ((symbol-function 'message)
+                    (lambda (format &rest args)
+                      (when format (push (apply #'format format args) messages))
+                      (apply real-message format args))))
+          (let ((buffer-a (fastrevert-revert-test--visit file-a "a1\n"))
+                (buffer-b (fastrevert-revert-test--visit file-b "b1\n")))
+            (should (fastrevert-test-wait-for
+                     (lambda () (= (plist-get (fastrevert-stats) :polled-files) 2))))
+            (fastrevert-revert-test--write file-a "a2\n")
+            (fastrevert-revert-test--write file-b "b2\n")
+            (should (fastrevert-revert-test--wait-text buffer-a "a2\n"))
+            (should (fastrevert-revert-test--wait-text buffer-b "b2\n"))
+            (let ((notices (cl-remove-if-not
+                            (lambda (m) (string-match-p "^fastrevert: .*poll" m))
+                            messages)))
+              (should (= (length notices) 1))
+              (should (string-match-p errno-name (car notices))))))))))
+
+(ert-deftest fastrevert-revert-out-of-watches-falls-back-to-polling ()
+  (fastrevert-revert-test--fallback "ENOSPC\\|space" 28))
+
+(ert-deftest fastrevert-revert-out-of-descriptors-falls-back-to-polling ()
+  (fastrevert-revert-test--fallback "EMFILE\\|open files" 24))
+
+(ert-deftest fastrevert-revert-hung-stat-leaves-emacs-responsive ()
+  "A stat that hangs blocks only the engine's own work, never Emacs."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "hung.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "h1\n"))
+             (echoed nil))
+        (should (fastrevert-revert-test--settled))
+        (fastrevert--mod-test-watch-fault 'stat-delay-ms 3000)
+        (fastrevert-revert-test--write file "h2\n")
+        (let ((fastrevert--record-handlers
+               (cons (cons 'echo (lambda (&rest _) (setq echoed (float-time))))
+                     fastrevert--record-handlers))
+              (start (float-time)))
+          ;; Emacs keeps running Lisp and the engine keeps answering while
+          ;; the stat hangs.
+          (fastrevert--mod-echo 1 "alive")
+          (should (fastrevert-test-wait-for (lambda () echoed) 2.5))
+          (should (equal (fastrevert-revert-test--text buffer) "h1\n"))
+          (should (< (- echoed start) 2.5))
+          (fastrevert--mod-test-watch-fault 'stat-delay-ms 0)
+          (should (fastrevert-revert-test--wait-text buffer "h2\n")))))))
+
+(provide 'fastrevert-revert-test)
+
+;;; fastrevert-revert-test.el ends here

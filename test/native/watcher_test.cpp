@@ -1,0 +1,947 @@
+// Tests of the file watcher through a real Engine and real files in a fresh
+// temporary directory.  Every wait is a condition with a deadline; a short
+// back-off between checks is the only sleeping done.
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/watcher.h"
+
+using fastrevert::Engine;
+using fastrevert::Record;
+using fastrevert::RecordKind;
+using fastrevert::Watcher;
+using fastrevert::watcher_test_hooks;
+using fastrevert::WatchMode;
+using namespace std::chrono_literals;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Long enough for any kernel-driven report even under a sanitizer, and far
+// shorter than the default 5 s poll interval, so a report that arrives within
+// it in notify mode came through inotify, not polling.
+constexpr auto kReportTimeout = 3s;
+
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = std::string(base && *base ? base : "/tmp") + "/fastrevert-watcher-XXXXXX";
+    std::vector<char> buffer(pattern.begin(), pattern.end());
+    buffer.push_back('\0');
+    REQUIRE(mkdtemp(buffer.data()) != nullptr);
+    path_ = buffer.data();
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Writes CONTENT with a single write(2) to a file opened with FLAGS.
+void write_with_flags(const std::string& path, const std::string& content, int flags) {
+  int fd = open(path.c_str(), flags | O_WRONLY | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size()));
+  REQUIRE(close(fd) == 0);
+}
+
+// Creates PATH with CONTENT and dates it far in the past, so that any later
+// write gives it a visibly different mtime even within one tick of the
+// kernel's coarse clock.
+void create_file(const std::string& path, const std::string& content) {
+  write_with_flags(path, content, O_CREAT | O_TRUNC);
+  timespec old_times[2] = {{1000000000, 0}, {1000000000, 0}};
+  REQUIRE(utimensat(AT_FDCWD, path.c_str(), old_times, 0) == 0);
+}
+
+void append_file(const std::string& path, const std::string& content) {
+  write_with_flags(path, content, O_APPEND);
+}
+
+// Overwrites the start of PATH in place: one pwrite, same size afterwards.
+void overwrite_in_place(const std::string& path, const std::string& content) {
+  int fd = open(path.c_str(), O_WRONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  REQUIRE(pwrite(fd, content.data(), content.size(), 0) == static_cast<ssize_t>(content.size()));
+  REQUIRE(close(fd) == 0);
+}
+
+std::size_t open_fd_count() {
+  std::size_t count = 0;
+  DIR* dir = opendir("/proc/self/fd");
+  REQUIRE(dir != nullptr);
+  while (dirent* entry = readdir(dir)) {
+    if (entry->d_name[0] != '.') ++count;
+  }
+  closedir(dir);
+  return count;
+}
+
+// Clears every injected fault when a test starts and when it ends, so that a
+// failing test cannot leave a fault behind for the next.
+struct HookReset {
+  HookReset() { reset(); }
+  ~HookReset() { reset(); }
+  static void reset() {
+    watcher_test_hooks().add_watch_errno.store(0);
+    watcher_test_hooks().init_errno.store(0);
+    watcher_test_hooks().stat_delay_ms.store(0);
+  }
+};
+
+// An engine with a wake pipe standing in for Emacs's channel, plus the
+// records it has emitted so far.
+class Harness {
+ public:
+  Harness() : engine_(make_wake_pipe()) {}
+  ~Harness() {
+    engine_.stop();
+    close(wake_read_fd_);
+  }
+
+  Engine& engine() { return engine_; }
+  fastrevert::Stats& stats() { return engine_.stats(); }
+
+  // Runs FN with the watcher on the engine thread and waits for it, as the
+  // glue's commands do (except that the glue never waits).
+  void call(const std::function<void(Watcher&)>& fn) {
+    std::mutex mutex;
+    std::condition_variable done_cv;
+    bool done = false;
+    REQUIRE(engine_.post([&](Engine& engine) {
+      fn(engine.service<Watcher>());
+      // Guards done: the test thread waits on it.
+      std::lock_guard<std::mutex> lock(mutex);
+      done = true;
+      done_cv.notify_one();
+    }));
+    std::unique_lock<std::mutex> lock(mutex);
+    REQUIRE(done_cv.wait_for(lock, 10s, [&] { return done; }));
+  }
+
+  void add(std::uint64_t id, const std::string& path, WatchMode mode = WatchMode::notify) {
+    call([&](Watcher& watcher) { watcher.add(id, path, mode); });
+  }
+  void remove(std::uint64_t id) {
+    call([&](Watcher& watcher) { watcher.remove(id); });
+  }
+  void set_poll_interval(std::chrono::milliseconds interval) {
+    call([&](Watcher& watcher) { watcher.set_poll_interval(interval); });
+  }
+
+  // Waits until the watcher has confirmed everything it has seen: baselines
+  // taken, events stat'ed, records emitted.
+  void settle() {
+    auto deadline = Clock::now() + 10s;
+    for (;;) {
+      bool idle = false;
+      call([&](Watcher& watcher) { idle = watcher.idle(); });
+      if (idle) break;
+      REQUIRE(Clock::now() < deadline);
+      std::this_thread::sleep_for(2ms);
+    }
+    pump();
+  }
+
+  // Moves every emitted record into received().
+  void pump() {
+    char bytes[256];
+    while (read(wake_read_fd_, bytes, sizeof bytes) > 0) {
+    }
+    for (auto& record : engine_.drain()) received_.push_back(std::move(record));
+  }
+
+  // Pumps until PRED holds or TIMEOUT passes, sleeping on the wake pipe in
+  // between; returns whether PRED held.
+  bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+    auto deadline = Clock::now() + timeout;
+    for (;;) {
+      pump();
+      if (pred()) return true;
+      auto now = Clock::now();
+      if (now >= deadline) return false;
+      auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);
+      pollfd wake{wake_read_fd_, POLLIN, 0};
+      poll(&wake, 1, static_cast<int>(std::min<std::int64_t>(remaining.count(), 20)));
+    }
+  }
+
+  std::size_t changes_for(std::uint64_t id) const {
+    std::size_t count = 0;
+    for (const auto& record : received_) {
+      if (record.kind == RecordKind::file_changed && record.id == id) ++count;
+    }
+    return count;
+  }
+  std::size_t change_count() const {
+    std::size_t count = 0;
+    for (const auto& record : received_) count += record.kind == RecordKind::file_changed;
+    return count;
+  }
+  std::vector<std::string> notices() const {
+    std::vector<std::string> texts;
+    for (const auto& record : received_) {
+      if (record.kind == RecordKind::notice) texts.push_back(record.data);
+    }
+    return texts;
+  }
+
+  bool wait_for_change(std::uint64_t id, std::chrono::milliseconds timeout = kReportTimeout) {
+    return wait_until([&] { return changes_for(id) > 0; }, timeout);
+  }
+
+  // Waits for a report for ID, lets the watcher settle, and checks that the
+  // change was reported exactly once; then forgets the records.
+  void expect_one_change(std::uint64_t id) {
+    REQUIRE(wait_for_change(id));
+    settle();
+    CHECK(changes_for(id) == 1);
+    clear();
+  }
+
+  void clear() { received_.clear(); }
+  const std::vector<Record>& received() const { return received_; }
+
+ private:
+  int make_wake_pipe() {
+    int fds[2];
+    REQUIRE(pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0);
+    wake_read_fd_ = fds[0];
+    return fds[1];
+  }
+
+  int wake_read_fd_ = -1;
+  Engine engine_;
+  std::vector<Record> received_;
+};
+
+}  // namespace
+
+TEST_CASE("watcher: an in-place modification of a watched file is reported once") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "file", "hello");
+  Harness harness;
+  harness.add(1, dir / "file");
+  harness.settle();
+  CHECK(harness.stats().watches == 1);
+  CHECK(harness.stats().polled_files == 0);
+  CHECK(harness.change_count() == 0);
+
+  overwrite_in_place(dir / "file", "HELLO");
+  harness.expect_one_change(1);
+  CHECK(harness.stats().batches == 1);
+}
+
+TEST_CASE("watcher: appending to a watched file is reported, once per append") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "log", "line 1\n");
+  Harness harness;
+  harness.add(7, dir / "log");
+  harness.settle();
+
+  append_file(dir / "log", "line 2\n");
+  harness.expect_one_change(7);
+  append_file(dir / "log", "line 3\n");
+  harness.expect_one_change(7);
+  REQUIRE(harness.received().empty());
+}
+
+TEST_CASE("watcher: a chmod or an mtime change of a watched file is reported") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "file", "x");
+  Harness harness;
+  harness.add(1, dir / "file");
+  harness.settle();
+
+  SECTION("chmod") {
+    REQUIRE(chmod((dir / "file").c_str(), 0600) == 0);
+    harness.expect_one_change(1);
+  }
+  SECTION("touch -m") {
+    timespec times[2] = {{0, UTIME_OMIT}, {1500000000, 0}};
+    REQUIRE(utimensat(AT_FDCWD, (dir / "file").c_str(), times, 0) == 0);
+    harness.expect_one_change(1);
+  }
+}
+
+TEST_CASE("watcher: deleting a watched file is reported, and so is recreating it") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "file", "old");
+  Harness harness;
+  harness.add(1, dir / "file");
+  harness.settle();
+
+  REQUIRE(unlink((dir / "file").c_str()) == 0);
+  harness.expect_one_change(1);
+  create_file(dir / "file", "new contents");
+  harness.expect_one_change(1);
+}
+
+TEST_CASE("watcher: an atomic save by another program (rename over the name) is reported") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "file.txt", "version 1");
+  Harness harness;
+  harness.add(1, dir / "file.txt");
+  harness.settle();
+
+  create_file(dir / ".file.txt.tmp123", "version 2");
+  REQUIRE(rename((dir / ".file.txt.tmp123").c_str(), (dir / "file.txt").c_str()) == 0);
+  harness.expect_one_change(1);
+}
+
+TEST_CASE("watcher: renaming a watched file away is reported") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "file", "x");
+  Harness harness;
+  harness.add(1, dir / "file");
+  harness.settle();
+
+  REQUIRE(rename((dir / "file").c_str(), (dir / "elsewhere").c_str()) == 0);
+  harness.expect_one_change(1);
+}
+
+TEST_CASE("watcher: a deleted and recreated directory is polled meanwhile, then watched again") {
+  HookReset hooks;
+  TempDir dir;
+  std::string sub = dir / "sub";
+  REQUIRE(mkdir(sub.c_str(), 0755) == 0);
+  create_file(sub + "/file", "x");
+  Harness harness;
+  harness.set_poll_interval(50ms);
+  harness.add(1, sub + "/file");
+  harness.settle();
+  REQUIRE(harness.stats().watches == 1);
+
+  REQUIRE(unlink((sub + "/file").c_str()) == 0);
+  REQUIRE(rmdir(sub.c_str()) == 0);
+  harness.expect_one_change(1);
+  REQUIRE(harness.wait_until(
+      [&] { return harness.stats().watches == 0 && harness.stats().polled_files == 1; },
+      kReportTimeout));
+
+  REQUIRE(mkdir(sub.c_str(), 0755) == 0);
+  create_file(sub + "/file", "recreated");
+  harness.expect_one_change(1);
+  REQUIRE(harness.wait_until(
+      [&] { return harness.stats().watches == 1 && harness.stats().polled_files == 0; },
+      kReportTimeout));
+
+  // Polling is now as slow as the default; a prompt report proves the
+  // kernel watch is back.
+  harness.set_poll_interval(60s);
+  harness.settle();
+  harness.clear();
+  append_file(sub + "/file", " and appended");
+  harness.expect_one_change(1);
+}
+
+TEST_CASE("watcher: writing a symlink's target through its own name is reported for the link") {
+  HookReset hooks;
+  TempDir dir;
+  std::string link_dir = dir / "links";
+  std::string target_dir = dir / "targets";
+  REQUIRE(mkdir(link_dir.c_str(), 0755) == 0);
+  REQUIRE(mkdir(target_dir.c_str(), 0755) == 0);
+  create_file(target_dir + "/real", "one");
+  create_file(target_dir + "/other", "two");
+  REQUIRE(symlink("../targets/real", (link_dir + "/link").c_str()) == 0);
+
+  Harness harness;
+  harness.add(1, link_dir + "/link");
+  harness.settle();
+  CHECK(harness.stats().watches == 2);
+  CHECK(harness.stats().polled_files == 0);
+
+  append_file(target_dir + "/real", " more");
+  REQUIRE(harness.wait_for_change(1));
+  harness.settle();
+  CHECK(harness.changes_for(1) == 1);
+  CHECK(harness.received().front().data == link_dir + "/link");
+  harness.clear();
+
+  SECTION("repointing the link is reported, and the new target is watched") {
+    REQUIRE(symlink("../targets/other", (link_dir + "/link.new").c_str()) == 0);
+    REQUIRE(rename((link_dir + "/link.new").c_str(), (link_dir + "/link").c_str()) == 0);
+    harness.expect_one_change(1);
+    append_file(target_dir + "/other", " more");
+    harness.expect_one_change(1);
+    append_file(target_dir + "/real", " ignored now");
+    REQUIRE(harness.wait_until([&] { return harness.stats().events_dropped_natively > 0; },
+                               kReportTimeout));
+    harness.settle();
+    CHECK(harness.change_count() == 0);
+  }
+}
+
+TEST_CASE("watcher: many files in one directory share one kernel watch and one batch") {
+  HookReset hooks;
+  TempDir dir;
+  constexpr int kFiles = 60;
+  for (int i = 0; i < kFiles; ++i) create_file(dir / ("f" + std::to_string(i)), "x");
+  Harness harness;
+  for (int i = 0; i < kFiles; ++i) harness.add(100 + i, dir / ("f" + std::to_string(i)));
+  harness.settle();
+  CHECK(harness.stats().watches == 1);
+
+  for (int i = 0; i < kFiles; ++i) append_file(dir / ("f" + std::to_string(i)), "more");
+  REQUIRE(harness.wait_until([&] { return harness.change_count() == kFiles; }, kReportTimeout));
+  harness.settle();
+  for (int i = 0; i < kFiles; ++i) CHECK(harness.changes_for(100 + i) == 1);
+  // The writes take far less than the settle cap, so they coalesce into very
+  // few batches however the scheduler interleaves them.
+  CHECK(harness.stats().batches <= 3);
+}
+
+TEST_CASE("watcher: a write to an unregistered file in a watched directory emits nothing") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "visited", "x");
+  create_file(dir / "unvisited.log", "x");
+  Harness harness;
+  harness.add(1, dir / "visited");
+  harness.settle();
+  // The registration itself is announced once; nothing else may follow.
+  REQUIRE(harness.received().size() == 1);
+  CHECK(harness.received().front().kind == RecordKind::file_watched);
+  harness.clear();
+  auto dropped_before = harness.stats().events_dropped_natively.load();
+
+  append_file(dir / "unvisited.log", "noise");
+  REQUIRE(harness.wait_until(
+      [&] { return harness.stats().events_dropped_natively > dropped_before; }, kReportTimeout));
+  harness.settle();
+  CHECK(harness.received().empty());
+  CHECK(harness.stats().kernel_events >= 1);
+  CHECK(harness.stats().batches == 0);
+}
+
+TEST_CASE("watcher: each id on a path gets its own record; removed and replaced ids do not") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "a", "x");
+  create_file(dir / "b", "x");
+  Harness harness;
+  harness.add(1, dir / "a");
+  harness.add(2, dir / "a");
+  harness.add(3, dir / "a");
+  harness.add(4, dir / "a");
+  harness.add(4, dir / "b");  // Re-adding id 4 replaces its registration.
+  harness.remove(3);
+  harness.settle();
+
+  append_file(dir / "a", "more");
+  REQUIRE(harness.wait_until([&] { return harness.changes_for(1) && harness.changes_for(2); },
+                             kReportTimeout));
+  harness.settle();
+  CHECK(harness.changes_for(1) == 1);
+  CHECK(harness.changes_for(2) == 1);
+  CHECK(harness.changes_for(3) == 0);
+  CHECK(harness.changes_for(4) == 0);
+  harness.clear();
+
+  append_file(dir / "b", "more");
+  harness.expect_one_change(4);
+}
+
+TEST_CASE("watcher: two spellings of one directory share its kernel watch") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "a", "x");
+  create_file(dir / "b", "x");
+  Harness harness;
+  harness.add(1, dir / "a");
+  harness.add(2, dir.path() + "/./b");
+  harness.settle();
+  CHECK(harness.stats().watches == 1);
+
+  append_file(dir / "a", "more");
+  harness.expect_one_change(1);
+  append_file(dir / "b", "more");
+  harness.expect_one_change(2);
+  // Dropping one spelling must not remove the watch the other relies on.
+  harness.remove(1);
+  CHECK(harness.stats().watches == 1);
+  append_file(dir / "b", "again");
+  harness.expect_one_change(2);
+  harness.remove(2);
+  CHECK(harness.stats().watches == 0);
+}
+
+TEST_CASE("watcher: removing the last file of a directory removes its kernel watch") {
+  HookReset hooks;
+  TempDir dir;
+  REQUIRE(mkdir((dir / "one").c_str(), 0755) == 0);
+  REQUIRE(mkdir((dir / "two").c_str(), 0755) == 0);
+  create_file(dir / "one/a", "x");
+  create_file(dir / "one/b", "x");
+  create_file(dir / "two/c", "x");
+  Harness harness;
+  harness.add(1, dir / "one/a");
+  harness.add(2, dir / "one/b");
+  harness.add(3, dir / "two/c");
+  harness.settle();
+  CHECK(harness.stats().watches == 2);
+  harness.remove(1);
+  CHECK(harness.stats().watches == 2);
+  harness.remove(2);
+  CHECK(harness.stats().watches == 1);
+  harness.remove(3);
+  CHECK(harness.stats().watches == 0);
+  std::size_t registrations = 1;
+  harness.call([&](Watcher& watcher) { registrations = watcher.registration_count(); });
+  CHECK(registrations == 0);
+}
+
+TEST_CASE("watcher: poll mode reports changes without a kernel watch") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "file", "x");
+  Harness harness;
+  harness.set_poll_interval(50ms);
+  harness.add(1, dir / "file", WatchMode::poll);
+  harness.settle();
+  CHECK(harness.stats().watches == 0);
+  CHECK(harness.stats().polled_files == 1);
+
+  append_file(dir / "file", "more");
+  harness.expect_one_change(1);
+  REQUIRE(unlink((dir / "file").c_str()) == 0);
+  harness.expect_one_change(1);
+  CHECK(harness.stats().kernel_events == 0);
+  harness.remove(1);
+  CHECK(harness.stats().polled_files == 0);
+}
+
+TEST_CASE("watcher: rescan reports a change the kernel could not see") {
+  HookReset hooks;
+  TempDir dir;
+  REQUIRE(mkdir((dir / "watched").c_str(), 0755) == 0);
+  REQUIRE(mkdir((dir / "unwatched").c_str(), 0755) == 0);
+  create_file(dir / "watched/file", "x");
+  // A hard link in another directory: writes through it raise no event in
+  // the watched directory.
+  REQUIRE(link((dir / "watched/file").c_str(), (dir / "unwatched/alias").c_str()) == 0);
+  Harness harness;
+  harness.add(1, dir / "watched/file");
+  harness.settle();
+  append_file(dir / "unwatched/alias", "unseen");
+  harness.settle();
+  CHECK(harness.change_count() == 0);
+
+  harness.call([](Watcher& watcher) { watcher.rescan(); });
+  harness.expect_one_change(1);
+}
+
+TEST_CASE("watcher: an overflow re-stats every registered file and reports the changed ones") {
+  HookReset hooks;
+  TempDir dir;
+  REQUIRE(mkdir((dir / "watched").c_str(), 0755) == 0);
+  REQUIRE(mkdir((dir / "unwatched").c_str(), 0755) == 0);
+  create_file(dir / "watched/changed", "x");
+  create_file(dir / "watched/unchanged", "x");
+  REQUIRE(link((dir / "watched/changed").c_str(), (dir / "unwatched/alias").c_str()) == 0);
+  Harness harness;
+  harness.add(1, dir / "watched/changed");
+  harness.add(2, dir / "watched/unchanged");
+  harness.settle();
+  append_file(dir / "unwatched/alias", "unseen by inotify");
+  harness.settle();
+  REQUIRE(harness.change_count() == 0);
+
+  harness.call([](Watcher& watcher) { watcher.inject_overflow(); });
+  harness.expect_one_change(1);
+  CHECK(harness.changes_for(2) == 0);
+  CHECK(harness.stats().overflows == 1);
+  // The directory watch survived the overflow and still reports.
+  CHECK(harness.stats().watches == 1);
+  append_file(dir / "watched/unchanged", "seen");
+  harness.expect_one_change(2);
+}
+
+TEST_CASE("watcher: a real inotify queue overflow is counted and re-stats every file") {
+  HookReset hooks;
+  long queue_limit = 0;
+  if (FILE* limit_file = std::fopen("/proc/sys/fs/inotify/max_queued_events", "r")) {
+    if (std::fscanf(limit_file, "%ld", &queue_limit) != 1) queue_limit = 0;
+    std::fclose(limit_file);
+  }
+  if (queue_limit <= 0 || queue_limit > 100000) {
+    WARN("skipped: max_queued_events is " << queue_limit);
+    return;
+  }
+  TempDir dir;
+  REQUIRE(mkdir((dir / "watched").c_str(), 0755) == 0);
+  REQUIRE(mkdir((dir / "unwatched").c_str(), 0755) == 0);
+  create_file(dir / "watched/file", "x");
+  REQUIRE(link((dir / "watched/file").c_str(), (dir / "unwatched/alias").c_str()) == 0);
+  Harness harness;
+  harness.add(1, dir / "watched/file");
+  harness.settle();
+
+  // Hold the engine thread so that the kernel queue fills up unread.
+  std::mutex gate_mutex;  // Guards gate_open, shared with the engine thread.
+  std::condition_variable gate_cv;
+  bool gate_open = false;
+  bool engine_held = false;
+  REQUIRE(harness.engine().post([&](Engine&) {
+    std::unique_lock<std::mutex> lock(gate_mutex);
+    engine_held = true;
+    gate_cv.notify_all();
+    gate_cv.wait(lock, [&] { return gate_open; });
+  }));
+  {
+    std::unique_lock<std::mutex> lock(gate_mutex);
+    REQUIRE(gate_cv.wait_for(lock, 10s, [&] { return engine_held; }));
+  }
+  // Alternating between two names keeps the kernel from merging the events.
+  int noise_a = open((dir / "watched/noise-a").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+  int noise_b = open((dir / "watched/noise-b").c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+  REQUIRE(noise_a >= 0);
+  REQUIRE(noise_b >= 0);
+  bool all_written = true;
+  for (long i = 0; i < queue_limit / 2 + 1000; ++i) {
+    all_written &= write(noise_a, "a", 1) == 1;
+    all_written &= write(noise_b, "b", 1) == 1;
+  }
+  REQUIRE(all_written);
+  close(noise_a);
+  close(noise_b);
+  append_file(dir / "unwatched/alias", "unseen by inotify");
+  {
+    std::lock_guard<std::mutex> lock(gate_mutex);
+    gate_open = true;
+  }
+  gate_cv.notify_all();
+
+  harness.expect_one_change(1);
+  CHECK(harness.stats().overflows == 1);
+  CHECK(harness.stats().kernel_events >= static_cast<std::uint64_t>(queue_limit));
+}
+
+TEST_CASE("watcher: running out of inotify watches falls back to polling with one notice") {
+  HookReset hooks;
+  int error = GENERATE(ENOSPC, EMFILE);
+  std::string error_name = error == ENOSPC ? "ENOSPC" : "EMFILE";
+  watcher_test_hooks().add_watch_errno.store(error);
+  TempDir dir;
+  REQUIRE(mkdir((dir / "sub").c_str(), 0755) == 0);
+  create_file(dir / "a", "x");
+  create_file(dir / "b", "x");
+  create_file(dir / "sub/c", "x");
+  Harness harness;
+  harness.set_poll_interval(50ms);
+  harness.add(1, dir / "a");
+  harness.add(2, dir / "b");
+  harness.add(3, dir / "sub/c");
+  harness.settle();
+  CHECK(harness.stats().watches == 0);
+  CHECK(harness.stats().polled_files == 3);
+
+  append_file(dir / "a", "more");
+  append_file(dir / "sub/c", "more");
+  REQUIRE(harness.wait_until([&] { return harness.changes_for(1) && harness.changes_for(3); },
+                             kReportTimeout));
+  harness.settle();
+  CHECK(harness.changes_for(1) == 1);
+  CHECK(harness.changes_for(2) == 0);
+  CHECK(harness.changes_for(3) == 1);
+  auto notices = harness.notices();
+  REQUIRE(notices.size() == 1);
+  CHECK_THAT(notices[0], Catch::Contains(error_name) && Catch::Contains("inotify_add_watch") &&
+                             Catch::Contains("falls back to polling"));
+  harness.clear();
+
+  // Once watches are available again, the retry puts the files back on them.
+  watcher_test_hooks().add_watch_errno.store(0);
+  REQUIRE(harness.wait_until(
+      [&] { return harness.stats().watches == 2 && harness.stats().polled_files == 0; },
+      kReportTimeout));
+  harness.set_poll_interval(60s);
+  harness.settle();
+  harness.clear();
+  append_file(dir / "b", "more");
+  harness.expect_one_change(2);
+}
+
+TEST_CASE("watcher: running out of inotify instances falls back to polling with one notice") {
+  HookReset hooks;
+  watcher_test_hooks().init_errno.store(EMFILE);
+  TempDir dir;
+  create_file(dir / "a", "x");
+  create_file(dir / "b", "x");
+  Harness harness;
+  harness.set_poll_interval(50ms);
+  harness.add(1, dir / "a");
+  harness.add(2, dir / "b");
+  harness.settle();
+  CHECK(harness.stats().watches == 0);
+  CHECK(harness.stats().polled_files == 2);
+
+  append_file(dir / "b", "more");
+  REQUIRE(harness.wait_for_change(2));
+  harness.settle();
+  CHECK(harness.changes_for(1) == 0);
+  CHECK(harness.changes_for(2) == 1);
+  auto notices = harness.notices();
+  REQUIRE(notices.size() == 1);
+  CHECK_THAT(notices[0], Catch::Contains("EMFILE") && Catch::Contains("inotify_init1") &&
+                             Catch::Contains("falls back to polling"));
+
+  watcher_test_hooks().init_errno.store(0);
+  REQUIRE(harness.wait_until(
+      [&] { return harness.stats().watches == 1 && harness.stats().polled_files == 0; },
+      kReportTimeout));
+}
+
+TEST_CASE("watcher: a hung stat blocks neither the caller nor the engine loop") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "file", "x");
+  Harness harness;
+  harness.call([](Watcher&) {});  // Create the watcher before the stats slow down.
+  watcher_test_hooks().stat_delay_ms.store(1000);
+
+  auto started = Clock::now();
+  REQUIRE(harness.engine().post([path = dir / "file"](Engine& engine) {
+    engine.service<Watcher>().add(1, path, WatchMode::notify);
+  }));
+  CHECK(Clock::now() - started < 200ms);
+
+  // While the baseline stat sleeps on the threadpool, commands still run and
+  // other records still arrive promptly.
+  started = Clock::now();
+  REQUIRE(harness.engine().post([](Engine& engine) {
+    engine.emit(Record{RecordKind::echo, 42, 0, "still here"});
+  }));
+  REQUIRE(harness.wait_until(
+      [&] {
+        for (const auto& record : harness.received()) {
+          if (record.kind == RecordKind::echo && record.id == 42) return true;
+        }
+        return false;
+      },
+      kReportTimeout));
+  CHECK(Clock::now() - started < 500ms);
+  bool idle = true;
+  harness.call([&](Watcher& watcher) { idle = watcher.idle(); });
+  CHECK_FALSE(idle);
+
+  // The delayed baseline still lands, and a later change is still reported.
+  harness.settle();
+  append_file(dir / "file", "more");
+  REQUIRE(harness.wait_for_change(1, 10s));
+}
+
+TEST_CASE("watcher: a file appended to continuously is still reported within the settle cap") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "log", "start\n");
+  Harness harness;
+  harness.call([](Watcher& watcher) { watcher.set_settle_delay(50ms); });
+  harness.add(1, dir / "log");
+  harness.settle();
+
+  // Appends every 5 ms, far inside the settle delay, for up to 5 s.
+  std::atomic<bool> stop_writing{false};  // Set by the test thread to end the writer.
+  std::thread writer([&] {
+    auto until = Clock::now() + 5s;
+    while (!stop_writing.load() && Clock::now() < until) {
+      append_file(dir / "log", "tick\n");
+      std::this_thread::sleep_for(5ms);
+    }
+  });
+  auto started = Clock::now();
+  bool reported = harness.wait_for_change(1, 3s);
+  auto elapsed = Clock::now() - started;
+  stop_writing.store(true);
+  writer.join();
+  REQUIRE(reported);
+  // The cap is ten settle delays (500 ms); allow for a slow sanitizer build.
+  CHECK(elapsed < 2s);
+}
+
+TEST_CASE("watcher: an engine stops cleanly mid-sweep and a restarted engine has a fresh watcher") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "file", "x");
+  {
+    // libuv opens a process-wide pipe with the first loop of the process;
+    // let that happen before counting.
+    Harness warm_up;
+  }
+  std::size_t fds_before = open_fd_count();
+  {
+    Harness harness;
+    harness.set_poll_interval(50ms);
+    harness.add(2, dir / "file", WatchMode::poll);
+    harness.settle();
+    // The next baseline stat sleeps on the threadpool; stop the engine while
+    // it does.  Stopping waits for it, then frees the job (ASan checks that).
+    watcher_test_hooks().stat_delay_ms.store(300);
+    harness.add(1, dir / "file");
+    auto deadline = Clock::now() + kReportTimeout;
+    std::size_t in_flight = 0;
+    while (in_flight == 0 && Clock::now() < deadline) {
+      harness.call([&](Watcher& watcher) { in_flight = watcher.sweeps_in_flight(); });
+      if (in_flight == 0) std::this_thread::sleep_for(1ms);
+    }
+    CHECK(in_flight > 0);
+  }
+  watcher_test_hooks().stat_delay_ms.store(0);
+  CHECK(open_fd_count() == fds_before);
+
+  Harness restarted;
+  restarted.add(1, dir / "file");
+  restarted.settle();
+  CHECK(restarted.stats().watches == 1);
+  CHECK(restarted.change_count() == 0);
+  append_file(dir / "file", "again");
+  restarted.expect_one_change(1);
+}
+
+TEST_CASE("watcher: a directory renamed away and back is polled meanwhile, then watched again") {
+  HookReset hooks;
+  TempDir dir;
+  std::string sub = dir / "sub";
+  REQUIRE(mkdir(sub.c_str(), 0755) == 0);
+  create_file(sub + "/file", "x");
+  Harness harness;
+  harness.set_poll_interval(50ms);
+  harness.add(1, sub + "/file");
+  harness.settle();
+
+  REQUIRE(rename(sub.c_str(), (dir / "moved").c_str()) == 0);
+  harness.expect_one_change(1);
+  CHECK(harness.stats().watches == 0);
+  // The watch that followed the directory to its new name is gone: a write
+  // there is not about the registered name.
+  append_file(dir / "moved/file", "elsewhere");
+  REQUIRE(rename((dir / "moved").c_str(), sub.c_str()) == 0);
+  harness.expect_one_change(1);
+  REQUIRE(harness.wait_until(
+      [&] { return harness.stats().watches == 1 && harness.stats().polled_files == 0; },
+      kReportTimeout));
+}
+
+TEST_CASE("watcher: a thousand files in many directories use one watch per directory") {
+  HookReset hooks;
+  TempDir dir;
+  constexpr int kDirs = 20;
+  constexpr int kFilesPerDir = 50;
+  std::vector<std::string> paths;
+  for (int d = 0; d < kDirs; ++d) {
+    std::string sub = dir / ("d" + std::to_string(d));
+    REQUIRE(mkdir(sub.c_str(), 0755) == 0);
+    for (int f = 0; f < kFilesPerDir; ++f) {
+      paths.push_back(sub + "/f" + std::to_string(f));
+      create_file(paths.back(), "x");
+    }
+  }
+  Harness harness;
+  harness.call([&](Watcher& watcher) {
+    for (std::size_t i = 0; i < paths.size(); ++i) watcher.add(i, paths[i], WatchMode::notify);
+  });
+  harness.settle();
+  CHECK(harness.stats().watches == kDirs);
+  CHECK(harness.stats().polled_files == 0);
+
+  // One file per directory changes; only those are reported.
+  for (int d = 0; d < kDirs; ++d) append_file(paths[d * kFilesPerDir + 7], "more");
+  REQUIRE(harness.wait_until([&] { return harness.change_count() == kDirs; }, kReportTimeout));
+  harness.settle();
+  CHECK(harness.change_count() == kDirs);
+  for (int d = 0; d < kDirs; ++d) CHECK(harness.changes_for(d * kFilesPerDir + 7) == 1);
+
+  harness.call([&](Watcher& watcher) {
+    for (std::size_t i = 0; i < paths.size(); ++i) watcher.remove(i);
+  });
+  CHECK(harness.stats().watches == 0);
+}
+
+TEST_CASE("watcher: a directory registered with its contents reports entries coming and going") {
+  HookReset hooks;
+  TempDir dir;
+  REQUIRE(mkdir((dir / "listed").c_str(), 0755) == 0);
+  timespec old_times[2] = {{1000000000, 0}, {1000000000, 0}};
+  REQUIRE(utimensat(AT_FDCWD, (dir / "listed").c_str(), old_times, 0) == 0);
+  Harness harness;
+  harness.call([&](Watcher& watcher) { watcher.add(1, dir / "listed", WatchMode::notify, true); });
+  harness.settle();
+  // The directory itself and its parent.
+  CHECK(harness.stats().watches == 2);
+  CHECK(harness.stats().polled_files == 0);
+
+  create_file(dir / "listed/newcomer", "x");
+  harness.expect_one_change(1);
+  REQUIRE(rename((dir / "listed/newcomer").c_str(), (dir / "listed/renamed").c_str()) == 0);
+  harness.expect_one_change(1);
+  REQUIRE(unlink((dir / "listed/renamed").c_str()) == 0);
+  harness.expect_one_change(1);
+
+  // Writing an existing entry leaves the listing, and the directory, alone.
+  create_file(dir / "listed/stay", "a");
+  harness.expect_one_change(1);
+  append_file(dir / "listed/stay", "b");
+  harness.settle();
+  CHECK(harness.change_count() == 0);
+
+  harness.remove(1);
+  CHECK(harness.stats().watches == 0);
+}
+
+TEST_CASE("watcher: polling notified files too catches what the kernel cannot see") {
+  HookReset hooks;
+  TempDir dir;
+  REQUIRE(mkdir((dir / "watched").c_str(), 0755) == 0);
+  REQUIRE(mkdir((dir / "unwatched").c_str(), 0755) == 0);
+  create_file(dir / "watched/file", "x");
+  REQUIRE(link((dir / "watched/file").c_str(), (dir / "unwatched/alias").c_str()) == 0);
+  Harness harness;
+  harness.set_poll_interval(50ms);
+  harness.add(1, dir / "watched/file");
+  harness.settle();
+  // Without the safety net the write through the other name goes unseen.
+  append_file(dir / "unwatched/alias", "unseen");
+  CHECK_FALSE(harness.wait_for_change(1, 300ms));
+
+  harness.call([](Watcher& watcher) { watcher.set_poll_notified(true); });
+  harness.expect_one_change(1);
+  CHECK(harness.stats().watches == 1);
+  CHECK(harness.stats().polled_files == 0);
+
+  harness.call([](Watcher& watcher) { watcher.set_poll_notified(false); });
+  append_file(dir / "unwatched/alias", "unseen again");
+  CHECK_FALSE(harness.wait_for_change(1, 300ms));
+}
