@@ -132,6 +132,12 @@ QUICK applies when FASTREVERT_BENCH_QUICK is set.")
 (defvar fastrevert-bench-implementations nil
   "Alist of (IMPL . AVAILABLE-P) for every registered implementation.")
 
+(defvar fastrevert-bench-sections nil
+  "Functions printing further sections of their own, after the built-in ones.
+Each is called with the run's temporary directory, in which it may
+create files; `fastrevert-bench-revert' and `fastrevert-bench-process'
+add theirs when fastrevert is loaded.")
+
 (defvar fastrevert-bench--columns nil
   "Alist of (CASE . COLUMNS); COLUMNS is a list of plists in order.")
 
@@ -844,7 +850,11 @@ so both a missing library and an error while loading it (say, a
 module built for another Emacs) only leave its columns out."
   (condition-case err
       (if (require 'fastrevert nil t)
-          (format "loaded from %s" (or (locate-library "fastrevert") "?"))
+          (progn
+            ;; The fastrevert columns and sections live beside this file.
+            (require 'fastrevert-bench-revert)
+            (require 'fastrevert-bench-process)
+            (format "loaded from %s" (or (locate-library "fastrevert") "?")))
         "not found; stock columns only")
     (error (format "failed to load (%s); stock columns only"
                    (error-message-string err)))))
@@ -934,7 +944,8 @@ lives in one temporary directory that is deleted at the end."
           (let ((ticks (fastrevert-bench--run-ticks root)))
             (fastrevert-bench--print-ticks (car ticks) (cdr ticks)))
           (fastrevert-bench--print-output (fastrevert-bench--run-output root))
-          (fastrevert-bench--print-spawn (fastrevert-bench--run-spawn)))
+          (fastrevert-bench--print-spawn (fastrevert-bench--run-spawn))
+          (run-hook-with-args 'fastrevert-bench-sections root))
       (delete-directory root t))
     (fastrevert-bench--out "\nTotal benchmark time: %.1f s\n"
                            (- (float-time) start))))

@@ -183,8 +183,8 @@ spent handling engine results."
   (let ((stats (copy-sequence
                 (or (fastrevert--mod-stats)
                     '(:watches 0 :polled-files 0 :kernel-events 0
-                      :events-dropped-natively 0 :batches 0 :overflows 0
-                      :processes 0 :bytes-read 0)))))
+			       :events-dropped-natively 0 :batches 0 :overflows 0
+			       :processes 0 :bytes-read 0)))))
     (setq stats (plist-put stats :reverts
                            (or (plist-get fastrevert--lisp-counters :reverts) 0)))
     (plist-put stats :main-thread-ms
@@ -362,6 +362,27 @@ CODE and DATA are as for `fastrevert--on-file-changed'."
         (when fastrevert--reverted
           (fastrevert--count :reverts))))))
 
+(defvar fastrevert--dominating-cache nil
+  "Memo of `locate-dominating-file' for one batch of checks, or nil.
+The stock handler refreshes the VC state of every reverted buffer, and
+that walks up the directory tree once per VC backend.  Buffers of one
+batch mostly share their directories, so a batch shares those walks.")
+
+(defun fastrevert--locate-dominating-file-advice (function file name)
+  "Call FUNCTION on FILE and NAME, through the batch's memo if there is one.
+FUNCTION is `locate-dominating-file'.  For a FILE that is not a
+directory the search starts, in effect, from its directory, so files
+of one directory share an entry."
+  (if (and fastrevert--dominating-cache (stringp name) (stringp file)
+           (not (file-directory-p file)))
+      (let* ((directory (file-name-directory (expand-file-name file)))
+             (key (cons directory name))
+             (cached (gethash key fastrevert--dominating-cache 'none)))
+        (if (eq cached 'none)
+            (puthash key (funcall function directory name) fastrevert--dominating-cache)
+          cached))
+    (funcall function file name)))
+
 (defun fastrevert--revert-pending ()
   "Check every pending buffer, visible ones first.
 When `auto-revert-stop-on-user-input' is non-nil, stop at pending input
@@ -374,15 +395,16 @@ and resume as soon as Emacs is idle again."
                         (make-progress-reporter "fastrevert: reverting buffers..." 0 total)))
          (done 0))
     (unwind-protect
-        (save-match-data
-          (while (and buffers
-                      (not (and auto-revert-stop-on-user-input (input-pending-p))))
-            (let ((buffer (pop buffers)))
-              (when (buffer-live-p buffer)
-                (with-demoted-errors "fastrevert: %S"
-                  (fastrevert--check-buffer buffer))))
-            (setq done (1+ done))
-            (when reporter (progress-reporter-update reporter done))))
+        (let ((fastrevert--dominating-cache (make-hash-table :test #'equal)))
+          (save-match-data
+            (while (and buffers
+			(not (and auto-revert-stop-on-user-input (input-pending-p))))
+              (let ((buffer (pop buffers)))
+		(when (buffer-live-p buffer)
+                  (with-demoted-errors "fastrevert: %S"
+                    (fastrevert--check-buffer buffer))))
+              (setq done (1+ done))
+              (when reporter (progress-reporter-update reporter done)))))
       ;; Whatever was not reached, by input or by an error, stays queued.
       (dolist (buffer buffers) (puthash buffer t fastrevert--pending))
       (cond ((and buffers (not fastrevert--revert-timer))
@@ -444,8 +466,8 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
 
 (defconst fastrevert--watched-settings
   '(auto-revert-use-notify auto-revert-notify-exclude-dir-regexp
-    auto-revert-interval auto-revert-avoid-polling auto-revert-remote-files
-    fastrevert-settle-delay)
+			   auto-revert-interval auto-revert-avoid-polling auto-revert-remote-files
+			   fastrevert-settle-delay)
   "Settings whose change makes fastrevert re-register its buffers.")
 
 ;;;;; Settings
@@ -487,6 +509,7 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
   (pcase-dolist (`(,symbol . ,advice) fastrevert--advice)
     (advice-add symbol :around advice))
   (advice-add 'auto-revert--global-add-current-buffer :after #'fastrevert--adopt-current-buffer)
+  (advice-add 'locate-dominating-file :around #'fastrevert--locate-dominating-file-advice)
   (add-hook 'auto-revert-mode-hook #'fastrevert--adopt-current-buffer)
   (add-hook 'auto-revert-tail-mode-hook #'fastrevert--adopt-current-buffer)
   (add-hook 'after-set-visited-file-name-hook #'fastrevert--adopt-current-buffer t)
@@ -508,6 +531,7 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
   (pcase-dolist (`(,symbol . ,advice) fastrevert--advice)
     (advice-remove symbol advice))
   (advice-remove 'auto-revert--global-add-current-buffer #'fastrevert--adopt-current-buffer)
+  (advice-remove 'locate-dominating-file #'fastrevert--locate-dominating-file-advice)
   (remove-hook 'auto-revert-mode-hook #'fastrevert--adopt-current-buffer)
   (remove-hook 'auto-revert-tail-mode-hook #'fastrevert--adopt-current-buffer)
   (remove-hook 'after-set-visited-file-name-hook #'fastrevert--adopt-current-buffer)
@@ -545,5 +569,9 @@ stock polling.  Turning the mode off restores the stock behavior."
     (fastrevert--disable)))
 
 (provide 'fastrevert)
+
+;; The process API and the report are part of the package proper.
+(require 'fastrevert-process)
+(autoload 'fastrevert-report "fastrevert-report" "Show fastrevert's counters." t)
 
 ;;; fastrevert.el ends here

@@ -424,13 +424,13 @@ Return the buffer once the engine reports every change to FILE."
         (let ((unread-command-events (list ?x)))
           (apply #'fastrevert-revert-test--sh
                  "for f in \"$@\"; do printf 'new\\n' > \"$f\"; done" files)
-          ;; Input is pending: the changes are queued, none is applied.
+          ;; Input is pending: the changes stay queued, none is applied,
+          ;; and they wait for Emacs to be idle, not for a polling tick.
           (should (fastrevert-test-wait-for
-                   (lambda () (= (hash-table-count fastrevert--pending) 20))))
+                   (lambda () (and (= (hash-table-count fastrevert--pending) 20)
+                                   (memq fastrevert--revert-timer timer-idle-list)))))
           (should (cl-every (lambda (b) (equal (fastrevert-revert-test--text b) "old\n"))
-                            buffers))
-          ;; The rest waits for Emacs to be idle, not for a polling tick.
-          (should (memq fastrevert--revert-timer timer-idle-list)))
+                            buffers)))
         (timer-event-handler fastrevert--revert-timer)
         (should (cl-every (lambda (b) (equal (fastrevert-revert-test--text b) "new\n"))
                           buffers))))))

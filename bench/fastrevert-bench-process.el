@@ -1,0 +1,600 @@
+;;; fastrevert-bench-process.el --- Process benchmarks: fastrevert beside stock -*- lexical-binding: t; -*-
+
+;; This file is part of fastrevert.
+
+;; Keywords: processes, tools
+
+;;; Commentary:
+
+;; The process part of `make bench' (DESIGN.md, benchmark item 3).
+;; fastrevert-bench.el loads this file (after fastrevert itself, or
+;; at any time: the registrations wait for the harness); it then
+;;
+;; - registers `fastrevert' columns for the harness's `output' table
+;;   (50 MiB into a buffer: `fastrevert-make-process' for the
+;;   make-process rows, `fastrevert-call-process' for the call-process
+;;   row) and `spawn' table (`ls /' many times), beside the stock
+;;   columns of the same run;
+;;
+;; - adds `fastrevert-bench-process-run-tables' to
+;;   `fastrevert-bench-sections', which prints four tables of its own,
+;;   each cell a `benchmark-run' triple (elapsed s, GCs, GC s):
+;;   1. small (100 B) and ~50 KB outputs read N times at
+;;      `read-process-output-max' 4096, 40960 and 409600, stock against
+;;      fastrevert, with `call-process' and `insert-file-contents';
+;;   2. 50 MiB to a filter;
+;;   3. N small processes (`ls /') against bench/cbaseline.c, a plain C
+;;      posix_spawn + read + waitpid loop (built here with cc when no
+;;      built copy is found);
+;;   4. tables 3 and the 50 MiB buffer rows again after an
+;;      allocation-heavy "aging" phase, with after/before ratios.
+;;
+;; N is 1000, or 50 with FASTREVERT_BENCH_QUICK.
+
+;;; Code:
+
+(require 'benchmark)
+(require 'cl-lib)
+
+(declare-function fastrevert-bench-define "fastrevert-bench" (case column &rest props))
+(declare-function fastrevert-bench-quick-p "fastrevert-bench" ())
+(declare-function fastrevert-bench-measure-into-buffer "fastrevert-bench"
+                  (repeats expected-size fill))
+(declare-function fastrevert-bench-wait-for-exit "fastrevert-bench" (proc))
+(declare-function fastrevert-bench--heading "fastrevert-bench" (title))
+(declare-function fastrevert-bench--out "fastrevert-bench" (format-string &rest args))
+(declare-function fastrevert-bench--progress "fastrevert-bench" (format-string &rest args))
+(declare-function fastrevert-bench--loud "fastrevert-bench" (format-string &rest args))
+(declare-function fastrevert-bench--print-table "fastrevert-bench" (header rows))
+(declare-function fastrevert-bench--fmt "fastrevert-bench" (format-string value))
+(declare-function fastrevert-bench--make-data-file "fastrevert-bench" (file size))
+(declare-function fastrevert-bench-implementation-available-p "fastrevert-bench" (impl))
+(declare-function fastrevert-bench-size "fastrevert-bench" (key))
+(defvar fastrevert-bench-sections)
+(declare-function fastrevert-make-process "fastrevert-process" (&rest args))
+(declare-function fastrevert-call-process "fastrevert-process"
+                  (program &optional infile destination display &rest args))
+(declare-function fastrevert-accept-process-output "fastrevert-process"
+                  (&optional process seconds millisec just-this-one))
+(declare-function fastrevert-delete-process "fastrevert-process" (process))
+(defvar fastrevert-bench-coding)
+(defvar fastrevert-bench-process-timeout)
+
+(defconst fastrevert-bench-process--directory
+  (file-name-directory (or load-file-name buffer-file-name default-directory))
+  "The bench directory, where cbaseline.c lives.")
+
+;;;; Running one process to completion
+
+(defvar fastrevert-bench-process--compiled nil
+  "Non-nil once the process layer's functions have been compiled.")
+
+(defun fastrevert-bench-process--compile-layer ()
+  "Byte-compile the functions of fastrevert-process.el if loaded as source.
+`make bench' loads the .el files, and interpreted Lisp would charge
+fastrevert's columns for the interpreter (and its consing) where a
+user's installed package runs compiled code."
+  (unless fastrevert-bench-process--compiled
+    (setq fastrevert-bench-process--compiled t)
+    (let ((library (locate-library "fastrevert-process"))
+          (symbols nil))
+      (mapatoms
+       (lambda (symbol)
+         (when (and (fboundp symbol)
+                    (string-prefix-p "fastrevert-" (symbol-name symbol))
+                    (memq (car-safe (symbol-function symbol)) '(closure lambda))
+                    (equal (symbol-file symbol 'defun) library))
+           (push symbol symbols))))
+      (mapc #'byte-compile symbols))))
+
+(defun fastrevert-bench-process--available-p ()
+  "Return non-nil if fastrevert's process layer can be measured."
+  (and (featurep 'fastrevert)
+       (require 'fastrevert-process nil t)
+       (progn (fastrevert-bench-process--compile-layer) t)))
+
+(defun fastrevert-bench-process--fastrevert (buffer command &optional filter)
+  "Run COMMAND with `fastrevert-make-process' into BUFFER and wait for it.
+FILTER, when non-nil, receives the output instead of BUFFER.  The
+sentinel only notes the end, so that nothing is added to BUFFER."
+  (let* ((done nil)
+         (deadline (+ (float-time) fastrevert-bench-process-timeout))
+         (coding-system-for-read fastrevert-bench-coding)
+         (process (fastrevert-make-process :name "fastrevert-bench" :buffer buffer
+                                           :command command :noquery t
+                                           :coding fastrevert-bench-coding
+                                           :filter filter
+                                           :sentinel (lambda (_process _event) (setq done t)))))
+    (while (not done)
+      (fastrevert-accept-process-output process 1.0)
+      (when (> (float-time) deadline)
+        (fastrevert-delete-process process)
+        (error "Benchmark process did not finish in %s s" fastrevert-bench-process-timeout)))))
+
+(defun fastrevert-bench-process--stock (buffer command &optional filter)
+  "Run COMMAND with stock `make-process' into BUFFER and wait for it.
+FILTER, when non-nil, receives the output instead of BUFFER."
+  (let ((coding-system-for-read fastrevert-bench-coding)
+        (coding-system-for-write fastrevert-bench-coding))
+    (fastrevert-bench-wait-for-exit
+     (apply #'make-process :name "fastrevert-bench-stock" :buffer buffer
+            :command command :connection-type 'pipe :noquery t :sentinel #'ignore
+            (and filter (list :filter filter))))))
+
+(defun fastrevert-bench-process--call (function program &rest args)
+  "Call FUNCTION (a `call-process') on PROGRAM with ARGS into the current buffer."
+  (let* ((coding-system-for-read fastrevert-bench-coding)
+         (status (apply function program nil t nil args)))
+    (unless (eql status 0)
+      (error "%s exited with %S" program status))))
+
+;;;; Columns in the harness's tables
+
+(defun fastrevert-bench-process--output (row file runs)
+  "Measure fastrevert reading FILE into fresh buffers for harness ROW.
+RUNS is the number of repetitions."
+  (let ((size (file-attribute-size (file-attributes file)))
+        (command (list "cat" file)))
+    (pcase row
+      ((or 'make-process-4096 'make-process-65536)
+       (let ((rpom (if (eq row 'make-process-4096) 4096 65536)))
+         (fastrevert-bench-measure-into-buffer
+          runs size
+          (lambda (buffer)
+            (let ((read-process-output-max rpom))
+              (fastrevert-bench-process--fastrevert buffer command))))))
+      ('call-process
+       (fastrevert-bench-measure-into-buffer
+        runs size
+        (lambda (_buffer)
+          (fastrevert-bench-process--call #'fastrevert-call-process "cat" file))))
+      (_ nil))))
+
+(defun fastrevert-bench-process--spawn (row count)
+  "Run `ls /' COUNT times with the fastrevert method for harness ROW."
+  (let ((buffer (generate-new-buffer " *fastrevert-bench-spawn*"))
+        (bad 0))
+    (unwind-protect
+        (with-current-buffer buffer
+          (buffer-disable-undo)
+          (garbage-collect)
+          (let ((triple
+                 (benchmark-run 1
+                   (dotimes (_ count)
+                     (erase-buffer)
+                     (pcase row
+                       ('make-process
+                        (fastrevert-bench-process--fastrevert buffer '("ls" "/")))
+                       ('call-process
+                        (fastrevert-call-process "ls" nil t nil "/")))
+                     (when (zerop (buffer-size))
+                       (setq bad (1+ bad)))))))
+            (list :triple triple :bad bad)))
+      (kill-buffer buffer))))
+
+;;;; Table 1: small and ~50 KB outputs
+
+(defun fastrevert-bench-process--repeat (count thunk expected)
+  "Call THUNK COUNT times in a scratch buffer, emptied before each call.
+Return (TRIPLE . BAD): the `benchmark-run' triple over all calls and
+how many calls left other than EXPECTED characters."
+  (let ((buffer (generate-new-buffer " *fastrevert-bench-repeat*"))
+        (bad 0))
+    (unwind-protect
+        (with-current-buffer buffer
+          (buffer-disable-undo)
+          (garbage-collect)
+          (let ((triple (benchmark-run 1
+                          (dotimes (_ count)
+                            (erase-buffer)
+                            (funcall thunk buffer)
+                            (unless (= (buffer-size) expected)
+                              (setq bad (1+ bad)))))))
+            (cons triple bad)))
+      (kill-buffer buffer))))
+
+(defun fastrevert-bench-process--count ()
+  "Return the number of repetitions in a per-process cell."
+  (if (fastrevert-bench-quick-p) 50 1000))
+
+(defun fastrevert-bench-process--triple-cells (triple &optional baseline)
+  "Return table cells for TRIPLE, with its ratio to BASELINE's elapsed time."
+  (list (fastrevert-bench--fmt "%.3f" (nth 0 triple))
+        (fastrevert-bench--fmt "%d" (nth 1 triple))
+        (fastrevert-bench--fmt "%.3f" (nth 2 triple))
+        (fastrevert-bench--fmt "%.2f" (and triple baseline (> (car baseline) 0)
+                                           (/ (car triple) (car baseline))))))
+
+(defun fastrevert-bench-process--note-bad (label bad)
+  "Report loudly that LABEL produced BAD wrong results, if BAD is positive."
+  (when (> bad 0)
+    (fastrevert-bench--loud "%s: %d runs produced the wrong amount of output" label bad)))
+
+(defun fastrevert-bench-process--small-outputs (root)
+  "Measure small and ~50 KB outputs under ROOT; print the table."
+  (let* ((count (fastrevert-bench-process--count))
+         (fastrevert (fastrevert-bench-implementation-available-p 'fastrevert))
+         (rows nil))
+    (dolist (size '(100 51200))
+      (let ((file (expand-file-name (format "out-%d.txt" size) root)))
+        (fastrevert-bench--make-data-file file size)
+        (let* ((command (list "cat" file))
+               (measure
+                (lambda (label thunk)
+                  (fastrevert-bench--progress "small outputs: %d B, %s" size label)
+                  (let ((result (fastrevert-bench-process--repeat count thunk size)))
+                    (fastrevert-bench-process--note-bad (format "%d B, %s" size label)
+                                                        (cdr result))
+                    (car result)))))
+          (dolist (rpom '(4096 40960 409600))
+            (let* ((stock (funcall measure (format "stock make-process rpom %d" rpom)
+                                   (lambda (buffer)
+                                     (let ((read-process-output-max rpom))
+                                       (fastrevert-bench-process--stock buffer command)))))
+                   (native (and fastrevert
+                                (funcall measure (format "fastrevert-make-process rpom %d" rpom)
+                                         (lambda (buffer)
+                                           (let ((read-process-output-max rpom))
+                                             (fastrevert-bench-process--fastrevert
+                                              buffer command)))))))
+              (push (append (list (format "%d B" size) (format "make-process, rpom %d" rpom))
+                            (fastrevert-bench-process--triple-cells stock)
+                            (fastrevert-bench-process--triple-cells native stock))
+                    rows)))
+          (let* ((stock (funcall measure "stock call-process"
+                                 (lambda (_buffer)
+                                   (fastrevert-bench-process--call #'call-process "cat" file))))
+                 (native (and fastrevert
+                              (funcall measure "fastrevert-call-process"
+                                       (lambda (_buffer)
+                                         (fastrevert-bench-process--call
+                                          #'fastrevert-call-process "cat" file))))))
+            (push (append (list (format "%d B" size) "call-process")
+                          (fastrevert-bench-process--triple-cells stock)
+                          (fastrevert-bench-process--triple-cells native stock))
+                  rows))
+          (let ((stock (funcall measure "insert-file-contents"
+                                (lambda (_buffer)
+                                  (let ((coding-system-for-read fastrevert-bench-coding))
+                                    (insert-file-contents file))))))
+            (push (append (list (format "%d B" size) "insert-file-contents (no process)")
+                          (fastrevert-bench-process--triple-cells stock)
+                          (list "-" "-" "-" "-" "-"))
+                  rows)))
+        (delete-file file)))
+    (fastrevert-bench--heading
+     (format "Process output: small and ~50 KB outputs, %d runs per cell" count))
+    (fastrevert-bench--out
+     "Each cell is one `benchmark-run' triple over %d runs of `cat FILE' into an \
+emptied buffer
+(undo off), waiting for exit and all output.  rpom = `read-process-output-max' \
+bound while
+the process runs (fastrevert's first read size).  ratio = fastrevert elapsed / \
+stock elapsed.\n\n"
+     count)
+    (fastrevert-bench--print-table
+     '("output" "method" "stock elapsed s" "stock GCs" "stock GC s"
+       "fastrevert elapsed s" "fastrevert GCs" "fastrevert GC s" "ratio")
+     (mapcar (lambda (row)
+               ;; The stock group has no ratio of its own.
+               (append (cl-subseq row 0 5) (cl-subseq row 6)))
+             (nreverse rows)))))
+
+;;;; Table 2: 50 MiB to a filter
+
+(defun fastrevert-bench-process--filter-table (root)
+  "Measure 50 MiB (5 MiB when quick) to a filter under ROOT; print the table."
+  (let* ((size (fastrevert-bench-size :output-bytes))
+         (runs (fastrevert-bench-size :output-runs))
+         (file (expand-file-name "filter.txt" root))
+         (command (list "cat" file))
+         (rows nil))
+    (fastrevert-bench--make-data-file file size)
+    (unwind-protect
+        (dolist (method '(stock-4096 stock-65536 fastrevert fastrevert-lines))
+          (when (or (memq method '(stock-4096 stock-65536))
+                    (fastrevert-bench-implementation-available-p 'fastrevert))
+            (fastrevert-bench--progress "filter: %s" method)
+            (let ((triples nil) (bad 0))
+              (dotimes (_ runs)
+                (let* ((received 0)
+                       (filter (lambda (_process text)
+                                 (setq received (+ received (length text))))))
+                  (garbage-collect)
+                  (push (benchmark-run 1
+                          (pcase method
+                            ('stock-4096
+                             (let ((read-process-output-max 4096))
+                               (fastrevert-bench-process--stock nil command filter)))
+                            ('stock-65536
+                             (let ((read-process-output-max 65536))
+                               (fastrevert-bench-process--stock nil command filter)))
+                            ('fastrevert
+                             (fastrevert-bench-process--fastrevert nil command filter))
+                            ('fastrevert-lines
+                             (let* ((done nil)
+                                    (process (fastrevert-make-process
+                                              :name "fastrevert-bench-lines" :command command
+                                              :noquery t :coding fastrevert-bench-coding
+                                              :framing 'lines :filter filter
+                                              :sentinel (lambda (_p _e) (setq done t)))))
+                               (while (not done)
+                                 (fastrevert-accept-process-output process 1.0))))))
+                        triples)
+                  (unless (= received size) (setq bad (1+ bad)))))
+              (fastrevert-bench-process--note-bad (format "filter, %s" method) bad)
+              (let ((n (float (length triples))))
+                (push (list (symbol-name method)
+                            (/ (apply #'+ (mapcar #'car triples)) n)
+                            (/ (apply #'+ (mapcar #'cadr triples)) n)
+                            (/ (apply #'+ (mapcar #'caddr triples)) n))
+                      rows)))))
+      (delete-file file))
+    (setq rows (nreverse rows))
+    (fastrevert-bench--heading
+     (format "Process output: %.0f MiB to a filter" (/ size 1048576.0)))
+    (fastrevert-bench--out
+     "The filter only counts characters.  Means of %d run(s); ratio = elapsed / \
+stock rpom 65536.
+fastrevert-lines uses :framing 'lines (the filter sees complete lines only).\n\n"
+     runs)
+    (let ((baseline (nth 1 (assoc "stock-65536" rows))))
+      (fastrevert-bench--print-table
+       '("method" "elapsed s" "GCs" "GC s" "ratio")
+       (mapcar (lambda (row)
+                 (list (nth 0 row)
+                       (fastrevert-bench--fmt "%.3f" (nth 1 row))
+                       (fastrevert-bench--fmt "%.1f" (nth 2 row))
+                       (fastrevert-bench--fmt "%.3f" (nth 3 row))
+                       (fastrevert-bench--fmt "%.2f" (and baseline (/ (nth 1 row) baseline)))))
+               rows)))))
+
+;;;; Table 3: many small processes against C
+
+(defun fastrevert-bench-process--cbaseline (root)
+  "Return the cbaseline executable, building it under ROOT if needed, or nil."
+  (let* ((here fastrevert-bench-process--directory)
+         (source (expand-file-name "cbaseline.c" here))
+         (built (cl-find-if (lambda (file) (and file (file-executable-p file)))
+                            (list (getenv "FASTREVERT_CBASELINE")
+                                  (expand-file-name "../build/cbaseline" here)
+                                  (expand-file-name "../build-release/cbaseline" here)))))
+    (or built
+        (let ((exe (expand-file-name "cbaseline" root)))
+          (and (file-exists-p source)
+               (executable-find "cc")
+               (eql 0 (call-process "cc" nil nil nil "-O2" "-o" exe source))
+               exe)))))
+
+(defvar fastrevert-bench-process--cbaseline-file nil
+  "The cbaseline executable found for this run.")
+
+(defun fastrevert-bench-process--spawn-rows (root)
+  "Measure `ls /' many times with every method under ROOT.
+Return a list of (LABEL TRIPLE) rows, the C baseline first."
+  (let* ((count (fastrevert-bench-process--count))
+         (cbaseline (or fastrevert-bench-process--cbaseline-file
+                        (setq fastrevert-bench-process--cbaseline-file
+                              (fastrevert-bench-process--cbaseline root))))
+         (rows nil)
+         (measure (lambda (label thunk)
+                    (fastrevert-bench--progress "processes: %s x %d" label count)
+                    (let ((result (fastrevert-bench-process--repeat
+                                   count thunk
+                                   (with-temp-buffer (call-process "ls" nil t nil "/")
+                                                     (buffer-size)))))
+                      (fastrevert-bench-process--note-bad label (cdr result))
+                      (push (list label (car result)) rows)))))
+    (when cbaseline
+      (fastrevert-bench--progress "processes: C baseline x %d" count)
+      (let ((fields (split-string (car (process-lines cbaseline (number-to-string count)
+                                                      "ls" "/")))))
+        (push (list "C posix_spawn + read + waitpid (cbaseline)"
+                    (list (string-to-number (car fields)) 0 0.0))
+              rows)))
+    (funcall measure "stock make-process + accept-process-output"
+             (lambda (buffer) (fastrevert-bench-process--stock buffer '("ls" "/"))))
+    (funcall measure "stock call-process"
+             (lambda (_buffer) (fastrevert-bench-process--call #'call-process "ls" "/")))
+    (when (fastrevert-bench-implementation-available-p 'fastrevert)
+      (funcall measure "fastrevert-make-process + fastrevert-accept-process-output"
+               (lambda (buffer) (fastrevert-bench-process--fastrevert buffer '("ls" "/"))))
+      (funcall measure "fastrevert-call-process"
+               (lambda (_buffer) (fastrevert-bench-process--call
+                                  #'fastrevert-call-process "ls" "/"))))
+    (nreverse rows)))
+
+(defun fastrevert-bench-process--print-spawn-rows (title rows &optional before)
+  "Print ROWS of `fastrevert-bench-process--spawn-rows' under TITLE.
+BEFORE, when given, are the same rows measured earlier: their time
+and the after/before ratio are shown too."
+  (let* ((count (fastrevert-bench-process--count))
+         (baseline (cadr (assoc "C posix_spawn + read + waitpid (cbaseline)" rows))))
+    (fastrevert-bench--heading title)
+    (fastrevert-bench--out
+     "`ls /' %d times; each run waits for exit and all output.  One `benchmark-run' \
+triple per
+method.  x C = elapsed / the C loop's elapsed (cbaseline.c: %s).\n\n"
+     count (if baseline "measured" "not built, no cc"))
+    (fastrevert-bench--print-table
+     (append '("method" "elapsed s" "GCs" "GC s" "ms/process" "x C")
+             (and before '("before s" "after/before")))
+     (mapcar (lambda (row)
+              (let* ((triple (cadr row))
+                     (earlier (cadr (assoc (car row) before))))
+                (append (list (car row)
+                              (fastrevert-bench--fmt "%.3f" (nth 0 triple))
+                              (fastrevert-bench--fmt "%d" (nth 1 triple))
+                              (fastrevert-bench--fmt "%.3f" (nth 2 triple))
+                              (fastrevert-bench--fmt "%.3f" (/ (* 1000 (nth 0 triple)) count))
+                              (fastrevert-bench--fmt "%.2f" (and baseline (> (car baseline) 0)
+                                                                 (/ (car triple) (car baseline)))))
+                        (and before
+                             (list (fastrevert-bench--fmt "%.3f" (car earlier))
+                                   (fastrevert-bench--fmt "%.2f"
+                                                          (and earlier (> (car earlier) 0)
+                                                               (/ (car triple)
+                                                                  (car earlier)))))))))
+             rows))))
+
+;;;; Table 4: after aging
+
+(defvar fastrevert-bench-process--aged-heap nil
+  "Data kept live during the aged measurements.")
+
+(defun fastrevert-bench-process--age ()
+  "Make the heap look like a long session's: large, live and fragmented.
+Allocate a few hundred MB of conses, strings, vectors and buffers,
+keep about a third of them live and drop the rest, then collect."
+  (let ((keep nil)
+        (rounds (if (fastrevert-bench-quick-p) 1 3)))
+    (dotimes (round rounds)
+      (let ((batch nil))
+        (dotimes (i 200000)
+          (push (cons i (make-string (+ 8 (% i 64)) ?x)) batch)
+          (when (zerop (% i 997))
+            (push (make-vector 64 i) batch)))
+        ;; Keep every third object, so that live data are scattered
+        ;; across the heap's blocks.
+        (let ((n 0))
+          (dolist (object batch)
+            (when (zerop (% (setq n (1+ n)) 3))
+              (push object keep)))))
+      (let ((buffer (generate-new-buffer (format " *fastrevert-bench-aging-%d*" round))))
+        (with-current-buffer buffer
+          (dotimes (i 20000) (insert (format "line %d of an old buffer\n" i))))
+        (push buffer keep))
+      (garbage-collect))
+    (setq fastrevert-bench-process--aged-heap keep)))
+
+(defun fastrevert-bench-process--release-aged-heap ()
+  "Drop the data kept live by `fastrevert-bench-process--age'."
+  (dolist (object fastrevert-bench-process--aged-heap)
+    (when (bufferp object) (kill-buffer object)))
+  (setq fastrevert-bench-process--aged-heap nil)
+  (garbage-collect))
+
+(defun fastrevert-bench-process--buffer-rows (root)
+  "Measure 50 MiB into a buffer with each method under ROOT.
+Return (LABEL TRIPLE) rows with mean triples."
+  (let* ((size (fastrevert-bench-size :output-bytes))
+         (runs (fastrevert-bench-size :output-runs))
+         (file (expand-file-name "aged.txt" root))
+         (command (list "cat" file))
+         (methods
+          (append
+           (list (cons "stock insert-file-contents"
+                       (lambda (_buffer)
+                         (let ((coding-system-for-read fastrevert-bench-coding))
+                           (insert-file-contents file))))
+                 (cons "stock make-process, rpom 65536"
+                       (lambda (buffer)
+                         (let ((read-process-output-max 65536))
+                           (fastrevert-bench-process--stock buffer command))))
+                 (cons "stock call-process"
+                       (lambda (_buffer)
+                         (fastrevert-bench-process--call #'call-process "cat" file))))
+           (and (fastrevert-bench-implementation-available-p 'fastrevert)
+                (list (cons "fastrevert-make-process"
+                            (lambda (buffer) (fastrevert-bench-process--fastrevert buffer command)))
+                      (cons "fastrevert-call-process"
+                            (lambda (_buffer)
+                              (fastrevert-bench-process--call
+                               #'fastrevert-call-process "cat" file)))))))
+         (rows nil))
+    (fastrevert-bench--make-data-file file size)
+    (unwind-protect
+        (dolist (method methods)
+          (fastrevert-bench--progress "buffer: %s" (car method))
+          (let* ((result (fastrevert-bench-measure-into-buffer runs size (cdr method)))
+                 (triples (plist-get result :triples))
+                 (n (float (length triples))))
+            (when (plist-get result :bad)
+              (fastrevert-bench--loud "SIZE MISMATCH: %s: %S" (car method)
+                                      (plist-get result :bad)))
+            (push (list (car method)
+                        (list (/ (apply #'+ (mapcar #'car triples)) n)
+                              (/ (apply #'+ (mapcar #'cadr triples)) n)
+                              (/ (apply #'+ (mapcar #'caddr triples)) n)))
+                  rows)))
+      (delete-file file))
+    (nreverse rows)))
+
+(defun fastrevert-bench-process--print-buffer-rows (title rows &optional before)
+  "Print the 50 MiB buffer ROWS under TITLE, with BEFORE for comparison."
+  (let ((baseline (cadr (assoc "stock insert-file-contents" rows))))
+    (fastrevert-bench--heading title)
+    (fastrevert-bench--out
+     "Means per run; x ifc = elapsed / stock insert-file-contents of the same \
+bytes.\n\n")
+    (fastrevert-bench--print-table
+     (append '("method" "elapsed s" "GCs" "GC s" "x ifc")
+             (and before '("before s" "after/before")))
+     (mapcar (lambda (row)
+               (let* ((triple (cadr row))
+                      (earlier (cadr (assoc (car row) before))))
+                 (append (list (car row)
+                               (fastrevert-bench--fmt "%.3f" (nth 0 triple))
+                               (fastrevert-bench--fmt "%.1f" (nth 1 triple))
+                               (fastrevert-bench--fmt "%.3f" (nth 2 triple))
+                               (fastrevert-bench--fmt "%.2f" (and baseline (> (car baseline) 0)
+                                                                  (/ (car triple) (car baseline)))))
+                         (and before
+                              (list (fastrevert-bench--fmt "%.3f" (car earlier))
+                                    (fastrevert-bench--fmt "%.2f"
+                                                           (and earlier (> (car earlier) 0)
+                                                                (/ (car triple)
+                                                                   (car earlier)))))))))
+             rows))))
+
+;;;; Entry point
+
+(defun fastrevert-bench-process-run-tables (root)
+  "Run and print the process tables of this file, under directory ROOT."
+  (fastrevert-bench-process--available-p)
+  (let ((spawn (fastrevert-bench-process--spawn-rows root))
+        (buffer (fastrevert-bench-process--buffer-rows root)))
+    (fastrevert-bench-process--small-outputs root)
+    (fastrevert-bench-process--filter-table root)
+    (fastrevert-bench-process--print-spawn-rows
+     "Many small processes against a plain C loop" spawn)
+    (fastrevert-bench-process--print-buffer-rows
+     (format "Process output: %.0f MiB into a buffer, all methods"
+             (/ (fastrevert-bench-size :output-bytes) 1048576.0))
+     buffer)
+    (fastrevert-bench--progress "aging the heap")
+    (let ((start (float-time)))
+      (fastrevert-bench-process--age)
+      (unwind-protect
+          (let ((aged-spawn (fastrevert-bench-process--spawn-rows root))
+                (aged-buffer (fastrevert-bench-process--buffer-rows root)))
+            (fastrevert-bench--out
+             "\nAging: %.1f s of allocation; %d objects and buffers kept live; \
+`memory-use-counts' %S.\n"
+             (- (float-time) start) (length fastrevert-bench-process--aged-heap)
+             (memory-use-counts))
+            (fastrevert-bench-process--print-spawn-rows
+             "After aging: many small processes" aged-spawn spawn)
+            (fastrevert-bench-process--print-buffer-rows
+             (format "After aging: %.0f MiB into a buffer"
+                     (/ (fastrevert-bench-size :output-bytes) 1048576.0))
+             aged-buffer buffer))
+        (fastrevert-bench-process--release-aged-heap)))))
+
+(with-eval-after-load 'fastrevert-bench
+  (fastrevert-bench-define 'output 'fastrevert
+    :impl 'fastrevert :header "fastrevert"
+    :function (lambda (row file runs)
+                (and (fastrevert-bench-process--available-p)
+                     (fastrevert-bench-process--output row file runs))))
+  (fastrevert-bench-define 'spawn 'fastrevert
+    :impl 'fastrevert :header "fastrevert"
+    :function (lambda (row count)
+                (and (fastrevert-bench-process--available-p)
+                     (fastrevert-bench-process--spawn row count))))
+  ;; After the auto-revert scenarios (depth 0), before the burst (90).
+  (add-hook 'fastrevert-bench-sections #'fastrevert-bench-process-run-tables 50))
+
+(provide 'fastrevert-bench-process)
+
+;;; fastrevert-bench-process.el ends here

@@ -1,0 +1,949 @@
+;;; fastrevert-process.el --- Native process output for fastrevert -*- lexical-binding: t; -*-
+
+;; This file is part of fastrevert.
+
+;; Keywords: processes
+
+;;; Commentary:
+
+;; Two drop-ins that move the reading of subprocess output into native
+;; code:
+;;
+;; - `fastrevert-call-process' takes the arguments of `call-process'
+;;   and returns what it returns.  The child's output goes through a
+;;   pipe into a memfd (an anonymous in-memory file) while Emacs waits
+;;   natively; Emacs then inserts the whole output with one
+;;   `insert-file-contents', which decodes it straight into the buffer
+;;   gap.  Nothing is decoded per chunk and no Lisp string is made.
+;;
+;; - `fastrevert-make-process' takes the keywords of `make-process'
+;;   (plus :framing) and returns a `fastrevert-process'.  The engine
+;;   thread reads the child's output and hands it to Emacs in coalesced
+;;   batches: a filter is called once per stream per wake-up, however
+;;   many small writes the child made.  With :framing `lines' a filter
+;;   only ever sees complete lines, and with `lsp' only complete
+;;   Content-Length messages.
+;;
+;; All policy (which coding system, which buffer, which error to
+;; signal) is here and follows the stock primitives; the native side
+;; spawns, waits and reads.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'fastrevert)
+
+(declare-function fastrevert--mod-call-process "fastrevert-module"
+                  (program argv env cwd infile stdout stderr chunk))
+(declare-function fastrevert--mod-close-fd "fastrevert-module" (fd))
+(declare-function fastrevert--mod-process-start "fastrevert-module"
+                  (id program argv env cwd stdin stdout stderr framing read-size))
+(declare-function fastrevert--mod-process-send "fastrevert-module" (id string))
+(declare-function fastrevert--mod-process-eof "fastrevert-module" (id))
+(declare-function fastrevert--mod-process-signal "fastrevert-module" (id signal))
+(declare-function fastrevert--mod-process-remove "fastrevert-module" (id))
+(declare-function fastrevert--mod-signal-number "fastrevert-module" (name))
+(declare-function fastrevert--mod-strsignal "fastrevert-module" (signal))
+(declare-function fastrevert--mod-strerror "fastrevert-module" (name))
+
+(defvar format-alist)
+
+;;;; Shared by both primitives
+
+(defun fastrevert--process-encode-file (file)
+  "Return FILE encoded for the file system, as Emacs's ENCODE_FILE does."
+  (if (multibyte-string-p file)
+      (encode-coding-string file (or file-name-coding-system
+                                     default-file-name-coding-system))
+    file))
+
+(defun fastrevert--process-unquote (file)
+  "Return FILE without a leading \"/:\" quote."
+  (if (string-prefix-p "/:" file) (substring file 2) file))
+
+(defun fastrevert--process-strerror (name)
+  "Return the system's text for the errno NAME, decoded."
+  (decode-coding-string (fastrevert--mod-strerror name)
+                        (or locale-coding-system 'utf-8)))
+
+(defun fastrevert--process-file-error (errno-name message file)
+  "Signal the stock file error for ERRNO-NAME with MESSAGE and FILE."
+  (signal (if (eq errno-name 'ENOENT) 'file-missing 'file-error)
+          (list message (fastrevert--process-strerror errno-name) file)))
+
+(defun fastrevert--process-directory ()
+  "Return the child's working directory, checked, as `call-process' does.
+That is `default-directory', or \"~\" when a file name handler has no
+local equivalent, without a trailing slash.  Signal what stock
+signals when it is not an accessible directory."
+  (let* ((dir (or (unhandled-file-name-directory default-directory) "~"))
+         (dir (fastrevert--process-unquote
+               (directory-file-name (expand-file-name dir)))))
+    (unless (file-accessible-directory-p dir)
+      (fastrevert--process-file-error
+       (cond ((not (file-exists-p dir)) 'ENOENT)
+             ((not (file-directory-p dir)) 'ENOTDIR)
+             (t 'EACCES))
+       "Setting current directory" default-directory))
+    dir))
+
+(defun fastrevert--process-find-program (program)
+  "Return the executable file for PROGRAM, searched as `call-process' does.
+The search uses the variables `exec-path' and `exec-suffixes'.  When nothing is
+found, signal the error stock signals, errno included: the last
+problem seen with a candidate (a directory, a file that is not
+executable), or a missing file."
+  (or (let ((found (locate-file program exec-path exec-suffixes 1)))
+        (and found (fastrevert--process-unquote found)))
+      (let ((errno 'ENOENT))
+        (dolist (dir (if (file-name-absolute-p program) '(nil) exec-path))
+          (dolist (suffix (or exec-suffixes '("")))
+            (let ((candidate (expand-file-name (concat program suffix) dir)))
+              (cond ((and (file-executable-p candidate)
+                          (file-directory-p candidate))
+                     (setq errno 'EISDIR))
+                    ((file-exists-p candidate)
+                     (setq errno 'EACCES))))))
+        (fastrevert--process-file-error errno "Searching for program" program))))
+
+(defun fastrevert--process-environment (dir)
+  "Return the child's environment, as a list, for working directory DIR.
+Like Emacs's own environment block: PWD follows DIR when a PWD is
+set, DISPLAY comes from the frame when `process-environment' has
+none, and the first definition of a name wins (the native side
+drops later ones and lone names, and stops at the first element
+that is not a string).  Only the added entries are consed: this
+runs for every process."
+  (let ((environment process-environment)
+        (tail process-environment)
+        (display-set nil))
+    (while (and (not display-set) (consp tail) (stringp (car tail)))
+      (let ((entry (car tail)))
+        (when (or (equal entry "DISPLAY") (string-prefix-p "DISPLAY=" entry))
+          (setq display-set t)))
+      (setq tail (cdr tail)))
+    (unless display-set
+      (let ((display (or (frame-parameter nil 'display)
+                         (getenv-internal "DISPLAY" initial-environment))))
+        (when (stringp display)
+          (push (concat "DISPLAY=" display) environment))))
+    (when (getenv-internal "PWD")
+      (push (concat "PWD=" (fastrevert--process-encode-file dir)) environment))
+    environment))
+
+(defun fastrevert--process-encode-args (coding-args args)
+  "Return ARGS encoded as `call-process' encodes its arguments.
+CODING-ARGS are the arguments to `find-operation-coding-system'
+after the operation, consulted only when an argument is
+multibyte and `coding-system-for-write' is nil."
+  (if (not (or coding-system-for-write (cl-some #'multibyte-string-p args)))
+      args
+    (let ((coding (or coding-system-for-write
+                      (cdr-safe (apply #'find-operation-coding-system coding-args))
+                      (cdr-safe default-process-coding-system)
+                      'undecided)))
+      (mapcar (lambda (arg)
+                (if (multibyte-string-p arg) (encode-coding-string arg coding) arg))
+              args))))
+
+(defun fastrevert--process-raise (error-data message-by-file)
+  "Signal the stock error for the native ERROR-DATA.
+ERROR-DATA is (:error CONDITION FUNCTION STRERROR PATH).
+MESSAGE-BY-FILE maps an encoded file name to (MESSAGE . NAME): the
+stock message for a failed open of that file and the name to report."
+  (pcase-let* ((`(:error ,condition ,function ,strerror ,path) error-data)
+               (coding (or locale-coding-system 'utf-8))
+               (text (decode-coding-string strerror coding))
+               (known (assoc path message-by-file)))
+    (when (and (eq condition 'permission-denied)
+               (not (get 'permission-denied 'error-conditions)))
+      (setq condition 'file-error))
+    (cond ((and known (equal function "open"))
+           (signal condition (list (cadr known) text (cddr known))))
+          ((equal function "chdir")
+           (signal condition (list "Setting current directory" text
+                                   default-directory)))
+          (t
+           (signal condition (list "Doing vfork" text))))))
+
+;;;; fastrevert-call-process
+
+(defun fastrevert--call-process-coding (coding-args)
+  "Return the coding system for output, as `call-process' chooses it.
+CODING-ARGS are the arguments to `find-operation-coding-system'
+after the operation.  Nil stands for `undecided'."
+  (or coding-system-for-read
+      (let ((systems (apply #'find-operation-coding-system coding-args)))
+        (cond ((consp systems) (car systems))
+              ((consp default-process-coding-system)
+               (car default-process-coding-system))))))
+
+(defun fastrevert--raw-text-coding (coding)
+  "Return the `raw-text' variant with CODING's end-of-line conversion."
+  (let ((eol (coding-system-eol-type coding)))
+    (if (vectorp eol)
+        'raw-text
+      (aref [raw-text-unix raw-text-dos raw-text-mac] eol))))
+
+(defconst fastrevert--call-process-chunk (* 2 1024 1024)
+  "Bytes of output to gather before inserting while the child still runs.
+Inserting in such chunks lets Emacs decode while the child writes.")
+
+(defun fastrevert--call-process-streamable-p (coding)
+  "Return non-nil if output in CODING may be inserted in newline-ended chunks.
+That holds for ASCII-compatible coding systems that keep no state
+across lines and need no detection of the character encoding;
+`undecided' is detected once, on the whole output."
+  (and coding
+       (memq (coding-system-type coding) '(utf-8 charset raw-text shift-jis big5))))
+
+(defun fastrevert--call-process-inserter (coding)
+  "Return a function inserting memfd byte ranges at point, decoded with CODING.
+The function is called as (FD BEG END), for consecutive ranges.  It
+leaves point after the text, as `call-process' does, and changes
+only what `call-process' itself changes: `buffer-file-coding-system',
+which `insert-file-contents' would set, is restored, and no file
+name handler, format decoder or after-insert function runs.  A
+coding system with parts left to detect is fixed to what the first
+range detected, as `call-process' fixes it after its first read."
+  (lambda (fd beg end)
+    (if (not fd)
+        ;; No output: `call-process' still reports the coding system it
+        ;; set up.
+        (setq last-coding-system-used
+              (if (and coding (not enable-multibyte-characters))
+                  (fastrevert--raw-text-coding coding)
+                (or coding 'undecided)))
+    (let ((saved-file-coding buffer-file-coding-system)
+          (start (point)))
+      (let* ((coding-system-for-read
+              (if (and coding (not enable-multibyte-characters))
+                  (fastrevert--raw-text-coding coding)
+                (or coding 'undecided)))
+             (file-name-handler-alist nil)
+             (after-insert-file-functions nil)
+             (format-alist nil)
+             (inserted (cadr (insert-file-contents (format "/proc/self/fd/%d" fd) nil beg end))))
+        (goto-char (+ start inserted)))
+      (setq coding last-coding-system-used)
+      (unless (eq buffer-file-coding-system saved-file-coding)
+        (setq buffer-file-coding-system saved-file-coding))))))
+
+(defun fastrevert--call-process-destination (destination)
+  "Parse DESTINATION as `call-process' does.
+Return (BUFFER OUTPUT-FILE STDERR) where BUFFER is nil, 0 or a live
+buffer, OUTPUT-FILE an expanded file name or nil, and STDERR t,
+nil or an expanded file name.  Buffers named by string are created."
+  (let ((buffer destination)
+        (stderr t)
+        (output-file nil))
+    (when (and (consp buffer) (not (eq (car buffer) :file)))
+      (when (consp (cdr buffer))
+        (let ((file (cadr buffer)))
+          (setq stderr (if (memq file '(nil t)) file (expand-file-name file)))))
+      (setq buffer (car buffer)))
+    (when (and (consp buffer) (eq (car buffer) :file))
+      (let ((file (if (consp (cdr buffer)) (cadr buffer) (cdr buffer))))
+        (unless (stringp file) (signal 'wrong-type-argument (list 'stringp file)))
+        (setq output-file (expand-file-name file)
+              buffer nil)))
+    (cond ((eq buffer t) (setq buffer (current-buffer)))
+          ((or (null buffer) (integerp buffer)))
+          (t (let ((spec buffer))
+               (setq buffer (get-buffer-create buffer))
+               (unless buffer (signal 'wrong-type-argument (list 'bufferp spec))))))
+    (list buffer output-file stderr)))
+
+;;;###autoload
+(defun fastrevert-call-process (program &optional infile destination display &rest args)
+  "Call PROGRAM synchronously in a separate process, natively.
+A drop-in for `call-process': the arguments, the DESTINATION forms
+and the return value are the same.  INFILE is the file to read the
+input from (nil means the null device).  DESTINATION is t (the
+current buffer), nil (discard), 0 (discard and do not wait), a buffer
+or buffer name, (:file FILE), or (REAL-DESTINATION STDERR-FILE) with
+STDERR-FILE nil (discard), t (mixed with the output) or a file name.
+DISPLAY is accepted and, as in batch use, output is not shown while
+it arrives.  ARGS are the program's arguments.
+
+The output is decoded with `coding-system-for-read', or else what
+`process-coding-system-alist' or `default-process-coding-system'
+give for `call-process'.  The child runs in `default-directory' with
+`process-environment'.  A remote `default-directory' delegates to
+`process-file'.  Quitting kills the child (SIGINT, then SIGKILL)
+and signals `quit'.
+
+Return the exit status, or a string describing the signal that
+killed the program, or nil when DESTINATION is 0."
+  (if (and (stringp default-directory)
+           (find-file-name-handler default-directory 'process-file))
+      (apply #'process-file program infile destination display args)
+    (fastrevert--call-process-local program infile destination display args)))
+
+(defun fastrevert--call-process-local (program infile destination display args)
+  "Run PROGRAM with INFILE, DESTINATION, DISPLAY and ARGS, all local.
+This is `fastrevert-call-process' once a file name handler is ruled out."
+  ;; Stock call-process opens INFILE before it checks anything else.
+  (let* ((infile (and infile (fastrevert--process-unquote
+                              (expand-file-name infile (fastrevert--process-input-directory))))))
+    (unless (stringp program) (signal 'wrong-type-argument (list 'stringp program)))
+    (dolist (arg args)
+      (unless (stringp arg) (signal 'wrong-type-argument (list 'stringp arg))))
+    (when infile (fastrevert--process-check-readable infile))
+    (pcase-let* ((coding-args (append (list 'call-process program infile destination display)
+                                      args))
+                 (`(,buffer ,output-file ,stderr) (fastrevert--call-process-destination
+                                                   destination))
+                 (dir (fastrevert--process-directory))
+                 (path (fastrevert--process-find-program program))
+                 (encoded-args (fastrevert--process-encode-args coding-args args))
+                 (encoded-path (fastrevert--process-encode-file path))
+                 (argv (vconcat (list encoded-path) encoded-args))
+                 (env (fastrevert--process-environment dir))
+                 (encoded-dir (fastrevert--process-encode-file dir))
+                 (encoded-infile (and infile (fastrevert--process-encode-file infile)))
+                 (encoded-output (and output-file (fastrevert--process-encode-file output-file)))
+                 (encoded-stderr (if (stringp stderr) (fastrevert--process-encode-file stderr) stderr))
+                 (files (list (cons encoded-infile (cons "Opening process input file" infile))
+                              (cons encoded-output (cons "Opening process output file" output-file))
+                              (cons encoded-stderr (cons "Cannot redirect stderr" stderr)))))
+      (ignore display)
+      (if (integerp buffer)
+          (fastrevert--call-process-detached encoded-path argv env encoded-dir encoded-infile
+                                             encoded-stderr files)
+        (let* ((coding (and buffer (fastrevert--call-process-coding coding-args)))
+               (inserted nil)
+               (insert (and buffer (fastrevert--call-process-inserter coding)))
+               (stdout (cond (buffer
+                              (lambda (fd beg end)
+                                (setq inserted t)
+                                (with-current-buffer buffer
+                                  (funcall insert fd beg end))))
+                             (encoded-output encoded-output)))
+               ;; Standard error "mixed with the output" goes to the null
+               ;; device when the output is discarded.
+               (stderr-target (if (and (eq encoded-stderr t) (null stdout)) nil encoded-stderr))
+               (result (fastrevert--mod-call-process
+                        encoded-path argv env encoded-dir encoded-infile stdout stderr-target
+                        (if (fastrevert--call-process-streamable-p coding)
+                            fastrevert--call-process-chunk
+                          0))))
+          (when (eq (car result) :error)
+            (fastrevert--process-raise result files))
+          (when (and buffer (not inserted))
+            (with-current-buffer buffer (funcall insert nil nil nil)))
+          (pcase-let ((`(,kind ,value ,_core) result))
+            (if (eq kind 'signal)
+                (decode-coding-string value (or locale-coding-system 'utf-8))
+              value)))))))
+
+(defun fastrevert--process-input-directory ()
+  "Return the directory INFILE is expanded against, as stock does."
+  (or (unhandled-file-name-directory default-directory) "~"))
+
+(defun fastrevert--process-check-readable (file)
+  "Signal what `call-process' signals when it cannot open FILE for input."
+  (unless (file-readable-p file)
+    (fastrevert--process-file-error
+     (cond ((not (file-exists-p file)) 'ENOENT)
+           (t 'EACCES))
+     "Opening process input file" file)))
+
+(defun fastrevert--call-process-detached (path argv env dir infile stderr files)
+  "Start PATH with ARGV, ENV, DIR, INFILE and STDERR, and do not wait.
+The engine reaps the child when it exits.  FILES maps the encoded
+names to the stock messages.  Return nil, as `call-process' does
+for DESTINATION 0."
+  (fastrevert--engine-ensure)
+  (let* ((id (fastrevert--process-new-id))
+         (result (fastrevert--mod-process-start
+                  id path argv env dir infile nil (if (stringp stderr) stderr nil) nil 4096)))
+    (when (eq (car-safe result) :error)
+      (fastrevert--process-raise result files))
+    nil))
+
+;;;; fastrevert-make-process: the process object
+
+(cl-defstruct (fastrevert-process
+               (:constructor fastrevert--process-create)
+               (:conc-name fastrevert--process-)
+               (:predicate fastrevert-process-p)
+               (:copier nil))
+  "A child process run by fastrevert's engine.
+Use the `fastrevert-process-*' functions rather than the slots."
+  (id nil :documentation "The engine's id for the process.")
+  (name nil :documentation "The process name, unique among fastrevert processes.")
+  (command nil :documentation "The command line, a list of strings.")
+  (pid nil :documentation "The process id of the child.")
+  (buffer nil :documentation "The buffer output goes to, or nil.")
+  (mark nil :documentation "The process mark in BUFFER.")
+  (stderr-buffer nil :documentation "The buffer for standard error, or nil.")
+  (stderr-mark nil :documentation "The mark in STDERR-BUFFER.")
+  (filter nil :documentation "The filter function, or nil.")
+  (sentinel nil :documentation "The sentinel function, or nil.")
+  (decoding nil :documentation "The coding system that decodes output.")
+  (encoding nil :documentation "The coding system that encodes input.")
+  (tails nil :documentation "Undecoded bytes per stream, as (STREAM . BYTES).")
+  (status 'run :documentation "One of `run', `exit' or `signal'.")
+  (exit-status 0 :documentation "The exit code or signal number.")
+  (core-dumped nil :documentation "Non-nil if the child dumped core.")
+  (query-on-exit t :documentation "Non-nil to ask before Emacs kills it.")
+  (outputs 0 :documentation "How many batches of output were delivered.")
+  (plist nil :documentation "A property list for the caller.")
+  (engine nil :documentation "The engine's wake process when this started.
+A restarted engine has forgotten the process (stopping it killed the
+child), which this tells apart."))
+
+(cl-defmethod cl-print-object ((process fastrevert-process) stream)
+  "Print PROCESS to STREAM by name, as Emacs prints a process."
+  (princ (format "#<fastrevert-process %s>" (fastrevert--process-name process)) stream))
+
+(defvar fastrevert--process-last-id 0
+  "The last id given to an engine process.")
+
+(defvar fastrevert--processes (make-hash-table :test #'eql)
+  "Live fastrevert processes by engine id.")
+
+(defvar fastrevert--process-output-count 0
+  "How many batches of process output have been delivered, in total.")
+
+(defun fastrevert--process-new-id ()
+  "Return a fresh engine process id."
+  (setq fastrevert--process-last-id (1+ fastrevert--process-last-id)))
+
+(defun fastrevert--process-unique-name (name)
+  "Return NAME, or NAME<N> if a live fastrevert process has that name."
+  (let ((taken (lambda (candidate)
+                 (catch 'found
+                   (maphash (lambda (_ process)
+                              (when (equal (fastrevert--process-name process) candidate)
+                                (throw 'found t)))
+                            fastrevert--processes)
+                   nil)))
+        (candidate name)
+        (n 1))
+    (while (funcall taken candidate)
+      (setq n (1+ n)
+            candidate (format "%s<%d>" name n)))
+    candidate))
+
+(defun fastrevert--process-check (process)
+  "Signal `wrong-type-argument' unless PROCESS is a `fastrevert-process'."
+  (unless (fastrevert-process-p process)
+    (signal 'wrong-type-argument (list 'fastrevert-process-p process))))
+
+;;;; Decoding output
+
+(defun fastrevert--utf-8-incomplete-tail (bytes)
+  "Return how many bytes at the end of BYTES begin an unfinished character.
+BYTES is a unibyte string of UTF-8."
+  (let* ((len (length bytes))
+         (i (1- len))
+         (limit (max 0 (- len 4))))
+    ;; Step back over continuation bytes to the byte that leads them.
+    (while (and (>= i limit) (= (logand (aref bytes i) #xC0) #x80))
+      (setq i (1- i)))
+    (if (< i limit)
+        0
+      (let* ((lead (aref bytes i))
+             (needed (cond ((< lead #xC2) 1)
+                           ((< lead #xE0) 2)
+                           ((< lead #xF0) 3)
+                           ((< lead #xF5) 4)
+                           (t 1)))
+             (have (- len i)))
+        (if (< have needed) have 0)))))
+
+(defun fastrevert--process-held-back (coding bytes)
+  "Return how many bytes at the end of BYTES must wait for more output.
+These are the start of a character that CODING cannot decode yet,
+and a carriage return that may begin a CRLF under a DOS coding."
+  (let* ((type (coding-system-type coding))
+         (held (if (memq type '(utf-8 undecided prefer-utf-8))
+                   (fastrevert--utf-8-incomplete-tail bytes)
+                 0))
+         (len (length bytes)))
+    (if (and (> len held)
+             (eql (coding-system-eol-type coding) 1)
+             (eql (aref bytes (- len held 1)) ?\r))
+        (1+ held)
+      held)))
+
+(defun fastrevert--process-decode (process stream data eof)
+  "Return DATA, output of PROCESS on STREAM, decoded.
+Bytes that end in the middle of a character are kept for the next
+batch, unless EOF; the coding system is then fixed to the one
+`undecided' detected, as Emacs does for a process."
+  (let* ((tails (fastrevert--process-tails process))
+         (cell (assq stream tails))
+         (bytes (if (and cell (> (length (cdr cell)) 0)) (concat (cdr cell) data) data))
+         (coding (fastrevert--process-decoding process))
+         (held (if eof 0 (fastrevert--process-held-back coding bytes))))
+    (if cell
+        (setcdr cell (and (> held 0) (substring bytes (- (length bytes) held))))
+      (when (> held 0)
+        (push (cons stream (substring bytes (- (length bytes) held)))
+              (fastrevert--process-tails process))))
+    (when (> held 0)
+      (setq bytes (substring bytes 0 (- (length bytes) held))))
+    (if (memq (coding-system-type coding) '(raw-text))
+        (if (eql (coding-system-eol-type coding) 0)
+            bytes
+          (decode-coding-string bytes coding t))
+      (prog1 (decode-coding-string bytes coding t)
+        (when (and last-coding-system-used
+                   (not (eq last-coding-system-used coding)))
+          (setf (fastrevert--process-decoding process) last-coding-system-used))))))
+
+;;;; Delivering output
+
+(defun fastrevert--process-insert (process buffer mark text)
+  "Insert TEXT from PROCESS into BUFFER at MARK, as the default filter does.
+Point follows when it was at the mark, markers at the mark (window
+points included) are pushed after the text, and read-only status
+and narrowing are respected as `internal-default-process-filter'
+does."
+  (ignore process)
+  (when (buffer-live-p buffer)
+    (with-current-buffer buffer
+      (let* ((opoint (point))
+             (old-begv (point-min))
+             (old-zv (point-max))
+             (old-read-only buffer-read-only)
+             ;; A unibyte TEXT needs no conversion for a multibyte
+             ;; buffer: `insert' turns its bytes into the same characters
+             ;; `string-to-multibyte' would, without a copy.
+             (text (if (and (not enable-multibyte-characters) (multibyte-string-p text))
+                       ;; What the default filter does, obsolete or not.
+                       (with-no-warnings (string-as-unibyte text))
+                     text))
+             before)
+        (setq buffer-read-only nil)
+        (unwind-protect
+            (progn
+              (goto-char (if (marker-buffer mark) mark (point-max)))
+              (setq before (point))
+              (insert-before-markers text)
+              (set-marker mark (point))
+              (let ((delta (- (point) before)))
+                (when (>= opoint before) (setq opoint (+ opoint delta)))
+                (when (> old-begv before) (setq old-begv (+ old-begv delta)))
+                (when (>= old-zv before) (setq old-zv (+ old-zv delta))))
+              (unless (and (= old-begv (point-min)) (= old-zv (point-max)))
+                (narrow-to-region old-begv old-zv)))
+          (setq buffer-read-only old-read-only)
+          (goto-char opoint))))))
+
+(defun fastrevert--process-call (kind function &rest args)
+  "Call FUNCTION with ARGS as a process KIND, in the stock manner.
+KIND is \"filter\" or \"sentinel\".
+An error is reported rather than propagated, unless `debug-on-error'
+asks for the debugger, and the match data are preserved."
+  (save-match-data
+    (condition-case-unless-debug err
+        (apply function args)
+      (error (message "error in process %s: %s" kind (error-message-string err))))))
+
+(defun fastrevert--process-deliver (process stream text)
+  "Deliver TEXT, output of PROCESS on STREAM (1 or 2), to its consumer."
+  (unless (equal text "")
+    (setf (fastrevert--process-outputs process) (1+ (fastrevert--process-outputs process)))
+    (setq fastrevert--process-output-count (1+ fastrevert--process-output-count))
+    (if (eql stream 2)
+        (fastrevert--process-insert process (fastrevert--process-stderr-buffer process)
+                                    (fastrevert--process-stderr-mark process) text)
+      (let ((filter (fastrevert--process-filter process)))
+        (if filter
+            (fastrevert--process-call
+             "filter" filter process
+             ;; Decoding ASCII gives back the unibyte bytes; a stock
+             ;; filter gets a multibyte string from any coding system
+             ;; but the raw-text family.
+             (if (or (multibyte-string-p text)
+                     (eq (coding-system-type (fastrevert--process-decoding process)) 'raw-text))
+                 text
+               (string-to-multibyte text)))
+          (fastrevert--process-insert process (fastrevert--process-buffer process)
+                                      (fastrevert--process-mark process) text))))))
+
+(defun fastrevert--on-process-output (id code data)
+  "Handle output DATA of engine process ID on stream CODE."
+  (let ((process (gethash id fastrevert--processes)))
+    (when process
+      (fastrevert--process-deliver process code
+                                   (fastrevert--process-decode process code data nil)))))
+
+(defun fastrevert--process-flush-tails (process)
+  "Deliver the bytes PROCESS held back for an unfinished character."
+  (dolist (cell (fastrevert--process-tails process))
+    (when (cdr cell)
+      (let ((bytes (cdr cell)))
+        (setcdr cell nil)
+        (fastrevert--process-deliver
+         process (car cell) (fastrevert--process-decode process (car cell) bytes t))))))
+
+(defun fastrevert--process-status-message (process)
+  "Return the sentinel event string for PROCESS's status, as Emacs words it."
+  (let ((code (fastrevert--process-exit-status process))
+        (core (if (fastrevert--process-core-dumped process) " (core dumped)\n" "\n")))
+    (pcase (fastrevert--process-status process)
+      ('exit (if (eql code 0)
+                 "finished\n"
+               (format "exited abnormally with code %d%s" code core)))
+      ('signal
+       (let ((name (fastrevert--mod-strsignal code)))
+         (if (not name)
+             (concat "unknown" core)
+           (let ((text (decode-coding-string name (or locale-coding-system 'utf-8))))
+             (concat (downcase (substring text 0 1)) (substring text 1) core)))))
+      (_ "run\n"))))
+
+(defun fastrevert--process-finish (process)
+  "Report PROCESS's end to its sentinel and forget it."
+  (remhash (fastrevert--process-id process) fastrevert--processes)
+  (let ((event (fastrevert--process-status-message process))
+        (sentinel (fastrevert--process-sentinel process)))
+    (if sentinel
+        (fastrevert--process-call "sentinel" sentinel process event)
+      (fastrevert--process-default-sentinel process event))))
+
+(defun fastrevert--process-default-sentinel (process event)
+  "Insert EVENT about PROCESS into its buffer, as the stock default sentinel does."
+  (let ((buffer (fastrevert--process-buffer process))
+        (mark (fastrevert--process-mark process)))
+    (when (buffer-live-p buffer)
+      (with-current-buffer buffer
+        (let ((opoint (point))
+              (old-read-only buffer-read-only)
+              before)
+          (goto-char (if (marker-buffer mark) mark (point-max)))
+          (setq before (point))
+          (setq buffer-read-only nil)
+          (unwind-protect
+              (insert "\nProcess " (fastrevert--process-name process) " " event)
+            (setq buffer-read-only old-read-only))
+          (set-marker mark (point))
+          (goto-char (if (>= opoint before) (+ opoint (- (point) before)) opoint)))))))
+
+(defun fastrevert--on-process-exit (id code _data)
+  "Handle the exit of engine process ID with raw wait status CODE."
+  (let ((process (gethash id fastrevert--processes)))
+    (when process
+      (fastrevert--process-flush-tails process)
+      (cond ((< code 0)
+             (setf (fastrevert--process-status process) 'exit
+                   (fastrevert--process-exit-status process) -1))
+            ((zerop (logand code #x7f))
+             (setf (fastrevert--process-status process) 'exit
+                   (fastrevert--process-exit-status process) (logand (ash code -8) #xff)))
+            (t
+             (setf (fastrevert--process-status process) 'signal
+                   (fastrevert--process-exit-status process) (logand code #x7f)
+                   (fastrevert--process-core-dumped process) (/= 0 (logand code #x80)))))
+      (fastrevert--process-finish process))))
+
+(setf (alist-get 'process-output fastrevert--record-handlers) #'fastrevert--on-process-output)
+(setf (alist-get 'process-exit fastrevert--record-handlers) #'fastrevert--on-process-exit)
+
+;;;; fastrevert-make-process
+
+(defun fastrevert--process-coding (coding operation-args)
+  "Return (DECODING . ENCODING) for a new process, as `make-process' decides.
+CODING is the :coding argument; OPERATION-ARGS the arguments to
+`find-operation-coding-system' after the operation."
+  (let* ((systems 'unset)
+         (lookup (lambda ()
+                   (when (eq systems 'unset)
+                     (setq systems (apply #'find-operation-coding-system
+                                          'start-process operation-args)))
+                   systems))
+         (decoding (or (if coding (if (consp coding) (car coding) coding)
+                         coding-system-for-read)
+                       (let ((found (funcall lookup)))
+                         (if (consp found) (car found)
+                           (car-safe default-process-coding-system)))))
+         (encoding (or (if coding (if (consp coding) (cdr coding) coding)
+                         coding-system-for-write)
+                       (let ((found (funcall lookup)))
+                         (if (consp found) (cdr found)
+                           (cdr-safe default-process-coding-system))))))
+    (cons (or decoding 'undecided) (or encoding 'undecided))))
+
+(defun fastrevert--process-output-buffer (spec)
+  "Return the buffer SPEC names, creating it, or nil for nil."
+  (and spec (or (get-buffer spec)
+                (if (stringp spec) (get-buffer-create spec)
+                  (signal 'wrong-type-argument (list 'bufferp spec))))))
+
+(defun fastrevert--process-new-mark (buffer)
+  "Return a new process mark at the end of BUFFER, or an unset marker."
+  (let ((mark (make-marker)))
+    (when buffer
+      (set-marker mark (with-current-buffer buffer (point-max)) buffer))
+    mark))
+
+;;;###autoload
+(defun fastrevert-make-process (&rest args)
+  "Start a child process, its output read by fastrevert's engine.
+ARGS are keywords, as for `make-process':
+
+:name NAME       the process name (a string; made unique);
+:buffer BUFFER   the buffer or buffer name output goes to, or nil;
+:command COMMAND the program and its arguments, a list of strings;
+:coding CODING   a coding system, or (DECODING . ENCODING);
+:noquery QUERY   non-nil means do not ask about it when Emacs exits;
+:stderr STDERR   a buffer or buffer name for standard error; nil
+                 mixes standard error with the output;
+:filter FILTER   called as (FILTER PROCESS STRING), once per stream
+                 per batch of output;
+:sentinel SENTINEL called as (SENTINEL PROCESS EVENT) once, after
+                 all output, with Emacs's usual EVENT strings;
+:framing FRAMING nil (raw chunks), `lines' (the filter sees only
+                 complete lines) or `lsp' (only complete
+                 Content-Length messages).
+
+Without a filter, output is inserted into BUFFER at the process mark
+as the default filter does.  Return a `fastrevert-process'.  The
+program is found through the variable `exec-path' and runs in
+`default-directory' with `process-environment'; a missing program
+signals the error `make-process' signals."
+  (let* ((name (plist-get args :name))
+         (command (plist-get args :command))
+         (framing (plist-get args :framing))
+         (filter (plist-get args :filter))
+         (sentinel (plist-get args :sentinel))
+         (stderr-spec (plist-get args :stderr)))
+    (unless (stringp name) (signal 'wrong-type-argument (list 'stringp name)))
+    (unless (and (consp command) (cl-every #'stringp command))
+      (signal 'wrong-type-argument (list 'consp command)))
+    (unless (memq framing '(nil lines lsp))
+      (signal 'wrong-type-argument (list 'fastrevert-framing-p framing)))
+    (dolist (function (list filter sentinel))
+      (unless (or (null function) (functionp function))
+        (signal 'wrong-type-argument (list 'functionp function))))
+    (fastrevert--engine-ensure)
+    (let* ((buffer (fastrevert--process-output-buffer (plist-get args :buffer)))
+           (stderr-buffer (fastrevert--process-output-buffer stderr-spec))
+           (program (car command))
+           (dir (fastrevert--process-directory))
+           (path (fastrevert--process-find-program program))
+           (coding (fastrevert--process-coding (plist-get args :coding)
+                                               (cons name (cons buffer command))))
+           (encoded-args (fastrevert--process-encode-args
+                          (cons 'start-process (cons name (cons buffer command)))
+                          (cdr command)))
+           (encoded-path (fastrevert--process-encode-file path))
+           (id (fastrevert--process-new-id))
+           (process (fastrevert--process-create
+                     :id id
+                     :name (fastrevert--process-unique-name name)
+                     :command command
+                     :buffer buffer
+                     :mark (fastrevert--process-new-mark buffer)
+                     :stderr-buffer stderr-buffer
+                     :stderr-mark (fastrevert--process-new-mark stderr-buffer)
+                     :filter filter
+                     :sentinel sentinel
+                     :decoding (car coding)
+                     :encoding (cdr coding)
+                     :query-on-exit (not (plist-get args :noquery))
+                     :engine fastrevert--wake-process))
+           (result (fastrevert--mod-process-start
+                    id encoded-path (vconcat (list encoded-path) encoded-args)
+                    (fastrevert--process-environment dir)
+                    (fastrevert--process-encode-file dir)
+                    t t (if stderr-buffer 'pipe t) framing
+                    (max 4096 read-process-output-max))))
+      (when (eq (car-safe result) :error)
+        (fastrevert--process-raise result nil))
+      (setf (fastrevert--process-pid process) result)
+      (puthash id process fastrevert--processes)
+      process)))
+
+;;;; Companions
+
+(defun fastrevert-process-live-p (process)
+  "Return non-nil if PROCESS, a `fastrevert-process', is still running."
+  (fastrevert--process-check process)
+  (and (eq (fastrevert--process-status process) 'run)
+       (eq (gethash (fastrevert--process-id process) fastrevert--processes) process)
+       (eq (fastrevert--process-engine process) fastrevert--wake-process)
+       (fastrevert--engine-live-p)
+       t))
+
+(defun fastrevert-process-status (process)
+  "Return the status of PROCESS: `run', `exit' or `signal'."
+  (fastrevert--process-check process)
+  (if (and (eq (fastrevert--process-status process) 'run)
+           (not (fastrevert-process-live-p process)))
+      'signal
+    (fastrevert--process-status process)))
+
+(defun fastrevert-process-name (process)
+  "Return the name of PROCESS, a `fastrevert-process'."
+  (fastrevert--process-check process)
+  (fastrevert--process-name process))
+
+(defun fastrevert-process-command (process)
+  "Return the command that started PROCESS, a list of strings."
+  (fastrevert--process-check process)
+  (fastrevert--process-command process))
+
+(defun fastrevert-process-filter (process)
+  "Return the filter function of PROCESS, or nil."
+  (fastrevert--process-check process)
+  (fastrevert--process-filter process))
+
+(defun fastrevert-process-sentinel (process)
+  "Return the sentinel function of PROCESS, or nil."
+  (fastrevert--process-check process)
+  (fastrevert--process-sentinel process))
+
+(defun fastrevert-process-exit-status (process)
+  "Return the exit code of PROCESS, or the number of the signal that ended it.
+Return 0 while it runs."
+  (fastrevert--process-check process)
+  (fastrevert--process-exit-status process))
+
+(defun fastrevert-process-buffer (process)
+  "Return the buffer that receives the output of PROCESS, or nil."
+  (fastrevert--process-check process)
+  (fastrevert--process-buffer process))
+
+(defun fastrevert-process-mark (process)
+  "Return the process mark of PROCESS, the position for its output."
+  (fastrevert--process-check process)
+  (fastrevert--process-mark process))
+
+(defun fastrevert-process-id-of (process)
+  "Return the operating system's process id of PROCESS."
+  (fastrevert--process-check process)
+  (fastrevert--process-pid process))
+
+(defun fastrevert-process-query-on-exit-flag (process)
+  "Return non-nil if Emacs asks before killing PROCESS at exit."
+  (fastrevert--process-check process)
+  (fastrevert--process-query-on-exit process))
+
+(defun fastrevert-set-process-query-on-exit-flag (process flag)
+  "Make Emacs ask before killing PROCESS at exit if FLAG is non-nil."
+  (fastrevert--process-check process)
+  (setf (fastrevert--process-query-on-exit process) flag))
+
+(defun fastrevert-process-send-string (process string)
+  "Send STRING to the standard input of PROCESS, encoded with its coding.
+This never blocks: whatever the pipe does not take now is queued and
+written as the child reads."
+  (fastrevert--process-check process)
+  (unless (stringp string) (signal 'wrong-type-argument (list 'stringp string)))
+  (unless (fastrevert-process-live-p process)
+    (error "Process %s not running" (fastrevert--process-name process)))
+  (fastrevert--mod-process-send
+   (fastrevert--process-id process)
+   (if (multibyte-string-p string)
+       (encode-coding-string string (fastrevert--process-encoding process) t)
+     string))
+  nil)
+
+(defun fastrevert-process-send-eof (process)
+  "Close the standard input of PROCESS once all queued input is written.
+Return PROCESS."
+  (fastrevert--process-check process)
+  (unless (fastrevert-process-live-p process)
+    (error "Process %s not running" (fastrevert--process-name process)))
+  (fastrevert--mod-process-eof (fastrevert--process-id process))
+  process)
+
+(defun fastrevert--signal-number (sigcode)
+  "Return the number of the signal SIGCODE, read as `signal-process' does."
+  (cond ((integerp sigcode) sigcode)
+        ((or (symbolp sigcode) (stringp sigcode))
+         (or (fastrevert--mod-signal-number
+              (if (symbolp sigcode) (symbol-name sigcode) sigcode))
+             (error "Undefined signal name %s" sigcode)))
+        (t (signal 'wrong-type-argument (list 'integerp sigcode)))))
+
+(defun fastrevert-process-signal (process sigcode)
+  "Send PROCESS the signal SIGCODE, a number or a name such as `SIGINT' or `int'.
+The signal goes to the child's process group, as `kill-process' and
+`interrupt-process' send it.  Return 0, like `signal-process'."
+  (fastrevert--process-check process)
+  (let ((number (fastrevert--signal-number sigcode)))
+    (when (fastrevert-process-live-p process)
+      (fastrevert--mod-process-signal (fastrevert--process-id process) number))
+    0))
+
+(defun fastrevert-delete-process (process)
+  "Kill PROCESS, forget it and tell its sentinel, as `delete-process' does.
+The sentinel gets \"killed\\n\" at once unless the process had already
+ended; the child is reaped in the background."
+  (fastrevert--process-check process)
+  (let ((id (fastrevert--process-id process)))
+    (when (eq (gethash id fastrevert--processes) process)
+      (fastrevert--mod-process-remove id)
+      (setf (fastrevert--process-status process) 'signal
+            (fastrevert--process-exit-status process) 9)
+      (fastrevert--process-finish process)))
+  nil)
+
+(defun fastrevert-accept-process-output (&optional process seconds millisec just-this-one)
+  "Wait for output from PROCESS, as `accept-process-output' does.
+PROCESS is a `fastrevert-process', or nil for output from any
+fastrevert process.  SECONDS and MILLISEC bound the wait; without
+them, wait until output arrives (or PROCESS has ended).
+JUST-THIS-ONE non-nil runs no other timers or process filters
+meanwhile.  Return non-nil if output (or PROCESS's end) was handled.
+Quitting interrupts the wait."
+  (when process (fastrevert--process-check process))
+  (let* ((timeout (and (or seconds millisec)
+                       (+ (or seconds 0) (/ (or millisec 0) 1000.0))))
+         (deadline (and timeout (+ (float-time) timeout)))
+         (counter (lambda () (if process (fastrevert--process-outputs process)
+                               fastrevert--process-output-count)))
+         (start (funcall counter))
+         (live (lambda () (or (null process)
+                              (eq (gethash (fastrevert--process-id process)
+                                           fastrevert--processes)
+                                  process))))
+         (was-live (funcall live))
+         (got nil))
+    (fastrevert--engine-ensure)
+    ;; Results already queued are handled first: a batch may be waiting
+    ;; for its wake byte to be read.
+    (fastrevert--drain)
+    (while (not (or (setq got (or (/= (funcall counter) start)
+                                  (and was-live (not (funcall live)))))
+                    (and deadline (<= deadline (float-time)))
+                    (and process (not was-live))))
+      (accept-process-output fastrevert--wake-process
+                             (if deadline (max 0 (- deadline (float-time))) 1.0)
+                             nil (and just-this-one t)))
+    got))
+
+(defun fastrevert-process-list ()
+  "Return the live fastrevert processes."
+  (let (processes stale)
+    (maphash (lambda (id process)
+               (if (fastrevert-process-live-p process)
+                   (push process processes)
+                 (push id stale)))
+             fastrevert--processes)
+    ;; Processes an engine restart killed never report an exit.
+    (dolist (id stale) (remhash id fastrevert--processes))
+    processes))
+
+(defun fastrevert--process-kill-emacs-query ()
+  "Ask before exiting while a fastrevert process that wants a query is live.
+Return non-nil to let Emacs exit, with the question stock Emacs asks."
+  (let ((active (cl-some (lambda (process)
+                           (and (fastrevert--process-query-on-exit process)
+                                (fastrevert-process-live-p process)))
+                         (fastrevert-process-list))))
+    (or (not active)
+        (yes-or-no-p "Active processes exist; kill them and exit anyway? "))))
+
+(add-hook 'kill-emacs-query-functions #'fastrevert--process-kill-emacs-query)
+
+(provide 'fastrevert-process)
+
+;;; fastrevert-process.el ends here

@@ -1,0 +1,781 @@
+// The process glue: `fastrevert-call-process' (a synchronous child whose
+// output lands in a memfd that Lisp then inserts with `insert-file-contents')
+// and `fastrevert-make-process' (asynchronous children run by the engine's
+// ProcessTable).
+//
+// Every function here runs on Emacs's main thread, except the copy thread of a
+// synchronous call with a large output, which only moves bytes from a pipe to
+// a memfd and never calls Emacs.  Children are spawned here,
+// on the main thread, so that a spawn failure reaches Lisp synchronously; an
+// asynchronous child is then handed to the engine thread with a posted
+// `adopt' command, and from then on only the engine thread touches it.
+//
+// Policy (which coding system, which buffer, which error to signal) lives in
+// lisp/fastrevert-process.el.  These functions take file names and arguments
+// already encoded, and report failures as data so that Lisp can signal exactly
+// what the stock primitives signal.
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "core/engine.h"
+#include "core/errors.h"
+#include "core/framing.h"
+#include "core/process.h"
+#include "core/reader.h"
+#include "core/spawn.h"
+#include "glue/env.h"
+#include "glue/state.h"
+
+using namespace fastrevert;
+using namespace fastrevert::glue;
+
+namespace {
+
+// A descriptor closed when the scope ends unless released: the memfd must
+// not leak when a quit or an error unwinds the synchronous call.
+class OwnedFd {
+ public:
+  explicit OwnedFd(int fd) noexcept : fd_(fd) {}
+  OwnedFd(const OwnedFd&) = delete;
+  OwnedFd& operator=(const OwnedFd&) = delete;
+  ~OwnedFd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const noexcept { return fd_; }
+  int release() noexcept { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+bool is_nil(Env& env, emacs_value value) {
+  return !env.truthy(value);
+}
+
+// The bytes of the Lisp string VALUE (UTF-8 for a multibyte string, the bytes
+// themselves for a unibyte one); signals `wrong-type-argument' otherwise.
+// Kept here rather than using Env's converter so this file does not depend on
+// that method's name.
+std::string string_bytes(Env& env, emacs_value value) {
+  if (!env.is_string(value)) env.wrong_type("stringp", value);
+  emacs_env* raw = env.raw();
+  std::ptrdiff_t size = 0;
+  raw->copy_string_contents(raw, value, nullptr, &size);
+  env.check();
+  std::string bytes(static_cast<std::size_t>(size), '\0');
+  raw->copy_string_contents(raw, value, bytes.data(), &size);
+  env.check();
+  // SIZE counts the terminating NUL that Emacs writes.
+  bytes.resize(static_cast<std::size_t>(size) - 1);
+  return bytes;
+}
+
+// The strings of the Lisp vector VALUE.
+std::vector<std::string> string_vector(Env& env, emacs_value value) {
+  emacs_env* raw = env.raw();
+  emacs_value type = raw->type_of(raw, value);
+  env.check();
+  if (!env.eq(type, env.intern("vector"))) env.wrong_type("vectorp", value);
+  std::ptrdiff_t size = raw->vec_size(raw, value);
+  env.check();
+  std::vector<std::string> strings;
+  strings.reserve(static_cast<std::size_t>(size));
+  for (std::ptrdiff_t i = 0; i < size; ++i) {
+    emacs_value item = raw->vec_get(raw, value, i);
+    env.check();
+    strings.push_back(string_bytes(env, item));
+  }
+  return strings;
+}
+
+std::int64_t integer_arg(Env& env, emacs_value value) {
+  if (!env.is_integer(value)) env.wrong_type("integerp", value);
+  return env.to_integer(value);
+}
+
+// The child's environment from ENTRIES in `process-environment' order: the
+// first definition of a name wins, and a lone NAME (no "=") removes the
+// variable, as Emacs's own environment block does.
+std::vector<std::string> child_environment(const std::vector<std::string>& entries) {
+  std::unordered_set<std::string_view> seen;
+  std::vector<std::string> environment;
+  environment.reserve(entries.size());
+  for (const std::string& entry : entries) {
+    std::size_t equals = entry.find('=');
+    std::string_view name(entry.data(), equals == std::string::npos ? entry.size() : equals);
+    if (!seen.insert(name).second) continue;
+    if (equals != std::string::npos) environment.push_back(entry);
+  }
+  return environment;
+}
+
+// The condition Emacs's report_file_errno raises for ERROR.
+const char* file_error_condition(int error) {
+  switch (error) {
+    case ENOENT:
+      return "file-missing";
+    case EACCES:
+      return "permission-denied";
+    case EEXIST:
+      return "file-already-exists";
+    default:
+      return "file-error";
+  }
+}
+
+// (:error CONDITION FUNCTION STRERROR PATH) for Lisp to turn into the signal
+// the stock primitive would raise; PATH and STRERROR are unibyte (locale
+// bytes), for Lisp to decode.
+emacs_value error_data(Env& env, const SystemError& error) {
+  int code = error.code().value();
+  return env.list({env.intern(":error"), env.intern(file_error_condition(code)),
+                   env.unibyte(error.function()), env.unibyte(std::strerror(code)),
+                   env.unibyte(error.path())});
+}
+
+// Which of the stock redirection modes a Lisp argument names.
+SpawnSpec::Stdin stdin_mode(Env& env, emacs_value value, std::string& file) {
+  if (is_nil(env, value)) return SpawnSpec::Stdin::null;
+  if (env.eq(value, env.t())) return SpawnSpec::Stdin::pipe;
+  file = string_bytes(env, value);
+  return SpawnSpec::Stdin::file;
+}
+
+SpawnSpec::Stderr stderr_mode(Env& env, emacs_value value, std::string& file) {
+  if (is_nil(env, value)) return SpawnSpec::Stderr::null;
+  if (env.eq(value, env.t())) return SpawnSpec::Stderr::merge;
+  if (env.eq(value, env.intern("pipe"))) return SpawnSpec::Stderr::pipe;
+  file = string_bytes(env, value);
+  return SpawnSpec::Stderr::file;
+}
+
+Framing framing_arg(Env& env, emacs_value value) {
+  if (is_nil(env, value)) return Framing::none;
+  if (env.eq(value, env.intern("lines"))) return Framing::lines;
+  if (env.eq(value, env.intern("lsp"))) return Framing::lsp;
+  env.signal("wrong-type-argument", env.list({env.intern("fastrevert-framing-p"), value}));
+}
+
+// The strings of the Lisp list VALUE up to its first element that is not a
+// string, as Emacs reads `process-environment'.  Walking the list here
+// spares Lisp a copy of it for every process.
+std::vector<std::string> string_list(Env& env, emacs_value value) {
+  emacs_value consp = env.intern("consp");
+  emacs_value car = env.intern("car");
+  emacs_value cdr = env.intern("cdr");
+  std::vector<std::string> strings;
+  while (env.truthy(env.funcall(consp, {value}))) {
+    emacs_value item = env.funcall(car, {value});
+    if (!env.is_string(item)) break;
+    strings.push_back(string_bytes(env, item));
+    value = env.funcall(cdr, {value});
+  }
+  return strings;
+}
+
+// Fills the common part of SPEC from PROGRAM ARGV ENV CWD.
+void fill_spec(Env& env, emacs_value* args, SpawnSpec& spec) {
+  spec.program = string_bytes(env, args[0]);
+  spec.argv = string_vector(env, args[1]);
+  spec.env = child_environment(string_list(env, args[2]));
+  spec.cwd = string_bytes(env, args[3]);
+}
+
+// Writes every byte of DATA to FD (a memfd: never short in practice, but a
+// short write must not lose the rest).
+void write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t written = write(fd, data.data(), data.size());
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      throw_errno("write", "memfd");
+    }
+    data.remove_prefix(static_cast<std::size_t>(written));
+  }
+}
+
+// Signal names as `signal-process' accepts them, without the "SIG" prefix.
+struct SignalName {
+  const char* name;
+  int number;
+};
+constexpr SignalName kSignalNames[] = {
+    {"HUP", SIGHUP},       {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"ILL", SIGILL},
+    {"TRAP", SIGTRAP},     {"ABRT", SIGABRT},   {"IOT", SIGIOT},   {"BUS", SIGBUS},
+    {"FPE", SIGFPE},       {"KILL", SIGKILL},   {"USR1", SIGUSR1}, {"SEGV", SIGSEGV},
+    {"USR2", SIGUSR2},     {"PIPE", SIGPIPE},   {"ALRM", SIGALRM}, {"TERM", SIGTERM},
+    {"STKFLT", SIGSTKFLT}, {"CHLD", SIGCHLD},   {"CLD", SIGCHLD},  {"CONT", SIGCONT},
+    {"STOP", SIGSTOP},     {"TSTP", SIGTSTP},   {"TTIN", SIGTTIN}, {"TTOU", SIGTTOU},
+    {"URG", SIGURG},       {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM},
+    {"PROF", SIGPROF},     {"WINCH", SIGWINCH}, {"IO", SIGIO},     {"POLL", SIGPOLL},
+    {"PWR", SIGPWR},       {"SYS", SIGSYS},
+};
+
+// Spawns SPEC.  When the exec itself fails (a file that is not a valid
+// executable, a script whose interpreter is missing), stock Emacs still
+// starts a child, which prints "ARGV0: PROGRAM: STRERROR" on its standard
+// error and exits with 126 (127 for ENOENT); posix_spawn reports the failure
+// to the parent instead.  A /bin/sh stand-in reproduces the stock outcome,
+// through every redirection, so both primitives see what stock shows.
+Child spawn_like_emacs(Env& env, const SpawnSpec& spec) {
+  try {
+    return spawn(spec);
+  } catch (const SystemError& error) {
+    if (error.function() != "posix_spawn") throw;
+    int code = error.code().value();
+    emacs_value invoked_as =
+        env.call("car-safe", {env.call("symbol-value", {env.intern("command-line-args")})});
+    std::string argv0 = env.is_string(invoked_as) ? string_bytes(env, invoked_as) : "emacs";
+    SpawnSpec stand_in = spec;
+    stand_in.program = "/bin/sh";
+    stand_in.argv = {"sh",
+                     "-c",
+                     "printf '%s: %s: %s\\n' \"$1\" \"$2\" \"$3\" >&2; exit " +
+                         std::to_string(code == ENOENT ? 127 : 126),
+                     "sh",
+                     argv0,
+                     spec.program,
+                     std::strerror(code)};
+    try {
+      return spawn(stand_in);
+    } catch (const SystemError&) {
+      throw error;
+    }
+  }
+}
+
+// Copies a child's standard output from its pipe into a memfd on a thread of
+// its own, so that the child, the copy and Emacs's decoding of what is
+// already in the memfd all run at once.  The thread never calls Emacs; it
+// shares only WRITTEN_ and DONE_ with the main thread, under MUTEX_.
+class CaptureThread {
+ public:
+  // Continues a copy of which WRITTEN bytes are already in MEMFD.
+  CaptureThread(int pipe_fd, int memfd, std::uint64_t written)
+      : pipe_fd_(pipe_fd), memfd_(memfd), written_(written) {
+    wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (wake_fd_ < 0) throw_errno("eventfd");
+    // Created with every signal blocked, so that no signal meant for
+    // Emacs's main thread is ever run on this one.
+    sigset_t all_signals;
+    sigset_t previous;
+    sigfillset(&all_signals);
+    pthread_sigmask(SIG_SETMASK, &all_signals, &previous);
+    try {
+      thread_ = std::thread([this] { run(); });
+    } catch (...) {
+      pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+      close(wake_fd_);
+      throw;
+    }
+    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  }
+
+  CaptureThread(const CaptureThread&) = delete;
+  CaptureThread& operator=(const CaptureThread&) = delete;
+
+  ~CaptureThread() {
+    stop();
+    close(wake_fd_);
+  }
+
+  // Main thread.  Waits up to TIMEOUT_MS for the memfd to hold at least
+  // WANTED bytes or for the copy to end; returns the bytes written so far
+  // and sets DONE.
+  std::uint64_t wait(std::uint64_t wanted, int timeout_ms, bool& done) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                      [&] { return done_ || written_ >= wanted; });
+    done = done_;
+    return written_;
+  }
+
+  // Main thread.  Ends the copy without waiting for end of file (a
+  // grandchild may hold the pipe open) and joins the thread.  Idempotent.
+  void stop() noexcept {
+    if (!thread_.joinable()) return;
+    std::uint64_t one = 1;
+    ssize_t ignored = write(wake_fd_, &one, sizeof one);
+    (void)ignored;
+    thread_.join();
+  }
+
+  // The errno that ended the copy early, or 0.
+  int error() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_;
+  }
+
+ private:
+  void run() noexcept {
+    grow_pipe(pipe_fd_, pipe_max_size());
+    constexpr std::size_t kBufferSize = std::size_t{1} << 20;
+    std::unique_ptr<char[]> buffer(new (std::nothrow) char[kBufferSize]);
+    int error = buffer ? 0 : ENOMEM;
+    while (error == 0) {
+      pollfd fds[2] = {{pipe_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+      if (poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        error = errno;
+        break;
+      }
+      if (fds[1].revents) break;
+      ssize_t got = read(pipe_fd_, buffer.get(), kBufferSize);
+      if (got == 0) break;
+      if (got < 0) {
+        if (errno == EINTR || errno == EAGAIN) continue;
+        error = errno;
+        break;
+      }
+      try {
+        write_all(memfd_, std::string_view(buffer.get(), static_cast<std::size_t>(got)));
+      } catch (const SystemError& failure) {
+        error = failure.code().value();
+        break;
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      written_ += static_cast<std::uint64_t>(got);
+      changed_.notify_one();
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+    error_ = error;
+    changed_.notify_one();
+  }
+
+  int pipe_fd_;
+  int memfd_;
+  int wake_fd_ = -1;
+  std::thread thread_;
+  // Guards written_, done_ and error_, written by the copy thread and read
+  // by the main thread.
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::uint64_t written_;
+  bool done_ = false;
+  int error_ = 0;
+};
+
+// The end of the longest prefix of MEMFD[FROM, TO) that ends in a newline,
+// or FROM when there is none.  A newline is a character boundary in every
+// coding system the caller streams with (ASCII-compatible ones), and never
+// splits a CRLF.
+std::uint64_t line_boundary(int memfd, std::uint64_t from, std::uint64_t to) {
+  constexpr std::uint64_t kWindow = 65536;
+  char window[kWindow];
+  std::uint64_t end = to;
+  while (end > from) {
+    std::uint64_t start = end - from > kWindow ? end - kWindow : from;
+    ssize_t got = pread(memfd, window, end - start, static_cast<off_t>(start));
+    if (got <= 0) return from;
+    const void* newline = memrchr(window, '\n', static_cast<std::size_t>(got));
+    if (newline)
+      return start + static_cast<std::uint64_t>(static_cast<const char*>(newline) - window) + 1;
+    end = start;
+  }
+  return from;
+}
+
+// Waits for CHILD to exit and reaps it, asking SHOULD_QUIT every 50 ms; a
+// quit sends SIGINT to the child's process group, and a second of grace
+// later SIGKILL.  Sets QUIT when that happened.  Returns the wait status, or
+// -1 if someone else reaped the child.
+int reap_with_quit(Child& child, const std::function<bool()>& should_quit, bool& quit) {
+  auto quit_time = std::chrono::steady_clock::time_point{};
+  bool killed = false;
+  for (;;) {
+    int status = 0;
+    pid_t reaped = waitpid(child.pid, &status, WNOHANG);
+    if (reaped == child.pid || (reaped < 0 && errno != EINTR)) {
+      child.pid = -1;
+      return reaped < 0 ? -1 : status;
+    }
+    if (child.pidfd >= 0) {
+      pollfd fd = {child.pidfd, POLLIN, 0};
+      poll(&fd, 1, 50);
+    } else {
+      usleep(5000);
+    }
+    if (!quit && should_quit()) {
+      quit = true;
+      quit_time = std::chrono::steady_clock::now();
+      kill(-child.pid, SIGINT);
+    } else if (quit && !killed &&
+               std::chrono::steady_clock::now() - quit_time >= std::chrono::seconds(1)) {
+      killed = true;
+      kill(-child.pid, SIGKILL);
+    }
+  }
+}
+
+// Kills and reaps the child when the call unwinds early (a quit, or an
+// error signalled by the inserter), so that nothing is left running.  The
+// copy thread, declared after it, has stopped by then.
+struct CallCleanup {
+  Child& child;
+  ~CallCleanup() {
+    if (child.pid > 0) {
+      kill(-child.pid, SIGKILL);
+      kill_and_reap(child);
+    }
+  }
+};
+
+emacs_value how_it_ended(Env& env, int status) {
+  if (status != -1 && WIFSIGNALED(status)) {
+    const char* description = strsignal(WTERMSIG(status));
+    return env.list({env.intern("signal"), env.unibyte(description ? description : "unknown"),
+                     env.boolean(WCOREDUMP(status))});
+  }
+  // -1: someone else reaped the child (SIGCHLD ignored); its status is lost.
+  return env.list(
+      {env.intern("exit"), env.integer(status == -1 ? -1 : WEXITSTATUS(status)), env.nil()});
+}
+
+}  // namespace
+
+FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
+                 "Run PROGRAM synchronously and return how it ended.\n"
+                 "PROGRAM is the encoded absolute file name, ARGV a vector of encoded\n"
+                 "arguments (argv[0] included), ENV a list of \"NAME=VALUE\" strings\n"
+                 "in `process-environment' order, CWD the encoded working directory.\n"
+                 "INFILE is nil (/dev/null) or an encoded file name for stdin.\n"
+                 "STDOUT is nil (/dev/null), an encoded file name, or a function\n"
+                 "INSERTER: the output is then copied into a memfd as it arrives and\n"
+                 "INSERTER is called as (INSERTER FD BEG END) for each byte range\n"
+                 "[BEG, END) of memfd FD to insert, in order.  With CHUNK positive,\n"
+                 "ranges of at least CHUNK bytes ending in a newline are handed over\n"
+                 "while the child runs; the rest (all of it when CHUNK is 0) comes at\n"
+                 "the end.  STDERR is nil (/dev/null), t (with stdout) or an encoded\n"
+                 "file name.\n"
+                 "Return (exit CODE nil) or (signal DESCRIPTION CORE-DUMPED), where\n"
+                 "DESCRIPTION is unibyte strsignal text.  A spawn failure returns\n"
+                 "(:error CONDITION FUNCTION STRERROR PATH).  A quit kills the child\n"
+                 "(SIGINT, then SIGKILL), reaps it and signals `quit'.\n\n"
+                 "(fn PROGRAM ARGV ENV CWD INFILE STDOUT STDERR CHUNK)") {
+  SpawnSpec spec;
+  fill_spec(env, args, spec);
+  spec.stdin_mode = stdin_mode(env, args[4], spec.stdin_file);
+  if (spec.stdin_mode == SpawnSpec::Stdin::pipe) env.wrong_type("stringp", args[4]);
+  emacs_value inserter = nullptr;
+  if (is_nil(env, args[5])) {
+    spec.stdout_mode = SpawnSpec::Stdout::null;
+  } else if (env.is_string(args[5])) {
+    spec.stdout_mode = SpawnSpec::Stdout::file;
+    spec.stdout_file = string_bytes(env, args[5]);
+  } else {
+    spec.stdout_mode = SpawnSpec::Stdout::pipe;
+    inserter = args[5];
+  }
+  spec.stderr_mode = stderr_mode(env, args[6], spec.stderr_file);
+  if (spec.stderr_mode == SpawnSpec::Stderr::pipe) env.wrong_type("stringp", args[6]);
+  std::int64_t chunk = integer_arg(env, args[7]);
+  // Like stock call-process, the child leads a process group of its own, so
+  // that a quit signals everything it started (a shell's pipeline too).
+  spec.new_session = true;
+
+  // Emacs keeps reporting a pending quit once it has been seen; latch it,
+  // so that the child gets SIGINT and a grace period before SIGKILL, as a
+  // single C-g gives it with stock call-process.
+  bool quit_seen = false;
+  std::function<bool()> should_quit = [&env, &quit_seen] {
+    if (quit_seen) return false;
+    quit_seen = env.quit_requested();
+    return quit_seen;
+  };
+
+  if (!inserter) {
+    Child child;
+    try {
+      child = spawn_like_emacs(env, spec);
+    } catch (const SystemError& error) {
+      return error_data(env, error);
+    }
+    RunOptions options;
+    options.signal_process_group = true;
+    options.should_quit = should_quit;
+    RunResult result = run_to_completion(child, ByteSink(), ByteSink(), options);
+    // On a quit the `quit' signal is already pending: returning lets Emacs
+    // raise it.
+    if (result.quit) env.check();
+    return how_it_ended(env, result.wait_status);
+  }
+
+  // The output goes into a memfd, and Lisp inserts ranges of it with
+  // `insert-file-contents': Emacs decodes straight into the buffer gap,
+  // with no Lisp string, while the copy thread keeps reading the child.
+  OwnedFd output(memfd_create("fastrevert-call-process", MFD_CLOEXEC));
+  if (output.get() < 0) throw_errno("memfd_create");
+  int memfd = output.get();
+  Child child;
+  try {
+    child = spawn_like_emacs(env, spec);
+  } catch (const SystemError& error) {
+    return error_data(env, error);
+  }
+  CallCleanup cleanup{child};
+  auto step = static_cast<std::uint64_t>(chunk > 0 ? chunk : 0);
+  // A quit: the child gets SIGINT and a second of grace before SIGKILL, and
+  // is reaped, without waiting for a pipe a grandchild may hold.  `quit' is
+  // pending, so env.check() unwinds.
+  auto quit_now = [&] {
+    bool first = true;
+    bool quit = false;
+    reap_with_quit(
+        child, [&first] { return std::exchange(first, false); }, quit);
+    env.check();
+  };
+  auto insert = [&](std::uint64_t from, std::uint64_t to) {
+    env.funcall(inserter, {env.integer(memfd), env.integer(static_cast<std::int64_t>(from)),
+                           env.integer(static_cast<std::int64_t>(to))});
+    // Give back the pages Emacs has decoded; the file keeps its size, so
+    // later offsets stay valid.
+    fallocate(memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(to));
+  };
+
+  // Phase one, on this thread: most children write little and end soon, and
+  // for them a copy thread would cost more than the copy.  Only output that
+  // outgrows a chunk moves to a copy thread, so that Emacs can decode one
+  // chunk while the child writes the next.
+  std::uint64_t written = 0;
+  bool eof = false;
+  {
+    char buffer[65536];
+    while (!eof && !(step > 0 && written >= step)) {
+      pollfd fd = {child.stdout_fd, POLLIN, 0};
+      int ready = poll(&fd, 1, 50);
+      if (ready < 0 && errno != EINTR) throw_errno("poll");
+      if (should_quit()) quit_now();
+      if (ready <= 0) continue;
+      for (;;) {
+        ssize_t got = read(child.stdout_fd, buffer, sizeof buffer);
+        if (got > 0) {
+          write_all(memfd, std::string_view(buffer, static_cast<std::size_t>(got)));
+          written += static_cast<std::uint64_t>(got);
+          if (step > 0 && written >= step) break;
+          continue;
+        }
+        if (got == 0) {
+          eof = true;
+        } else if (errno == EINTR) {
+          continue;
+        } else if (errno != EAGAIN) {
+          throw_errno("read", "process output");
+        }
+        break;
+      }
+    }
+  }
+
+  std::uint64_t consumed = 0;
+  if (!eof) {
+    CaptureThread capture(child.stdout_fd, memfd, written);
+    // Bytes before CONSUMED are inserted; bytes in [CONSUMED, SCANNED) hold
+    // no newline, so each byte is searched once however long a line is.
+    std::uint64_t scanned = 0;
+    bool done = false;
+    while (!done) {
+      written = capture.wait(scanned + step, 50, done);
+      if (should_quit()) {
+        capture.stop();
+        quit_now();
+      }
+      if (!done && written >= scanned + step) {
+        std::uint64_t boundary = line_boundary(memfd, scanned, written);
+        scanned = written;
+        if (boundary > consumed) {
+          insert(consumed, boundary);
+          consumed = boundary;
+        }
+      }
+    }
+    capture.stop();
+    written = capture.wait(0, 0, done);
+    if (int error = capture.error()) throw SystemError(error, "read", "process output");
+  }
+  if (written > consumed) insert(consumed, written);
+  // Synchronous children count in `fastrevert-stats' too; the counters are
+  // relaxed atomics, safe to bump from this thread.
+  if (Engine* running = engine_if_running()) {
+    running->stats().processes.fetch_add(1, std::memory_order_relaxed);
+    running->stats().bytes_read.fetch_add(written, std::memory_order_relaxed);
+  }
+  bool quit = false;
+  int status = reap_with_quit(child, should_quit, quit);
+  if (quit) env.check();
+  return how_it_ended(env, status);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-close-fd", mod_close_fd, 1, 1,
+                 "Close the file descriptor FD returned by a fastrevert primitive.\n\n"
+                 "(fn FD)") {
+  std::int64_t fd = integer_arg(env, args[0]);
+  if (fd < 0 || fd > INT32_MAX) env.signal("args-out-of-range", env.list({args[0]}));
+  return env.boolean(close(static_cast<int>(fd)) == 0);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
+                 "Spawn a child for the engine to run as process ID; return its pid.\n"
+                 "PROGRAM, ARGV, ENV and CWD are as for `fastrevert--mod-call-process'.\n"
+                 "STDIN is t (a pipe), nil (/dev/null) or an encoded file name.\n"
+                 "STDOUT is t (a pipe) or nil (/dev/null).  STDERR is t (with stdout),\n"
+                 "`pipe' (a pipe of its own), nil (/dev/null) or an encoded file name.\n"
+                 "FRAMING is nil, `lines' or `lsp', for stdout.  READ-SIZE is the first\n"
+                 "read size.  A spawn failure returns (:error CONDITION FUNCTION\n"
+                 "STRERROR PATH).  Output and exit arrive as engine results.\n\n"
+                 "(fn ID PROGRAM ARGV ENV CWD STDIN STDOUT STDERR FRAMING READ-SIZE)") {
+  std::int64_t id = integer_arg(env, args[0]);
+  SpawnSpec spec;
+  fill_spec(env, args + 1, spec);
+  spec.stdin_mode = stdin_mode(env, args[5], spec.stdin_file);
+  spec.stdout_mode = is_nil(env, args[6]) ? SpawnSpec::Stdout::null : SpawnSpec::Stdout::pipe;
+  spec.stderr_mode = stderr_mode(env, args[7], spec.stderr_file);
+  // As Emacs does for its asynchronous children: a session of its own, so
+  // that signals go to its whole process group and the terminal's job
+  // control stays Emacs's.
+  spec.new_session = true;
+  ProcessTable::Options options;
+  options.framing = framing_arg(env, args[8]);
+  std::int64_t read_size = integer_arg(env, args[9]);
+  options.initial_read_size = read_size > 0 ? static_cast<std::size_t>(read_size) : 4096;
+  options.signal_process_group = true;
+
+  // Checked before spawning, so that no child is started that nobody runs.
+  Engine& running = engine(env);
+  if (!running.running()) {
+    env.signal("fastrevert-not-running",
+               env.list({env.string("The fastrevert engine is stopping")}));
+  }
+  Child child;
+  try {
+    child = spawn_like_emacs(env, spec);
+  } catch (const SystemError& error) {
+    return error_data(env, error);
+  }
+  pid_t pid = child.pid;
+  // A Command must be copyable, so the child travels in a shared_ptr; if the
+  // command never runs (the engine stopped in between), its destructor
+  // closes the descriptors and the engine's shutdown cannot reap it, so
+  // reap it here instead.
+  auto moved = std::make_shared<Child>(std::move(child));
+  auto identifier = static_cast<std::uint64_t>(id);
+  bool posted = running.post([moved, identifier, options](Engine& e) {
+    try {
+      e.service<ProcessTable>().adopt(identifier, std::move(*moved), options);
+    } catch (const std::exception& error) {
+      // adopt() killed and reaped the child; tell Lisp it is gone.
+      e.emit(Record{RecordKind::notice, identifier, 0, error.what()});
+      e.emit(Record{RecordKind::process_exit, identifier, -1, {}});
+    }
+  });
+  if (!posted) {
+    kill_and_reap(*moved);
+    env.signal("fastrevert-not-running",
+               env.list({env.string("The fastrevert engine is stopping")}));
+  }
+  return env.integer(pid);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-process-send", mod_process_send, 2, 2,
+                 "Queue the unibyte STRING for the stdin of engine process ID.\n"
+                 "Never blocks: what the pipe does not take now is written later.\n\n"
+                 "(fn ID STRING)") {
+  auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
+  std::string data = string_bytes(env, args[1]);
+  post_or_signal(env, [id, data = std::move(data)](Engine& e) mutable {
+    if (!e.service<ProcessTable>().write_stdin(id, std::move(data))) {
+      e.emit(Record{RecordKind::notice, id, 0,
+                    "fastrevert: process " + std::to_string(id) + " no longer reads its input"});
+    }
+  });
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-process-eof", mod_process_eof, 1, 1,
+                 "Close the stdin of engine process ID once its queued input is written.\n\n"
+                 "(fn ID)") {
+  auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
+  post_or_signal(env, [id](Engine& e) { e.service<ProcessTable>().close_stdin(id); });
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-process-signal", mod_process_signal, 2, 2,
+                 "Send signal number SIGNAL to engine process ID (its process group).\n\n"
+                 "(fn ID SIGNAL)") {
+  auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
+  std::int64_t number = integer_arg(env, args[1]);
+  if (number < 0 || number > 64) env.signal("args-out-of-range", env.list({args[1]}));
+  post_or_signal(env, [id, number](Engine& e) {
+    e.service<ProcessTable>().signal(id, static_cast<int>(number));
+  });
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-process-remove", mod_process_remove, 1, 1,
+                 "Forget engine process ID: kill it if it runs and reap it in the background.\n"
+                 "No further result arrives for it.  Do nothing if the engine is stopped.\n\n"
+                 "(fn ID)") {
+  auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
+  if (Engine* running = engine_if_running()) {
+    running->post([id](Engine& e) { e.service<ProcessTable>().remove(id); });
+  }
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-signal-number", mod_signal_number, 1, 1,
+                 "Return the number of the signal NAME (a string such as \"SIGINT\",\n"
+                 "\"int\" or \"KILL\"), or nil if there is no such signal.\n\n"
+                 "(fn NAME)") {
+  std::string name = string_bytes(env, args[0]);
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  std::string_view bare(name);
+  if (bare.substr(0, 3) == "SIG") bare.remove_prefix(3);
+  for (const SignalName& entry : kSignalNames) {
+    if (bare == entry.name) return env.integer(entry.number);
+  }
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-strsignal", mod_strsignal, 1, 1,
+                 "Return the C library's description of signal number SIGNAL, unibyte.\n\n"
+                 "(fn SIGNAL)") {
+  std::int64_t number = integer_arg(env, args[0]);
+  const char* description =
+      number > 0 && number < 65 ? strsignal(static_cast<int>(number)) : nullptr;
+  return description ? env.unibyte(description) : env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-strerror", mod_strerror, 1, 1,
+                 "Return the C library's text for the error named NAME, unibyte.\n"
+                 "NAME is one of the symbols `ENOENT', `EACCES', `EISDIR', `ENOTDIR'.\n\n"
+                 "(fn NAME)") {
+  static const std::pair<const char*, int> kErrors[] = {
+      {"ENOENT", ENOENT}, {"EACCES", EACCES}, {"EISDIR", EISDIR}, {"ENOTDIR", ENOTDIR}};
+  for (const auto& entry : kErrors) {
+    if (env.eq(args[0], env.intern(entry.first))) return env.unibyte(std::strerror(entry.second));
+  }
+  env.wrong_type("symbolp", args[0]);
+}

@@ -1,0 +1,72 @@
+;;; fastrevert-burst-helpers.el --- Bursts of external changes for the burst tests -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; A checkout-like rewrite of many visited files, shared by the burst
+;; tests (one file each, so that ctest runs them side by side).
+
+;;; Code:
+
+(require 'fastrevert-test-helpers)
+(require 'fastrevert)
+(require 'autorevert)
+
+(defun fastrevert-burst-helpers-run (directories files-per-directory)
+  "Rewrite FILES-PER-DIRECTORY files in each of DIRECTORIES new directories.
+Every file is visited under `global-auto-revert-mode' and `fastrevert-mode'.
+Return the number of buffers still stale when the deadline passes."
+  (fastrevert-test-with-temp-dir root
+    (let ((auto-revert-verbose nil)
+          (auto-revert-use-notify t)
+          (auto-revert-avoid-polling t)
+          (fastrevert-settle-delay 0.03)
+          (buffers nil))
+      (dotimes (d directories)
+        (let ((dir (expand-file-name (format "d%03d" d) root)))
+          (make-directory dir)
+          (unless (zerop (call-process
+                          "sh" nil nil nil "-c"
+                          "cd \"$1\" && i=0; while [ $i -lt \"$2\" ]; do echo old > f$i.txt; i=$((i+1)); done"
+                          "sh" dir (number-to-string files-per-directory)))
+            (error "Could not create files in %s" dir))))
+      (unwind-protect
+          (progn
+            (fastrevert-mode 1)
+            (global-auto-revert-mode 1)
+            ;; Version control plays no part here, and looking for it
+            ;; would only slow down visiting 10,000 files.
+            (let ((vc-handled-backends nil))
+              (dolist (dir (directory-files root t "\\`d"))
+                (dolist (file (directory-files dir t "\\.txt\\'" t))
+                  (push (find-file-noselect file) buffers))))
+            (should (= (length buffers) (* directories files-per-directory)))
+            ;; Let the engine take its first look at every file, and the
+            ;; initial checks of the new buffers finish.
+            (should (fastrevert-test-wait-for
+                     (lambda () (and (cl-every (lambda (buffer)
+                                                 (buffer-local-value 'fastrevert--watching buffer))
+                                               buffers)
+                                     (not fastrevert--revert-timer)
+                                     (zerop (hash-table-count fastrevert--pending))))
+                     120))
+            ;; The burst: every file rewritten by another program at once.
+            (unless (zerop (call-process "sh" nil nil nil "-c"
+                                         "for f in \"$1\"/d*/*.txt; do echo new > \"$f\"; done"
+                                         "sh" root))
+              (error "The rewrite failed"))
+            (let ((stale-p (lambda (buffer)
+                             (not (equal (with-current-buffer buffer
+                                           (buffer-substring-no-properties
+                                            (point-min) (point-max)))
+                                         "new\n")))))
+              (fastrevert-test-wait-for
+               (lambda () (not (cl-some stale-p buffers)))
+               240)
+              (cl-count-if stale-p buffers)))
+        (global-auto-revert-mode -1)
+        (fastrevert-mode -1)
+        (dolist (buffer buffers) (kill-buffer buffer))))))
+
+(provide 'fastrevert-burst-helpers)
+
+;;; fastrevert-burst-helpers.el ends here

@@ -1,0 +1,427 @@
+;;; fastrevert-call-process-test.el --- fastrevert-call-process against call-process -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Differential tests: every case runs the same command through stock
+;; `call-process' and through `fastrevert-call-process', each in a
+;; fresh buffer prepared the same way, and requires the same return
+;; value, buffer text (with properties), point, markers, undo list,
+;; `last-coding-system-used' and `buffer-file-coding-system'.
+
+;;; Code:
+
+(require 'fastrevert-test-helpers)
+(require 'fastrevert-process)
+
+(defun fastrevert-call-process-test--observe (function setup call)
+  "Run CALL with FUNCTION in a fresh buffer prepared by SETUP.
+CALL gets FUNCTION (`call-process' or its drop-in) and makes the
+call.  Return everything the call may have changed, as a plist."
+  (let ((buffer (generate-new-buffer " *fastrevert-call-process-test*")))
+    (unwind-protect
+        (with-current-buffer buffer
+          (when setup (funcall setup))
+          (setq last-coding-system-used 'fastrevert-test-unset)
+          (let* ((before (copy-marker (point)))
+                 (after (copy-marker (point) t))
+                 (result (condition-case err
+                             (funcall call function)
+                           ;; Printed while the buffer lives, so that error
+                           ;; data naming a buffer compare by name.
+                           (error (list 'signalled (prin1-to-string err))))))
+            (list :result result
+                  :text (buffer-string)
+                  :point (point)
+                  :markers (list (marker-position before) (marker-position after))
+                  ;; After a signal, `last-coding-system-used' is not part of
+                  ;; the contract: under ERT stock leaves it set by the
+                  ;; error machinery.
+                  :coding (if (eq (car-safe result) 'signalled) 'signalled
+                            last-coding-system-used)
+                  :file-coding buffer-file-coding-system
+                  :multibyte enable-multibyte-characters
+                  :undo buffer-undo-list
+                  :current (eq (current-buffer) buffer))))
+      (kill-buffer buffer))))
+
+(defun fastrevert-call-process-test--same (call &optional setup)
+  "Require CALL to observe the same with both implementations; return stock's.
+CALL and SETUP are as for `fastrevert-call-process-test--observe'."
+  (let ((stock (fastrevert-call-process-test--observe #'call-process setup call))
+        (native (fastrevert-call-process-test--observe #'fastrevert-call-process setup call)))
+    (should (equal native stock))
+    stock))
+
+(defun fastrevert-call-process-test--text-at-point ()
+  "Fill the current buffer with text and put point inside it."
+  (insert "before|after")
+  (goto-char 8))
+
+;;;; Destinations
+
+(ert-deftest fastrevert-call-process-destination-t-inserts-at-point-like-stock ()
+  (let ((stock (fastrevert-call-process-test--same
+                (lambda (call) (funcall call "printf" nil t nil "one\\ntwo\\n"))
+                #'fastrevert-call-process-test--text-at-point)))
+    (should (equal (plist-get stock :text) "before|one\ntwo\nafter"))
+    (should (= (plist-get stock :point) 16))))
+
+(ert-deftest fastrevert-call-process-records-undo-like-stock ()
+  (let ((stock (fastrevert-call-process-test--same
+                (lambda (call) (funcall call "printf" nil t nil "undoable"))
+                (lambda ()
+                  (buffer-enable-undo)
+                  (fastrevert-call-process-test--text-at-point)
+                  (undo-boundary)))))
+    (should (consp (plist-get stock :undo)))))
+
+(ert-deftest fastrevert-call-process-destination-buffer-object-and-name ()
+  (dolist (kind '(object existing-name new-name))
+    (let ((observe
+           (lambda (function)
+             (let* ((name (format " *fastrevert-cp-target-%s*" kind))
+                    (target (unless (eq kind 'new-name)
+                              (with-current-buffer (get-buffer-create name)
+                                (insert "0123")
+                                (goto-char 3)
+                                (current-buffer)))))
+               (unwind-protect
+                   (with-temp-buffer
+                     (let ((result (funcall function "printf" nil
+                                            (if (eq kind 'object) target name)
+                                            nil "xyz")))
+                       (list result (buffer-string)
+                             (with-current-buffer name
+                               (list (buffer-string) (point))))))
+                 (kill-buffer name))))))
+      (should (equal (funcall observe #'fastrevert-call-process)
+                     (funcall observe #'call-process))))))
+
+(ert-deftest fastrevert-call-process-destination-nil-discards-and-waits ()
+  (let ((stock (fastrevert-call-process-test--same
+                (lambda (call) (funcall call "sh" nil nil nil "-c" "echo out; echo err >&2; exit 4"))
+                #'fastrevert-call-process-test--text-at-point)))
+    (should (eql (plist-get stock :result) 4))))
+
+(ert-deftest fastrevert-call-process-destination-zero-returns-at-once-and-runs ()
+  (fastrevert-test-with-temp-dir dir
+    (let ((done (expand-file-name "done" dir)))
+      (should (null (fastrevert-call-process
+                     "sh" nil 0 nil "-c" (format "sleep 0.2; echo ran > %s" done))))
+      (should-not (file-exists-p done))
+      (should (fastrevert-test-wait-for (lambda () (file-exists-p done))))
+      (should (null (call-process "true" nil 0))))))
+
+(ert-deftest fastrevert-call-process-destination-file-and-stderr-forms ()
+  (fastrevert-test-with-temp-dir dir
+    (dolist (destination-of
+             (list (lambda (out _err) (list :file out))
+                   (lambda (out err) (list (list :file out) err))
+                   (lambda (out _err) (list (list :file out) nil))
+                   (lambda (out _err) (list (list :file out) t))
+                   (lambda (_out err) (list t err))
+                   (lambda (_out _err) (list t nil))
+                   (lambda (_out _err) (list t t))
+                   (lambda (_out err) (list nil err))
+                   (lambda (_out _err) (list nil t))))
+      (let ((observe
+             (lambda (function)
+               (let* ((out (expand-file-name "out" dir))
+                      (err (expand-file-name "err" dir))
+                      (read (lambda (file)
+                              (and (file-exists-p file)
+                                   (with-temp-buffer
+                                     (insert-file-contents file)
+                                     (delete-file file)
+                                     (buffer-string))))))
+                 (with-temp-buffer
+                   (let ((result (funcall function "sh" nil (funcall destination-of out err) nil
+                                          "-c" "echo to-out; echo to-err >&2; exit 2")))
+                     (list result (buffer-string) (funcall read out) (funcall read err))))))))
+        (should (equal (funcall observe #'fastrevert-call-process)
+                       (funcall observe #'call-process)))))))
+
+(ert-deftest fastrevert-call-process-infile-feeds-stdin ()
+  (fastrevert-test-with-temp-dir dir
+    (let ((input (expand-file-name "input" dir)))
+      (with-temp-file input (insert "line one\nline two\n"))
+      (fastrevert-call-process-test--same
+       (lambda (call) (funcall call "cat" input t)))
+      ;; A relative INFILE is found through `default-directory'.
+      (let ((default-directory dir))
+        (fastrevert-call-process-test--same
+         (lambda (call) (funcall call "wc" "input" t nil "-l")))))))
+
+;;;; Exit codes and signals
+
+(ert-deftest fastrevert-call-process-exit-codes-match ()
+  (dolist (code '(0 1 3 127 255))
+    (let ((stock (fastrevert-call-process-test--same
+                  (lambda (call) (funcall call "sh" nil t nil "-c" (format "exit %d" code))))))
+      (should (eql (plist-get stock :result) code)))))
+
+(ert-deftest fastrevert-call-process-killed-by-signal-returns-description ()
+  (dolist (signal '("KILL" "TERM" "SEGV" "INT"))
+    (let ((stock (fastrevert-call-process-test--same
+                  (lambda (call)
+                    (funcall call "sh" nil t nil "-c"
+                             (format "echo dying; kill -%s $$" signal))))))
+      (should (stringp (plist-get stock :result))))))
+
+(ert-deftest fastrevert-call-process-exec-failure-reports-like-stock ()
+  (fastrevert-test-with-temp-dir dir
+    (let ((bogus (expand-file-name "bogus" dir)))
+      (with-temp-file bogus (insert "not a program\n"))
+      (set-file-modes bogus #o755)
+      (fastrevert-call-process-test--same (lambda (call) (funcall call bogus nil t)))
+      (fastrevert-call-process-test--same (lambda (call) (funcall call bogus nil nil))))))
+
+;;;; Coding systems
+
+(ert-deftest fastrevert-call-process-decodes-utf-8-latin-1-and-binary-alike ()
+  (dolist (coding '(nil utf-8 utf-8-unix latin-1 no-conversion binary undecided utf-8-dos))
+    (ert-info ((format "coding %S" coding))
+      (fastrevert-call-process-test--same
+       (lambda (call)
+         (let ((coding-system-for-read coding))
+           (funcall call "printf" nil t nil "caf\\303\\251 caf\\351 \\342\\202\\254\\r\\nend")))))))
+
+(ert-deftest fastrevert-call-process-keeps-invalid-bytes-as-raw-bytes ()
+  (let ((stock (fastrevert-call-process-test--same
+                (lambda (call)
+                  (funcall call "printf" nil t nil "a\\377b\\300\\200c\\355\\240\\200d\\342\\202")))))
+    (should (string-match-p "\377" (plist-get stock :text)))))
+
+(ert-deftest fastrevert-call-process-detects-crlf-with-undecided ()
+  (let ((stock (fastrevert-call-process-test--same
+                (lambda (call)
+                  (let ((coding-system-for-read 'undecided))
+                    (funcall call "printf" nil t nil "one\\r\\ntwo\\r\\n"))))))
+    (should (equal (plist-get stock :text) "one\ntwo\n"))
+    (should (eq (plist-get stock :coding) 'undecided-dos))))
+
+(ert-deftest fastrevert-call-process-honours-process-coding-system-alist ()
+  (let ((process-coding-system-alist '(("\\`printf\\'" . (latin-1 . latin-1)))))
+    (fastrevert-call-process-test--same
+     (lambda (call) (funcall call "printf" nil t nil "caf\\351"))))
+  (let ((default-process-coding-system '(latin-1-dos . latin-1-dos)))
+    (fastrevert-call-process-test--same
+     (lambda (call) (funcall call "printf" nil t nil "caf\\351\\r\\n")))))
+
+(ert-deftest fastrevert-call-process-into-unibyte-buffer-like-stock ()
+  (dolist (coding '(nil utf-8-dos latin-1))
+    (fastrevert-call-process-test--same
+     (lambda (call)
+       (let ((coding-system-for-read coding))
+         (funcall call "printf" nil t nil "caf\\303\\251\\r\\n")))
+     (lambda () (set-buffer-multibyte nil)))))
+
+(ert-deftest fastrevert-call-process-leaves-buffer-file-coding-system-alone ()
+  (let ((stock (fastrevert-call-process-test--same
+                (lambda (call)
+                  (let ((coding-system-for-read 'latin-1-dos))
+                    (funcall call "printf" nil t nil "caf\\351\\r\\n")))
+                (lambda () (setq buffer-file-coding-system 'utf-8-unix)))))
+    (should (eq (plist-get stock :file-coding) 'utf-8-unix))))
+
+(ert-deftest fastrevert-call-process-encodes-multibyte-arguments ()
+  (fastrevert-call-process-test--same
+   (lambda (call) (funcall call "printf" nil t nil "%s|" "héllo" "wörld €"))))
+
+(ert-deftest fastrevert-call-process-large-output-is-identical ()
+  "Five megabytes with multibyte characters across every read boundary."
+  (fastrevert-test-with-temp-dir dir
+    (let ((file (expand-file-name "big" dir)))
+      (with-temp-file file
+        (set-buffer-file-coding-system 'utf-8-unix)
+        (dotimes (i 100000)
+          (insert (format "%06d é€😀 line\n" i))))
+      (let ((stock (fastrevert-call-process-test--same
+                    (lambda (call) (funcall call "cat" nil t nil file)))))
+        (should (> (length (plist-get stock :text)) 1500000))))))
+
+(ert-deftest fastrevert-call-process-streamed-output-matches-at-chunk-edges ()
+  "Output larger than a chunk is inserted while the child runs, exactly as stock."
+  (fastrevert-test-with-temp-dir dir
+    (let ((crlf (expand-file-name "crlf" dir))
+          (one-line (expand-file-name "one-line" dir))
+          (long-lines (expand-file-name "long-lines" dir)))
+      (let ((coding-system-for-write 'no-conversion))
+        (with-temp-file crlf
+          (dotimes (i 200000) (insert (format "%06d é€ crlf line\r\n" i))))
+        (with-temp-file one-line
+          (dotimes (_ 300000) (insert "no newline here, ")))
+        (with-temp-file long-lines
+          (dotimes (i 8) (insert (make-string (* 700 1024) (+ ?a i)) "\n"))))
+      (dolist (file (list crlf one-line long-lines))
+        (dolist (coding '(nil utf-8 utf-8-unix latin-1))
+          (ert-info ((format "%s, coding %S" (file-name-nondirectory file) coding))
+            (fastrevert-call-process-test--same
+             (lambda (call)
+               (let ((coding-system-for-read coding))
+                 (funcall call "cat" nil t nil file))))))))))
+
+(ert-deftest fastrevert-call-process-waits-for-output-of-grandchildren ()
+  "Like stock, the call ends when the output pipe closes, not when the child exits."
+  (fastrevert-call-process-test--same
+   (lambda (call)
+     (funcall call "sh" nil t nil "-c" "(sleep 0.2; echo late) & echo early"))))
+
+(ert-deftest fastrevert-call-process-output-reopened-through-dev-stdout-is-kept ()
+  (fastrevert-call-process-test--same
+   (lambda (call)
+     (funcall call "sh" nil t nil "-c" "echo one; echo two > /dev/stdout; echo three >/dev/stderr"))))
+
+;;;; Environment, directory and program search
+
+(ert-deftest fastrevert-call-process-passes-environment-and-directory ()
+  (let ((process-environment (append '("FASTREVERT_A=first" "FASTREVERT_A=second"
+                                       "FASTREVERT_GONE" "FASTREVERT_GONE=never")
+                                     process-environment))
+        (default-directory "/usr/"))
+    (let ((stock (fastrevert-call-process-test--same
+                  (lambda (call)
+                    (funcall call "sh" nil t nil "-c"
+                             "echo \"$FASTREVERT_A ${FASTREVERT_GONE-unset}\"; pwd; echo \"$PWD\"")))))
+      (should (string-prefix-p "first unset\n/usr\n" (plist-get stock :text))))
+    (fastrevert-call-process-test--same (lambda (call) (funcall call "printenv" nil t)))))
+
+(ert-deftest fastrevert-call-process-searches-exec-path-and-suffixes ()
+  (fastrevert-test-with-temp-dir dir
+    (let ((script (expand-file-name "fastrevert-hello.sh" dir)))
+      (with-temp-file script (insert "#!/bin/sh\necho hello from \"$0\"\n"))
+      (set-file-modes script #o755)
+      (let ((exec-path (cons dir exec-path))
+            (exec-suffixes '("" ".sh")))
+        (fastrevert-call-process-test--same
+         (lambda (call) (funcall call "fastrevert-hello" nil t)))))))
+
+(ert-deftest fastrevert-call-process-missing-program-signals-like-stock ()
+  (fastrevert-test-with-temp-dir dir
+    (let ((plain (expand-file-name "plain" dir)))
+      (with-temp-file plain (insert "x"))
+      (dolist (program (list "fastrevert-no-such-program" plain dir
+                             (expand-file-name "absent" dir)))
+        (let ((stock (fastrevert-call-process-test--same
+                      (lambda (call) (funcall call program nil t)))))
+          (should (eq (car (plist-get stock :result)) 'signalled)))))))
+
+(ert-deftest fastrevert-call-process-unusable-files-signal-like-stock ()
+  (fastrevert-call-process-test--same
+   (lambda (call) (funcall call "cat" "/nonexistent/fastrevert-in" t)))
+  (fastrevert-call-process-test--same
+   (lambda (call) (funcall call "true" nil '(:file "/nonexistent/fastrevert-out"))))
+  (fastrevert-call-process-test--same
+   (lambda (call) (funcall call "true" nil '(t "/nonexistent/fastrevert-err"))))
+  (fastrevert-call-process-test--same
+   (lambda (call)
+     (let ((default-directory "/nonexistent/fastrevert-dir/"))
+       (funcall call "true" nil t)))))
+
+(ert-deftest fastrevert-call-process-wrong-types-signal-wrong-type-argument ()
+  (dolist (call (list (lambda (f) (funcall f 12))
+                      (lambda (f) (funcall f "echo" nil t nil 12))
+                      (lambda (f) (funcall f "echo" nil 'no-such-buffer-symbol))
+                      (lambda (f) (funcall f "echo" nil '(:file 12)))))
+    (let ((stock (fastrevert-call-process-test--same call)))
+      (should (string-prefix-p "(wrong-type-argument " (cadr (plist-get stock :result)))))))
+
+(ert-deftest fastrevert-call-process-read-only-buffer-signals-like-stock ()
+  (fastrevert-call-process-test--same
+   (lambda (call) (funcall call "printf" nil t nil "x"))
+   (lambda () (insert "text") (setq buffer-read-only t))))
+
+(ert-deftest fastrevert-call-process-counts-in-stats ()
+  (fastrevert--engine-ensure)
+  (let ((before (fastrevert-stats)))
+    (with-temp-buffer (fastrevert-call-process "printf" nil t nil "0123456789"))
+    (let ((after (fastrevert-stats)))
+      (should (= (- (plist-get after :processes) (plist-get before :processes)) 1))
+      (should (= (- (plist-get after :bytes-read) (plist-get before :bytes-read)) 10)))))
+
+;;;; Remote directories and quitting
+
+(ert-deftest fastrevert-call-process-remote-directory-delegates-to-process-file ()
+  (let ((calls nil))
+    (cl-letf (((symbol-function 'process-file)
+               (lambda (&rest args) (push (cons default-directory args) calls) 7)))
+      (let ((default-directory "/ssh:fastrevert-test-host:/tmp/"))
+        (should (eql (fastrevert-call-process "ls" "in" t nil "-l") 7))))
+    (should (equal calls '(("/ssh:fastrevert-test-host:/tmp/" "ls" "in" t nil "-l"))))))
+
+(defun fastrevert-call-process-test--quit-at-terminal (destination script)
+  "Type the quit key while a terminal Emacs waits in `fastrevert-call-process'.
+A batch Emacs cannot receive a quit key, and no timer runs while native code
+waits, so a second Emacs runs on a pseudo-terminal and the test types
+the quit key on it, exactly as a user would.  That Emacs runs `sh -c'
+with SCRIPT (formatted with the file the shell must write its pid to)
+into DESTINATION, and records whether `quit' was signalled, how long
+the call took, whether the child still exists, and how much output
+reached the buffer.  Return that record."
+  (fastrevert-test-with-temp-dir dir
+    (let* ((pid-file (expand-file-name "pid" dir))
+           (result-file (expand-file-name "result" dir))
+           (form
+            `(progn
+               (require 'fastrevert-process)
+               (let* ((start (float-time))
+                      (outcome (condition-case nil
+                                   (progn
+                                     (fastrevert-call-process
+                                      "sh" nil ',destination nil "-c" ,(format script pid-file))
+                                     'finished)
+                                 (quit 'quit)))
+                      (elapsed (- (float-time) start))
+                      (pid (with-temp-buffer
+                             (insert-file-contents ,pid-file)
+                             (string-to-number (buffer-string)))))
+                 (with-temp-file ,result-file
+                   (prin1 (list outcome elapsed
+                                (file-exists-p (format "/proc/%d" pid))
+                                (if (eq ',destination t) (buffer-size (get-buffer "*scratch*")) 0))
+                          (current-buffer))))
+               (kill-emacs 0)))
+           (process-environment (cons "TERM=xterm" process-environment))
+           (emacs (make-process
+                   :name "fastrevert-tty-emacs"
+                   :buffer nil
+                   :connection-type 'pty
+                   :noquery t
+                   :command (list (expand-file-name invocation-name invocation-directory)
+                                  "-Q" "-nw"
+                                  "-L" (expand-file-name "lisp/" fastrevert-test-root)
+                                  "--eval" (prin1-to-string form)))))
+      (unwind-protect
+          (progn
+            (set-process-window-size emacs 24 80)
+            (should (fastrevert-test-wait-for (lambda () (file-exists-p pid-file)) 30))
+            ;; The child is running, so the call is waiting natively.
+            (process-send-string emacs "\C-g")
+            (should (fastrevert-test-wait-for (lambda () (file-exists-p result-file)) 30))
+            (with-temp-buffer
+              (insert-file-contents result-file)
+              (read (current-buffer))))
+        (delete-process emacs)))))
+
+(ert-deftest fastrevert-call-process-quit-kills-and-reaps-the-child ()
+  (skip-unless (file-exists-p "/dev/ptmx"))
+  (let ((result (fastrevert-call-process-test--quit-at-terminal
+                 nil "echo $$ > %s; exec sleep 30")))
+    (should (eq (nth 0 result) 'quit))
+    (should (< (nth 1 result) 10))
+    (should-not (nth 2 result))))
+
+(ert-deftest fastrevert-call-process-quit-while-streaming-output-into-a-buffer ()
+  "A quit during a large output stops the copy thread and the child."
+  (skip-unless (file-exists-p "/dev/ptmx"))
+  (let ((result (fastrevert-call-process-test--quit-at-terminal
+                 t "head -c 10000000 /dev/zero | tr '\\0' x; echo; echo $$ > %s; exec sleep 30")))
+    (should (eq (nth 0 result) 'quit))
+    (should (< (nth 1 result) 10))
+    (should-not (nth 2 result))
+    ;; The chunks inserted before the quit stay, as stock leaves them.
+    (should (> (nth 3 result) 2000000))))
+
+(provide 'fastrevert-call-process-test)
+
+;;; fastrevert-call-process-test.el ends here

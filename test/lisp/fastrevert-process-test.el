@@ -1,0 +1,369 @@
+;;; fastrevert-process-test.el --- Tests of fastrevert-make-process -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Asynchronous processes run by the engine: coalesced filter calls,
+;; `lines' and `lsp' framing under byte-by-byte output, sentinel event
+;; strings, standard input, signals, buffer insertion compared with
+;; stock `make-process', and what happens when Emacs exits.
+
+;;; Code:
+
+(require 'fastrevert-test-helpers)
+(require 'fastrevert-process)
+
+(defun fastrevert-process-test--run (&rest args)
+  "Start a fastrevert process with ARGS; collect its output and events.
+Return a plist (:process P :chunks C :events E) whose lists are
+updated in place (newest first) as output and events arrive."
+  (let* ((state (list :process nil :chunks nil :events nil :log nil))
+         (filter (lambda (_process text)
+                   (plist-put state :chunks (cons text (plist-get state :chunks)))
+                   (plist-put state :log (cons (cons 'output text) (plist-get state :log)))))
+         (sentinel (lambda (_process event)
+                     (plist-put state :events (cons event (plist-get state :events)))
+                     (plist-put state :log (cons (cons 'event event) (plist-get state :log))))))
+    (plist-put state :process
+               (apply #'fastrevert-make-process
+                      (append args
+                              (unless (plist-member args :filter) (list :filter filter))
+                              (list :sentinel sentinel :noquery t))))
+    state))
+
+(defun fastrevert-process-test--finish (state)
+  "Wait until the process of STATE has reported its end; return STATE."
+  (should (fastrevert-test-wait-for (lambda () (plist-get state :events)) 30))
+  state)
+
+(defun fastrevert-process-test--output (state)
+  "Return all output STATE collected, in order, as one string."
+  (apply #'concat (reverse (plist-get state :chunks))))
+
+(defun fastrevert-process-test--stock-event (command)
+  "Return the sentinel event stock `make-process' reports for COMMAND."
+  (let* ((events nil)
+         (process (make-process :name "fastrevert-stock" :command command :noquery t
+                                :buffer nil :sentinel (lambda (_p event) (push event events)))))
+    (should (fastrevert-test-wait-for (lambda () events) 30))
+    (ignore process)
+    (car events)))
+
+(defun fastrevert-process-test--byte-by-byte (text)
+  "Return a shell command printing TEXT one byte per write, with pauses.
+The pauses let the engine read, and Emacs drain, between bytes, so
+every byte boundary is a chunk boundary somewhere."
+  (mapconcat (lambda (byte)
+               (format "printf '\\%03o'; sleep 0.002" byte))
+             (encode-coding-string text 'utf-8) "; "))
+
+;;;; Filters and framing
+
+(ert-deftest fastrevert-process-filter-calls-are-coalesced ()
+  "Two thousand writes reach the filter in a handful of calls, complete and in order."
+  (fastrevert-test-with-temp-dir dir
+    (let* ((done (expand-file-name "done" dir))
+           (state (fastrevert-process-test--run
+                   :name "coalesce"
+                   :command (list "sh" "-c"
+                                  (format "i=0; while [ $i -lt 2000 ]; do echo $i; i=$((i+1)); done; \
+: > %s; read line" done)))))
+      ;; Keep the main thread busy without handling any output until the
+      ;; child has made all its writes, as a busy Emacs would be.
+      (let ((deadline (+ (float-time) 30)))
+        (while (and (not (file-exists-p done)) (< (float-time) deadline))))
+      (fastrevert-process-send-eof (plist-get state :process))
+      (fastrevert-process-test--finish state)
+      (should (equal (fastrevert-process-test--output state)
+                     (mapconcat (lambda (i) (format "%d\n" i)) (number-sequence 0 1999) "")))
+      (should (< (length (plist-get state :chunks)) 10)))))
+
+(ert-deftest fastrevert-process-lines-framing-delivers-only-complete-lines ()
+  (let* ((text "first line\nsecond é line\n\nlast line with no newline")
+         (raw (fastrevert-process-test--finish
+               (fastrevert-process-test--run
+                :name "raw" :command (list "sh" "-c" (fastrevert-process-test--byte-by-byte text)))))
+         (framed (fastrevert-process-test--finish
+                  (fastrevert-process-test--run
+                   :name "lines" :framing 'lines
+                   :command (list "sh" "-c" (fastrevert-process-test--byte-by-byte text))))))
+    ;; Unframed, the bytes arrive split; framed, only whole lines arrive,
+    ;; and the final unterminated line comes at the end.
+    (should (> (length (plist-get raw :chunks)) 3))
+    (should (equal (fastrevert-process-test--output raw) text))
+    (should (equal (fastrevert-process-test--output framed) text))
+    (let ((chunks (reverse (plist-get framed :chunks))))
+      (dolist (chunk (butlast chunks))
+        (should (string-suffix-p "\n" chunk)))
+      (should (string-suffix-p "newline" (car (last chunks)))))))
+
+(ert-deftest fastrevert-process-lsp-framing-delivers-only-complete-messages ()
+  (let* ((bodies '("{\"jsonrpc\":\"2.0\",\"id\":1}" "{\"method\":\"é\"}"))
+         (messages (mapcar (lambda (body)
+                             (format "Content-Length: %d\r\n\r\n%s"
+                                     (string-bytes (encode-coding-string body 'utf-8)) body))
+                           bodies))
+         (text (apply #'concat messages))
+         (state (fastrevert-process-test--finish
+                 (fastrevert-process-test--run
+                  :name "lsp" :framing 'lsp :coding 'utf-8-unix
+                  :command (list "sh" "-c" (fastrevert-process-test--byte-by-byte text))))))
+    (should (equal (fastrevert-process-test--output state) text))
+    (dolist (chunk (plist-get state :chunks))
+      ;; Every chunk is a whole number of complete messages.
+      (should (string-match-p
+               "\\`\\(Content-Length: [0-9]+\r\n\r\n{[^}]*}\\)+\\'" chunk)))))
+
+(ert-deftest fastrevert-process-decodes-characters-split-across-chunks ()
+  (let ((state (fastrevert-process-test--finish
+                (fastrevert-process-test--run
+                 :name "split" :coding 'utf-8-unix
+                 :command (list "sh" "-c" (fastrevert-process-test--byte-by-byte "a€b😀c\r\n"))))))
+    (should (equal (fastrevert-process-test--output state) "a€b😀c\r\n")))
+  (let ((state (fastrevert-process-test--finish
+                (fastrevert-process-test--run
+                 :name "split-dos" :coding 'utf-8-dos
+                 :command (list "sh" "-c" (fastrevert-process-test--byte-by-byte "one\r\ntwo\r\n"))))))
+    (should (equal (fastrevert-process-test--output state) "one\ntwo\n")))
+  (let ((state (fastrevert-process-test--finish
+                (fastrevert-process-test--run
+                 :name "latin" :coding 'latin-1
+                 :command (list "printf" "caf\\351")))))
+    (should (equal (fastrevert-process-test--output state) "café"))))
+
+(ert-deftest fastrevert-process-filter-strings-are-multibyte-like-stock ()
+  (dolist (coding '(utf-8 latin-1 undecided binary raw-text))
+    (let* ((stock nil)
+           (process (make-process :name "stock-mb" :command '("printf" "abc") :coding coding
+                                  :noquery t :filter (lambda (_p text) (push text stock))))
+           (state (fastrevert-process-test--finish
+                   (fastrevert-process-test--run :name "mb" :coding coding
+                                                 :command '("printf" "abc")))))
+      (should (fastrevert-test-wait-for (lambda () (and stock (not (process-live-p process))))))
+      (should (equal (mapcar #'multibyte-string-p (plist-get state :chunks))
+                     (mapcar #'multibyte-string-p stock)))
+      (should (equal (plist-get state :chunks) stock)))))
+
+(ert-deftest fastrevert-process-engine-restart-ends-its-processes ()
+  (let* ((state (fastrevert-process-test--run :name "restart" :command '("sleep" "30")))
+         (process (plist-get state :process))
+         (pid (fastrevert-process-id-of process)))
+    (fastrevert--engine-stop)
+    (fastrevert--engine-ensure)
+    (should-not (fastrevert-process-live-p process))
+    (should-not (memq process (fastrevert-process-list)))
+    ;; Stopping the engine killed and reaped the child.
+    (should-not (file-exists-p (format "/proc/%d" pid)))))
+
+;;;; Sentinels and exit
+
+(ert-deftest fastrevert-process-sentinel-events-match-stock ()
+  (fastrevert-test-with-temp-dir dir
+    (let ((default-directory dir))
+      (dolist (script '("exit 0" "exit 3" "kill -TERM $$" "kill -KILL $$" "kill -INT $$"
+                        "ulimit -c unlimited; kill -SEGV $$"))
+        (let* ((command (list "sh" "-c" script))
+               (state (fastrevert-process-test--finish
+                       (fastrevert-process-test--run :name "sentinel" :command command))))
+          (should (equal (plist-get state :events)
+                         (list (fastrevert-process-test--stock-event command)))))))))
+
+(ert-deftest fastrevert-process-all-output-arrives-before-the-sentinel ()
+  (let* ((state (fastrevert-process-test--finish
+                 (fastrevert-process-test--run
+                  :name "order" :command (list "sh" "-c" "seq 1 200000; echo tail >&2"))))
+         (log (reverse (plist-get state :log))))
+    (should (eq (car (car (last log))) 'event))
+    (should (= (length (plist-get state :events)) 1))
+    (should (string-suffix-p "200000\ntail\n" (fastrevert-process-test--output state)))))
+
+(ert-deftest fastrevert-process-status-and-exit-status ()
+  (let* ((state (fastrevert-process-test--run :name "status" :command '("sh" "-c" "read x; exit 5")))
+         (process (plist-get state :process)))
+    (should (fastrevert-process-live-p process))
+    (should (eq (fastrevert-process-status process) 'run))
+    (should (eql (fastrevert-process-exit-status process) 0))
+    (should (integerp (fastrevert-process-id-of process)))
+    (fastrevert-process-send-eof process)
+    (fastrevert-process-test--finish state)
+    (should-not (fastrevert-process-live-p process))
+    (should (eq (fastrevert-process-status process) 'exit))
+    (should (eql (fastrevert-process-exit-status process) 5))))
+
+;;;; Input and signals
+
+(ert-deftest fastrevert-process-stdin-round-trip-of-megabytes-never-blocks ()
+  (let* ((line (concat (make-string 99 ?x) "\n"))
+         (input (apply #'concat (make-list 40000 line)))
+         ;; The child reads nothing for a while: the writes must queue.
+         (state (fastrevert-process-test--run :name "stdin" :command '("sh" "-c" "sleep 0.3; cat")))
+         (process (plist-get state :process))
+         (start (float-time)))
+    (dotimes (i 4)
+      (fastrevert-process-send-string process (substring input (* i 1000000) (* (1+ i) 1000000))))
+    (fastrevert-process-send-eof process)
+    (should (< (- (float-time) start) 0.25))
+    (fastrevert-process-test--finish state)
+    (should (= (length (fastrevert-process-test--output state)) (length input)))
+    (should (equal (fastrevert-process-test--output state) input))
+    (should (equal (plist-get state :events) '("finished\n")))))
+
+(ert-deftest fastrevert-process-stdin-encodes-multibyte-text ()
+  (let* ((state (fastrevert-process-test--run :name "enc" :coding 'utf-8 :command '("od" "-An" "-tx1")))
+         (process (plist-get state :process)))
+    (fastrevert-process-send-string process "é")
+    (fastrevert-process-send-eof process)
+    (fastrevert-process-test--finish state)
+    (should (string-match-p "c3 a9" (fastrevert-process-test--output state)))))
+
+(ert-deftest fastrevert-process-signal-by-name-and-number ()
+  (dolist (case '((SIGINT . "interrupt\n") ("TERM" . "terminated\n") (9 . "killed\n")
+                  (hup . "hangup\n")))
+    (let* ((state (fastrevert-process-test--run :name "sig" :command '("sleep" "30")))
+           (process (plist-get state :process)))
+      (should (eql (fastrevert-process-signal process (car case)) 0))
+      (fastrevert-process-test--finish state)
+      (should (equal (plist-get state :events) (list (cdr case))))
+      (should (eq (fastrevert-process-status process) 'signal))))
+  (should-error (fastrevert-process-signal
+                 (plist-get (fastrevert-process-test--run :name "bad" :command '("true")) :process)
+                 'SIGNOPE)))
+
+(ert-deftest fastrevert-process-delete-kills-and-reports-killed ()
+  (let* ((state (fastrevert-process-test--run :name "del" :command '("sleep" "30")))
+         (process (plist-get state :process))
+         (pid (fastrevert-process-id-of process)))
+    (fastrevert-delete-process process)
+    (should (equal (plist-get state :events) '("killed\n")))
+    (should-not (fastrevert-process-live-p process))
+    (should (fastrevert-test-wait-for (lambda () (not (file-exists-p (format "/proc/%d" pid))))))))
+
+;;;; Buffers
+
+(defun fastrevert-process-test--buffer-run (make command setup)
+  "Run COMMAND with MAKE into a fresh buffer prepared by SETUP.
+MAKE is `make-process' or `fastrevert-make-process'; both use the
+default filter and sentinel.  Return the whole text, point, the
+accessible region, the process mark and two markers, once the
+process has ended and its sentinel has written its line."
+  (let ((buffer (generate-new-buffer " *fastrevert-process-buffer*")))
+    (unwind-protect
+        (with-current-buffer buffer
+          (funcall setup)
+          (let* ((at-end (copy-marker (point-max)))
+                 (at-start (copy-marker (point-min)))
+                 (process (funcall make :name "buffered" :buffer buffer :command command
+                                   :noquery t :coding 'utf-8-unix))
+                 (mark (if (processp process) (process-mark process)
+                         (fastrevert-process-mark process))))
+            (should (fastrevert-test-wait-for
+                     (lambda ()
+                       (save-restriction
+                         (widen)
+                         (string-match-p "\nProcess buffered" (buffer-string))))
+                     30))
+            (list (save-restriction (widen) (buffer-string)) (point) (point-min) (point-max)
+                  (marker-position mark)
+                  (marker-position at-end) (marker-position at-start))))
+      (kill-buffer buffer))))
+
+(ert-deftest fastrevert-process-buffer-insertion-matches-stock-make-process ()
+  (dolist (setup (list (lambda ())
+                       (lambda () (insert "existing\ntext") (goto-char 3))
+                       (lambda () (insert "existing\ntext"))
+                       (lambda () (insert "narrowed text") (narrow-to-region 1 5) (goto-char 2))))
+    (let ((command '("sh" "-c" "printf 'one é\\n'; sleep 0.05; printf 'two\\n'; exit 1")))
+      (should (equal (fastrevert-process-test--buffer-run #'fastrevert-make-process command setup)
+                     (fastrevert-process-test--buffer-run #'make-process command setup))))))
+
+(ert-deftest fastrevert-process-stderr-buffer-gets-standard-error ()
+  (let* ((errors (generate-new-buffer " *fastrevert-stderr*"))
+         (state (fastrevert-process-test--finish
+                 (fastrevert-process-test--run
+                  :name "stderr" :stderr errors
+                  :command '("sh" "-c" "echo out; echo err >&2")))))
+    (unwind-protect
+        (progn
+          (should (equal (fastrevert-process-test--output state) "out\n"))
+          (should (equal (with-current-buffer errors (buffer-string)) "err\n")))
+      (kill-buffer errors))))
+
+;;;; Errors, waiting, exit
+
+(ert-deftest fastrevert-process-missing-program-signals-like-make-process ()
+  (should (equal (should-error (fastrevert-make-process :name "x" :command '("fastrevert-no-such")))
+                 (should-error (make-process :name "x" :command '("fastrevert-no-such"))))))
+
+(ert-deftest fastrevert-process-wrong-types-signal-wrong-type-argument ()
+  (should-error (fastrevert-make-process :name 12 :command '("true")) :type 'wrong-type-argument)
+  (should-error (fastrevert-make-process :name "x" :command "true") :type 'wrong-type-argument)
+  (should-error (fastrevert-make-process :name "x" :command '("true") :framing 'xml)
+                :type 'wrong-type-argument)
+  (should-error (fastrevert-process-send-string 'not-a-process "x") :type 'wrong-type-argument)
+  (should-error (fastrevert-process-live-p nil) :type 'wrong-type-argument))
+
+(ert-deftest fastrevert-process-accept-process-output-waits-for-output ()
+  (let* ((state (fastrevert-process-test--run :name "apo" :command '("sh" "-c" "read x; echo got $x")))
+         (process (plist-get state :process)))
+    (should-not (fastrevert-accept-process-output process 0.1))
+    (fastrevert-process-send-string process "it\n")
+    (should (fastrevert-accept-process-output process 10))
+    (should (fastrevert-test-wait-for (lambda () (plist-get state :events))))
+    (should (equal (fastrevert-process-test--output state) "got it\n"))
+    ;; A process that has ended returns at once.
+    (should-not (fastrevert-accept-process-output process))))
+
+(ert-deftest fastrevert-process-counts-processes-and-bytes ()
+  (let ((before (fastrevert-stats)))
+    (fastrevert-process-test--finish
+     (fastrevert-process-test--run :name "count" :command '("printf" "0123456789")))
+    (let ((after (fastrevert-stats)))
+      (should (>= (- (plist-get after :processes) (plist-get before :processes)) 1))
+      (should (>= (- (plist-get after :bytes-read) (plist-get before :bytes-read)) 10)))))
+
+(ert-deftest fastrevert-process-many-concurrent-children-all-finish ()
+  (let ((states (cl-loop for i below 200
+                         collect (fastrevert-process-test--run
+                                  :name "many" :command (list "echo" (number-to-string i))))))
+    (should (fastrevert-test-wait-for
+             (lambda () (cl-every (lambda (state) (plist-get state :events)) states))
+             60))
+    (cl-loop for state in states for i from 0
+             do (should (equal (fastrevert-process-test--output state) (format "%d\n" i))))))
+
+(ert-deftest fastrevert-process-exit-query-asks-only-for-query-processes ()
+  (let* ((asked nil)
+         (quiet (fastrevert-make-process :name "quiet" :command '("sleep" "30") :noquery t)))
+    (cl-letf (((symbol-function 'yes-or-no-p) (lambda (prompt) (push prompt asked) nil)))
+      (should (fastrevert--process-kill-emacs-query))
+      (should-not asked)
+      (let ((loud (fastrevert-make-process :name "loud" :command '("sleep" "30"))))
+        (should-not (fastrevert--process-kill-emacs-query))
+        (should (equal asked '("Active processes exist; kill them and exit anyway? ")))
+        (fastrevert-delete-process loud)))
+    (fastrevert-delete-process quiet)
+    (should (memq #'fastrevert--process-kill-emacs-query kill-emacs-query-functions))))
+
+(ert-deftest fastrevert-process-no-child-outlives-emacs ()
+  (fastrevert-test-with-temp-dir dir
+    (let* ((pid-file (expand-file-name "pid" dir))
+           (result (fastrevert-test-batch-emacs
+                    (list (expand-file-name "lisp/" fastrevert-test-root))
+                    `(progn
+                       (require 'fastrevert-process)
+                       (let ((process (fastrevert-make-process
+                                       :name "orphan" :command '("sleep" "300") :noquery t)))
+                         (with-temp-file ,pid-file
+                           (insert (number-to-string (fastrevert-process-id-of process)))))
+                       (kill-emacs 0))))
+           (pid (with-temp-buffer
+                  (insert-file-contents pid-file)
+                  (string-to-number (buffer-string)))))
+      (should (eql (car result) 0))
+      (should (> pid 0))
+      ;; The engine killed and reaped it on the way out: no process, not
+      ;; even a zombie.
+      (should-not (file-exists-p (format "/proc/%d" pid))))))
+
+(provide 'fastrevert-process-test)
+
+;;; fastrevert-process-test.el ends here
