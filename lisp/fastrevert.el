@@ -64,7 +64,7 @@ The native module must have been built as the same version.")
 
 (declare-function fastrevert--mod-version "fastrevert-module" ())
 (declare-function fastrevert--mod-start "fastrevert-module" (pipe-process))
-(declare-function fastrevert--mod-stop "fastrevert-module" ())
+(declare-function fastrevert--mod-stop "fastrevert-module" (&optional timeout))
 (declare-function fastrevert--mod-running-p "fastrevert-module" ())
 (declare-function fastrevert--mod-drain "fastrevert-module" (handler))
 (declare-function fastrevert--mod-stats "fastrevert-module" ())
@@ -161,7 +161,12 @@ decoded here as UTF-8 for the kinds that carry text."
                              :filter #'fastrevert--wake-filter
                              :sentinel #'ignore))
     (fastrevert--mod-start fastrevert--wake-process)
-    (add-hook 'kill-emacs-hook #'fastrevert--engine-stop)))
+    (add-hook 'kill-emacs-hook #'fastrevert--engine-stop-at-exit)))
+
+(defun fastrevert--engine-stop-at-exit ()
+  "Stop the engine as Emacs exits, without waiting on a hung file system."
+  (when (eq (fastrevert--mod-stop 2) 'abandoned)
+    (message "fastrevert: a file system is not responding; not waiting for it")))
 
 (defun fastrevert--engine-stop ()
   "Stop the engine thread and delete its wake process."
@@ -183,8 +188,8 @@ spent handling engine results."
   (let ((stats (copy-sequence
                 (or (fastrevert--mod-stats)
                     '(:watches 0 :polled-files 0 :kernel-events 0
-			       :events-dropped-natively 0 :batches 0 :overflows 0
-			       :processes 0 :bytes-read 0)))))
+                               :events-dropped-natively 0 :batches 0 :overflows 0
+                               :processes 0 :bytes-read 0)))))
     (setq stats (plist-put stats :reverts
                            (or (plist-get fastrevert--lisp-counters :reverts) 0)))
     (plist-put stats :main-thread-ms
@@ -194,6 +199,7 @@ spent handling engine results."
 
 (require 'autorevert)
 (require 'cl-lib)
+(require 'vc-hooks)
 
 (declare-function fastrevert--mod-watch-add "fastrevert-module" (id file mode &optional contents))
 (declare-function fastrevert--mod-watch-remove "fastrevert-module" (id))
@@ -398,9 +404,9 @@ and resume as soon as Emacs is idle again."
         (let ((fastrevert--dominating-cache (make-hash-table :test #'equal)))
           (save-match-data
             (while (and buffers
-			(not (and auto-revert-stop-on-user-input (input-pending-p))))
+                        (not (and auto-revert-stop-on-user-input (input-pending-p))))
               (let ((buffer (pop buffers)))
-		(when (buffer-live-p buffer)
+                (when (buffer-live-p buffer)
                   (with-demoted-errors "fastrevert: %S"
                     (fastrevert--check-buffer buffer))))
               (setq done (1+ done))
@@ -413,6 +419,38 @@ and resume as soon as Emacs is idle again."
             (reporter (progress-reporter-done reporter)))
       (setq fastrevert--main-thread-seconds
             (+ fastrevert--main-thread-seconds (- (float-time) start))))))
+
+;;;;; VC state
+
+(defvar fastrevert--vc-timer nil
+  "Timer refreshing the VC state of watched buffers, or nil.")
+
+(defun fastrevert--refresh-vc ()
+  "Refresh the VC state of every buffer the engine watches for a file.
+Stock polling does this on every tick when `auto-revert-check-vc-info'
+is non-nil, since a commit or checkout can change the state without
+changing the file; this does the same at `auto-revert-interval'."
+  (let ((start (float-time))
+        (buffers nil))
+    (maphash (lambda (_id buffer)
+               (when (and (buffer-live-p buffer) (buffer-local-value 'buffer-file-name buffer))
+                 (push buffer buffers)))
+             fastrevert--buffer-by-id)
+    (while (and buffers (not (and auto-revert-stop-on-user-input (input-pending-p))))
+      (with-current-buffer (pop buffers)
+        (let ((revert-buffer-in-progress-p t))
+          (with-demoted-errors "fastrevert: %S" (vc-refresh-state)))))
+    (setq fastrevert--main-thread-seconds
+          (+ fastrevert--main-thread-seconds (- (float-time) start)))))
+
+(defun fastrevert--update-vc-timer ()
+  "Run `fastrevert--refresh-vc' periodically exactly when it is asked for."
+  (when (timerp fastrevert--vc-timer)
+    (cancel-timer fastrevert--vc-timer))
+  (setq fastrevert--vc-timer
+        (and fastrevert-mode auto-revert-check-vc-info
+             (run-with-timer auto-revert-interval auto-revert-interval
+                             #'fastrevert--refresh-vc))))
 
 ;;;;; Advice on the stock machinery
 
@@ -466,8 +504,8 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
 
 (defconst fastrevert--watched-settings
   '(auto-revert-use-notify auto-revert-notify-exclude-dir-regexp
-			   auto-revert-interval auto-revert-avoid-polling auto-revert-remote-files
-			   fastrevert-settle-delay)
+    auto-revert-interval auto-revert-avoid-polling auto-revert-remote-files
+    auto-revert-check-vc-info fastrevert-settle-delay)
   "Settings whose change makes fastrevert re-register its buffers.")
 
 ;;;;; Settings
@@ -491,6 +529,7 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
   (setq fastrevert--reconfigure-timer nil)
   (when fastrevert-mode
     (fastrevert--configure-engine)
+    (fastrevert--update-vc-timer)
     (dolist (buffer (buffer-list))
       (with-current-buffer buffer
         (when (fastrevert--descriptor-p auto-revert-notify-watch-descriptor)
@@ -519,6 +558,7 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
   (dolist (buffer (buffer-list))
     (with-current-buffer buffer
       (fastrevert--adopt-current-buffer)))
+  (fastrevert--update-vc-timer)
   (auto-revert-set-timer))
 
 (defun fastrevert--disable ()
@@ -541,10 +581,12 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
   (clrhash fastrevert--buffer-by-id)
   (clrhash fastrevert--pending)
   (setq fastrevert--stock-buffers nil)
-  (dolist (timer (list fastrevert--revert-timer fastrevert--reconfigure-timer))
+  (dolist (timer (list fastrevert--revert-timer fastrevert--reconfigure-timer
+                       fastrevert--vc-timer))
     (when (timerp timer) (cancel-timer timer)))
   (setq fastrevert--revert-timer nil
-        fastrevert--reconfigure-timer nil)
+        fastrevert--reconfigure-timer nil
+        fastrevert--vc-timer nil)
   ;; Stock auto-revert adds its file-notify watches as it polls; one pass
   ;; now restores them and the timer at once.
   (auto-revert-set-timer)

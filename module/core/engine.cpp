@@ -81,19 +81,35 @@ bool Engine::post(Command command) {
   return true;
 }
 
-void Engine::stop() {
-  if (joined_) return;
+void Engine::stop() { stop_within(std::chrono::milliseconds::max()); }
+
+bool Engine::stop_within(std::chrono::milliseconds timeout) {
+  if (joined_) return true;
   {
     std::lock_guard<std::mutex> lock(commands_mutex_);
-    stopping_.store(true, std::memory_order_release);
+    if (!stopping_.load(std::memory_order_acquire)) {
+      stopping_.store(true, std::memory_order_release);
+      uv_async_send(&async_);
+    }
   }
-  uv_async_send(&async_);
-  thread_.join();
+  {
+    std::unique_lock<std::mutex> lock(finish_mutex_);
+    auto finished = [this] { return thread_finished_; };
+    if (timeout == std::chrono::milliseconds::max()) {
+      finish_cv_.wait(lock, finished);
+    } else if (!finish_cv_.wait_for(lock, timeout, finished)) {
+      if (!detached_) thread_.detach();
+      detached_ = true;
+      return false;
+    }
+  }
+  if (!detached_) thread_.join();
   uv_loop_close(&loop_);
   std::lock_guard<std::mutex> lock(outbox_mutex_);
   close(wake_fd_);
   wake_fd_ = -1;
   joined_ = true;
+  return true;
 }
 
 void Engine::emit(Record record) {
@@ -192,6 +208,9 @@ void Engine::thread_main() {
   // Every handle is closed, so services may now be freed on the thread that
   // owned them.
   services_.clear();
+  std::lock_guard<std::mutex> lock(finish_mutex_);
+  thread_finished_ = true;
+  finish_cv_.notify_all();
 }
 
 }  // namespace fastrevert

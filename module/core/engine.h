@@ -11,6 +11,8 @@
 #include <uv.h>
 
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -95,6 +97,13 @@ class Engine {
   // the thread and closes the wake fd.  Idempotent.
   void stop();
 
+  // Main thread.  Like stop(), but waits at most TIMEOUT for the engine
+  // thread, which can be stuck in a stat on a dead network mount.  Returns
+  // false if it did not finish in time: the thread is then detached and
+  // still uses this Engine, so the caller must keep it alive (at exit, leak
+  // it).  A later stop() or the destructor waits for the thread to finish.
+  bool stop_within(std::chrono::milliseconds timeout);
+
   bool running() const noexcept { return !stopping_.load(std::memory_order_acquire); }
 
   // Any thread.  Appends RECORD to the outbox, writing a wake byte if the
@@ -150,6 +159,13 @@ class Engine {
   // with the commands queued before it.
   std::atomic<bool> stopping_{false};
   bool joined_ = false;
+  bool detached_ = false;
+
+  // Guards thread_finished_, which the engine thread sets as its very last
+  // act so that stop_within() can wait for it with a deadline.
+  std::mutex finish_mutex_;
+  std::condition_variable finish_cv_;
+  bool thread_finished_ = false;
 
   // Guards commands_.  Posters push; the engine thread swaps the whole queue
   // out and runs it without the lock held.

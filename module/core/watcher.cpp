@@ -682,7 +682,10 @@ void Watcher::run_sweep(uv_work_t* request) {
   auto* job = static_cast<SweepJob*>(request->data);
   int delay_ms = watcher_test_hooks().stat_delay_ms.load(std::memory_order_relaxed);
   for (auto& entry : job->entries) {
-    if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    if (delay_ms > 0) {
+      watcher_test_hooks().delayed_stats_started.fetch_add(1, std::memory_order_relaxed);
+      std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    }
     entry.signature = read_file_signature(entry.path);
     struct stat link_status;
     entry.is_symlink = lstat(entry.path.c_str(), &link_status) == 0 && S_ISLNK(link_status.st_mode);

@@ -71,6 +71,9 @@ struct WatcherTestHooks {
   // Milliseconds each sweep stat sleeps first, standing in for a hung mount.
   // Relaxed: read on threadpool threads, and only its value matters.
   std::atomic<int> stat_delay_ms{0};
+  // How many delayed stats have begun, so a test can wait for one to be
+  // under way.  Relaxed: a counter read for its value alone.
+  std::atomic<int> delayed_stats_started{0};
 };
 
 WatcherTestHooks& watcher_test_hooks() noexcept;

@@ -78,13 +78,26 @@ FASTREVERT_DEFUN("fastrevert--mod-start", mod_start, 1, 1,
   return env.t();
 }
 
-FASTREVERT_DEFUN("fastrevert--mod-stop", mod_stop, 0, 0,
+FASTREVERT_DEFUN("fastrevert--mod-stop", mod_stop, 0, 1,
                  "Stop the engine thread and wait for it; do nothing if it is not running.\n"
-                 "Results not yet drained are discarded.") {
-  if (running_engine) {
-    running_engine->stop();
-    running_engine.reset();
+                 "Results not yet drained are discarded.  With TIMEOUT (seconds), wait\n"
+                 "at most that long: an engine thread stuck in a file system that does\n"
+                 "not answer is then left behind, and the function returns `abandoned'.\n\n"
+                 "(fn &optional TIMEOUT)") {
+  if (!running_engine) return env.nil();
+  auto timeout = std::chrono::milliseconds::max();
+  if (nargs > 0 && env.truthy(args[0])) {
+    double seconds = env.raw()->extract_float(env.raw(), env.call("float", {args[0]}));
+    env.check();
+    timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
   }
+  if (!running_engine->stop_within(timeout)) {
+    // The detached thread still uses the engine, so it must outlive this
+    // call; it is left to the end of the process.
+    running_engine.release();
+    return env.intern("abandoned");
+  }
+  running_engine.reset();
   return env.nil();
 }
 

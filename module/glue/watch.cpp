@@ -100,3 +100,8 @@ FASTREVERT_DEFUN("fastrevert--mod-test-watch-fault", mod_test_watch_fault, 2, 2,
   }
   return env.nil();
 }
+
+FASTREVERT_DEFUN("fastrevert--mod-test-delayed-stats", mod_test_delayed_stats, 0, 0,
+                 "Return how many stats delayed by `stat-delay-ms' have begun, for tests.") {
+  return env.integer(watcher_test_hooks().delayed_stats_started.load(std::memory_order_relaxed));
+}

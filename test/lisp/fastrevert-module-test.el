@@ -154,7 +154,7 @@
       (fastrevert--mod-echo round "again")
       (should (fastrevert-test-wait-for (lambda () fastrevert-module-test--echoes)))
       (should (equal (caar fastrevert-module-test--echoes) round))))
-  (should (memq #'fastrevert--engine-stop kill-emacs-hook)))
+  (should (memq #'fastrevert--engine-stop-at-exit kill-emacs-hook)))
 
 (ert-deftest fastrevert-module-engine-recovers-when-wake-process-is-deleted ()
   (fastrevert-module-test--with-echo-handler #'fastrevert-module-test--collect

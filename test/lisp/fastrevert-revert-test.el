@@ -529,6 +529,100 @@ Return the buffer once the engine reports every change to FILE."
           (fastrevert--mod-test-watch-fault 'stat-delay-ms 0)
           (should (fastrevert-revert-test--wait-text buffer "h2\n")))))))
 
+
+
+
+
+(ert-deftest fastrevert-revert-exit-does-not-wait-for-a-hung-stat ()
+  "Stopping the engine as Emacs exits leaves a hung stat behind."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let ((file (expand-file-name "exit.txt" dir)))
+        (fastrevert-revert-test--visit file "x1\n")
+        (let ((started (fastrevert--mod-test-delayed-stats)))
+          (fastrevert--mod-test-watch-fault 'stat-delay-ms 3000)
+          (fastrevert-revert-test--write file "x2\n")
+          ;; The change's stat is now stuck in the engine for three seconds.
+          (should (fastrevert-test-wait-for
+                   (lambda () (> (fastrevert--mod-test-delayed-stats) started)))))
+        (let ((start (float-time))
+              (messages nil))
+          (cl-letf* ((real-message (symbol-function 'message))
+                     ((symbol-function 'message)
+                      (lambda (format &rest args)
+                        (push (apply #'format format args) messages)
+                        (apply real-message format args))))
+            (fastrevert--engine-stop-at-exit))
+          (should (< (- (float-time) start) 2.8))
+          (should-not (fastrevert--mod-running-p))
+          (should (cl-some (lambda (m) (string-match-p "not responding" m)) messages)))))))
+
+(ert-deftest fastrevert-revert-check-vc-info-refreshes-vc-state-periodically ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "vc.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "v\n"))
+             (refreshed 0))
+        (advice-add 'vc-refresh-state :before
+                    (lambda () (when (eq (current-buffer) buffer)
+                                 (setq refreshed (1+ refreshed))))
+                    '((name . count-refreshes)))
+        (unwind-protect
+            (progn
+              (should-not fastrevert--vc-timer)
+              (setq auto-revert-interval 0.1
+                    auto-revert-check-vc-info t)
+              (should (fastrevert-test-wait-for (lambda () (>= refreshed 2))))
+              (setq auto-revert-check-vc-info nil)
+              (should (fastrevert-test-wait-for (lambda () (null fastrevert--vc-timer)))))
+          (advice-remove 'vc-refresh-state 'count-refreshes))))))
+
+(ert-deftest fastrevert-revert-global-ignore-settings-are-honoured ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let ((global-auto-revert-ignore-modes '(fundamental-mode))
+            (kept (expand-file-name "kept.txt" dir))
+            (ignored (expand-file-name "ignored.bin" dir)))
+        (global-auto-revert-mode 1)
+        (fastrevert-revert-test--write kept "k\n")
+        (fastrevert-revert-test--write ignored "i\n")
+        (let ((kept-buffer (find-file-noselect kept))
+              (ignored-buffer (let ((auto-mode-alist nil)) (find-file-noselect ignored))))
+          (should (fastrevert-revert-test--watching-p kept-buffer))
+          (should-not (fastrevert-revert-test--engine-watching-p ignored-buffer))
+          (should-not (buffer-local-value 'auto-revert--global-mode ignored-buffer)))))))
+
+(ert-deftest fastrevert-revert-buffer-stale-function-decides ()
+  "A buffer's own `buffer-stale-function' is what decides a revert."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "stale.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "s1\n"))
+             (asked 0))
+        (with-current-buffer buffer
+          (setq-local buffer-stale-function
+                      (lambda (&optional _noconfirm) (setq asked (1+ asked)) nil)))
+        (fastrevert-revert-test--write file "s2\n")
+        (should (fastrevert-test-wait-for (lambda () (> asked 0))))
+        (should (fastrevert-revert-test--settled))
+        (should (equal (fastrevert-revert-test--text buffer) "s1\n"))))))
+
+(ert-deftest fastrevert-revert-verbose-reports-each-revert ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((auto-revert-verbose t)
+             (file (expand-file-name "loud.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "q1\n"))
+             (messages nil))
+        (cl-letf* ((real-message (symbol-function 'message))
+                   ((symbol-function 'message)
+                    (lambda (format &rest args)
+                      (when format (push (apply #'format format args) messages))
+                      (apply real-message format args))))
+          (fastrevert-revert-test--write file "q2\n")
+          (should (fastrevert-revert-test--wait-text buffer "q2\n")))
+        (should (member (format "Reverting buffer `%s'." (buffer-name buffer)) messages))))))
+
 (provide 'fastrevert-revert-test)
 
 ;;; fastrevert-revert-test.el ends here

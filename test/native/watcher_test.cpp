@@ -945,3 +945,29 @@ TEST_CASE("watcher: polling notified files too catches what the kernel cannot se
   append_file(dir / "unwatched/alias", "unseen again");
   CHECK_FALSE(harness.wait_for_change(1, 300ms));
 }
+
+TEST_CASE("watcher: stopping with a deadline leaves a hung stat behind instead of waiting") {
+  HookReset hooks;
+  TempDir dir;
+  create_file(dir / "file", "x");
+  int fds[2];
+  REQUIRE(pipe2(fds, O_CLOEXEC | O_NONBLOCK) == 0);
+  auto engine = std::make_unique<Engine>(fds[1]);
+  watcher_test_hooks().stat_delay_ms.store(1500);
+  int started_before = watcher_test_hooks().delayed_stats_started.load();
+  REQUIRE(engine->post([&](Engine& e) { e.service<Watcher>().add(1, dir / "file", WatchMode::notify); }));
+  // Wait for the delayed stat to be under way: a sweep that has not started
+  // yet would simply be cancelled.
+  auto deadline = Clock::now() + 5s;
+  while (watcher_test_hooks().delayed_stats_started.load() == started_before) {
+    REQUIRE(Clock::now() < deadline);
+    std::this_thread::sleep_for(1ms);
+  }
+  auto start = Clock::now();
+  CHECK_FALSE(engine->stop_within(100ms));
+  CHECK(Clock::now() - start < 1s);
+  // The thread finishes on its own once the stat returns; stop() waits for it.
+  engine->stop();
+  engine.reset();
+  close(fds[0]);
+}
