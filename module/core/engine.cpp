@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "core/threads.h"
 
 namespace fastrevert {
 
@@ -44,24 +45,17 @@ Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
   }
   async_.data = this;
 
-  // The thread inherits the signal mask of its creator, so block everything
-  // around its creation: no signal meant for Emacs is ever run on the engine
-  // thread, and no handler is installed here.
-  sigset_t all_signals;
-  sigset_t previous;
-  sigfillset(&all_signals);
-  pthread_sigmask(SIG_SETMASK, &all_signals, &previous);
+  // No signal meant for Emacs is ever run on the engine thread, and no
+  // handler is installed here.
   try {
-    thread_ = std::thread([this] { thread_main(); });
+    thread_ = start_thread_blocking_signals([this] { thread_main(); });
   } catch (...) {
-    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
     uv_run(&loop_, UV_RUN_DEFAULT);
     uv_loop_close(&loop_);
     close(wake_fd_);
     throw;
   }
-  pthread_sigmask(SIG_SETMASK, &previous, nullptr);
 }
 
 Engine::~Engine() { stop(); }
