@@ -342,31 +342,49 @@ CODE and DATA are as for `fastrevert--on-file-changed'."
     (setq fastrevert--revert-timer
           (run-at-time 0 nil #'fastrevert--revert-pending))))
 
-(defun fastrevert--take-pending ()
-  "Return the pending buffers, visible ones first, and clear the queue."
+(defun fastrevert--take-pending (queue)
+  "Return the live buffers of QUEUE, visible ones first, and empty it."
   (let (visible hidden)
     (maphash (lambda (buffer _)
                (when (buffer-live-p buffer)
                  (if (get-buffer-window buffer 'visible)
                      (push buffer visible)
                    (push buffer hidden))))
-             fastrevert--pending)
-    (clrhash fastrevert--pending)
+             queue)
+    (clrhash queue)
     (nconc visible hidden)))
 
 (defun fastrevert--note-revert ()
   "Record that the buffer being checked was reverted."
   (setq fastrevert--reverted t))
 
+(defvar fastrevert--vc-pending (make-hash-table :test #'eq)
+  "Reverted buffers whose VC state is still to be refreshed.")
+
+(defun fastrevert--defer-vc-refresh ()
+  "Queue the current buffer's VC refresh for after the batch's reverts.
+Stands in for `vc-refresh-state' while the stock handler runs."
+  (puthash (current-buffer) t fastrevert--vc-pending))
+
 (defun fastrevert--check-buffer (buffer)
-  "Let the stock handler revert BUFFER if it is stale."
+  "Let the stock handler revert BUFFER if it is stale.
+The VC refresh the handler runs after a revert is queued instead, and
+done once every pending buffer matches its file: it can cost more than
+the revert (a process per file for Git), and the text comes first."
   (with-current-buffer buffer
     (when (and (auto-revert-active-p)
                (fastrevert--descriptor-p auto-revert-notify-watch-descriptor))
       (let ((fastrevert--reverted nil))
-        (auto-revert-handler)
+        (cl-letf (((symbol-function 'vc-refresh-state) #'fastrevert--defer-vc-refresh))
+          (auto-revert-handler))
         (when fastrevert--reverted
           (fastrevert--count :reverts))))))
+
+(defun fastrevert--refresh-vc-of (buffer)
+  "Refresh BUFFER's VC state as the stock handler does after a revert."
+  (with-current-buffer buffer
+    (let ((revert-buffer-in-progress-p t))
+      (vc-refresh-state))))
 
 (defvar fastrevert--dominating-cache nil
   "Memo of `locate-dominating-file' for one batch of checks, or nil.
@@ -389,34 +407,54 @@ of one directory share an entry."
           cached))
     (funcall function file name)))
 
-(defun fastrevert--revert-pending ()
-  "Check every pending buffer, visible ones first.
-When `auto-revert-stop-on-user-input' is non-nil, stop at pending input
-and resume as soon as Emacs is idle again."
-  (setq fastrevert--revert-timer nil)
-  (let* ((start (float-time))
-         (buffers (fastrevert--take-pending))
+(defun fastrevert--work-through (queue function message)
+  "Call FUNCTION on the live buffers of QUEUE, visible ones first.
+QUEUE is a hash table whose keys are buffers; each buffer leaves it as
+it is handled.  When `auto-revert-stop-on-user-input' is non-nil, stop
+at pending input.  Show progress with MESSAGE past 50 buffers.  Return
+non-nil if QUEUE was emptied."
+  (let* ((buffers (fastrevert--take-pending queue))
          (total (length buffers))
-         (reporter (and (> total 50)
-                        (make-progress-reporter "fastrevert: reverting buffers..." 0 total)))
+         (reporter (and (> total 50) (make-progress-reporter message 0 total)))
          (done 0))
+    (unwind-protect
+        (while (and buffers
+                    (not (and auto-revert-stop-on-user-input (input-pending-p))))
+          (let ((buffer (pop buffers)))
+            (when (buffer-live-p buffer)
+              (with-demoted-errors "fastrevert: %S"
+                (funcall function buffer))))
+          (setq done (1+ done))
+          (when reporter (progress-reporter-update reporter done)))
+      ;; Whatever was not reached, by input or by an error, stays queued.
+      (dolist (buffer buffers) (puthash buffer t queue)))
+    (when (and reporter (null buffers))
+      (progress-reporter-done reporter))
+    (null buffers)))
+
+(defun fastrevert--revert-pending ()
+  "Check every pending buffer, then refresh the reverted ones' VC state.
+Visible buffers go first, and Emacs redisplays the new texts before
+the VC refreshes start.  When `auto-revert-stop-on-user-input' is
+non-nil, stop at pending input and resume as soon as Emacs is idle."
+  (setq fastrevert--revert-timer nil)
+  (let ((start (float-time)))
     (unwind-protect
         (let ((fastrevert--dominating-cache (make-hash-table :test #'equal)))
           (save-match-data
-            (while (and buffers
-                        (not (and auto-revert-stop-on-user-input (input-pending-p))))
-              (let ((buffer (pop buffers)))
-                (when (buffer-live-p buffer)
-                  (with-demoted-errors "fastrevert: %S"
-                    (fastrevert--check-buffer buffer))))
-              (setq done (1+ done))
-              (when reporter (progress-reporter-update reporter done)))))
-      ;; Whatever was not reached, by input or by an error, stays queued.
-      (dolist (buffer buffers) (puthash buffer t fastrevert--pending))
-      (cond ((and buffers (not fastrevert--revert-timer))
-             (setq fastrevert--revert-timer
-                   (run-with-idle-timer 0 nil #'fastrevert--revert-pending)))
-            (reporter (progress-reporter-done reporter)))
+            (and (fastrevert--work-through fastrevert--pending #'fastrevert--check-buffer
+                                           "fastrevert: reverting buffers...")
+                 (progn
+                   (unless (or noninteractive
+                               (zerop (hash-table-count fastrevert--vc-pending)))
+                     (redisplay))
+                   (fastrevert--work-through fastrevert--vc-pending #'fastrevert--refresh-vc-of
+                                             "fastrevert: refreshing VC state...")))))
+      (when (and (not fastrevert--revert-timer)
+                 (or (> (hash-table-count fastrevert--pending) 0)
+                     (> (hash-table-count fastrevert--vc-pending) 0)))
+        (setq fastrevert--revert-timer
+              (run-with-idle-timer 0 nil #'fastrevert--revert-pending)))
       (setq fastrevert--main-thread-seconds
             (+ fastrevert--main-thread-seconds (- (float-time) start))))))
 
@@ -437,9 +475,8 @@ changing the file; this does the same at `auto-revert-interval'."
                  (push buffer buffers)))
              fastrevert--buffer-by-id)
     (while (and buffers (not (and auto-revert-stop-on-user-input (input-pending-p))))
-      (with-current-buffer (pop buffers)
-        (let ((revert-buffer-in-progress-p t))
-          (with-demoted-errors "fastrevert: %S" (vc-refresh-state)))))
+      (with-demoted-errors "fastrevert: %S"
+        (fastrevert--refresh-vc-of (pop buffers))))
     (setq fastrevert--main-thread-seconds
           (+ fastrevert--main-thread-seconds (- (float-time) start)))))
 
@@ -580,6 +617,7 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
   (setf (alist-get 'file-watched fastrevert--record-handlers nil t) nil)
   (clrhash fastrevert--buffer-by-id)
   (clrhash fastrevert--pending)
+  (clrhash fastrevert--vc-pending)
   (setq fastrevert--stock-buffers nil)
   (dolist (timer (list fastrevert--revert-timer fastrevert--reconfigure-timer
                        fastrevert--vc-timer))

@@ -80,7 +80,8 @@ Return the buffer once the engine reports every change to FILE."
   "Wait until fastrevert has nothing pending; return non-nil if in time."
   (fastrevert-test-wait-for
    (lambda () (and (not fastrevert--revert-timer)
-                   (zerop (hash-table-count fastrevert--pending))))))
+                   (zerop (hash-table-count fastrevert--pending))
+                   (zerop (hash-table-count fastrevert--vc-pending))))))
 
 (defun fastrevert-revert-test--engine-watching-p (buffer)
   "Return non-nil if the engine, not file-notify, watches for BUFFER."
@@ -622,6 +623,36 @@ Return the buffer once the engine reports every change to FILE."
           (fastrevert-revert-test--write file "q2\n")
           (should (fastrevert-revert-test--wait-text buffer "q2\n")))
         (should (member (format "Reverting buffer `%s'." (buffer-name buffer)) messages))))))
+
+(ert-deftest fastrevert-revert-refreshes-vc-state-after-the-batch-reverts ()
+  "Every reverted buffer gets the stock VC refresh, after the pending reverts."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((files (mapcar (lambda (i) (expand-file-name (format "vc%02d.txt" i) dir))
+                            (number-sequence 1 10)))
+             (buffers (mapcar (lambda (file) (fastrevert-revert-test--visit file "old\n"))
+                              files))
+             (calls nil))
+        (should (fastrevert-revert-test--settled))
+        (advice-add 'vc-refresh-state :before
+                    (lambda ()
+                      ;; By then no text is waiting to be reverted.
+                      (push (cons (current-buffer)
+                                  (and (zerop (hash-table-count fastrevert--pending))
+                                       (equal (fastrevert-revert-test--text (current-buffer))
+                                              "new\n")))
+                            calls))
+                    '((name . record-refreshes)))
+        (unwind-protect
+            (progn
+              (apply #'fastrevert-revert-test--sh
+                     "for f in \"$@\"; do printf 'new\\n' > \"$f\"; done" files)
+              (should (fastrevert-test-wait-for
+                       (lambda () (= (length (cl-remove-duplicates (mapcar #'car calls))) 10))))
+              (should (fastrevert-revert-test--settled))
+              (should (cl-every #'cdr calls))
+              (should (cl-subsetp buffers (mapcar #'car calls))))
+          (advice-remove 'vc-refresh-state 'record-refreshes))))))
 
 (provide 'fastrevert-revert-test)
 
