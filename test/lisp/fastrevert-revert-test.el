@@ -654,6 +654,48 @@ Return the buffer once the engine reports every change to FILE."
               (should (cl-subsetp buffers (mapcar #'car calls))))
           (advice-remove 'vc-refresh-state 'record-refreshes))))))
 
+(ert-deftest fastrevert-revert-visible-buffers-revert-first ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((files (mapcar (lambda (i) (expand-file-name (format "w%02d.txt" i) dir))
+                            (number-sequence 1 20)))
+             (buffers (mapcar (lambda (file) (fastrevert-revert-test--visit file "old\n"))
+                              files))
+             (shown (nth 13 buffers))
+             (order nil))
+        (should (fastrevert-revert-test--settled))
+        (set-window-buffer (selected-window) shown)
+        (should (get-buffer-window shown 'visible))
+        (advice-add 'fastrevert--check-buffer :before
+                    (lambda (buffer) (push buffer order))
+                    '((name . record-order)))
+        (unwind-protect
+            (progn
+              ;; Queue every change before any is handled, as one batch.
+              (let ((unread-command-events (list ?x)))
+                (apply #'fastrevert-revert-test--sh
+                       "for f in \"$@\"; do printf 'new\\n' > \"$f\"; done" files)
+                (should (fastrevert-test-wait-for
+                         (lambda () (and (= (hash-table-count fastrevert--pending) 20)
+                                         (memq fastrevert--revert-timer timer-idle-list))))))
+              (timer-event-handler fastrevert--revert-timer)
+              (should (eq (car (last order)) shown))
+              (should (= (length order) 20)))
+          (advice-remove 'fastrevert--check-buffer 'record-order)
+          (set-window-buffer (selected-window) (get-buffer-create "*scratch*")))))))
+
+(ert-deftest fastrevert-revert-report-shows-the-counters ()
+  (fastrevert-revert-test--with-mode
+    (fastrevert-report)
+    (with-current-buffer "*fastrevert-report*"
+      (let ((text (buffer-string)))
+        (should (string-match-p "running" text))
+        (dolist (label '("directories watched by the kernel"
+                         "events for unvisited files, dropped natively"
+                         "buffers reverted" "kernel queue overflows"))
+          (should (string-match-p (regexp-quote label) text)))))
+    (kill-buffer "*fastrevert-report*")))
+
 (provide 'fastrevert-revert-test)
 
 ;;; fastrevert-revert-test.el ends here
