@@ -22,7 +22,11 @@
 ;;   batches: a filter is called once per stream per wake-up, however
 ;;   many small writes the child made.  With :framing `lines' a filter
 ;;   only ever sees complete lines, and with `lsp' only complete
-;;   Content-Length messages.
+;;   Content-Length messages.  Output for a buffer (no filter) takes
+;;   the road `fastrevert-call-process' takes: the engine appends it
+;;   to a memfd, and Emacs inserts each new range with
+;;   `insert-file-contents' at the process mark, so no Lisp string is
+;;   made for it.
 ;;
 ;; All policy (which coding system, which buffer, which error to
 ;; signal) is here and follows the stock primitives; the native side
@@ -36,6 +40,7 @@
 (declare-function fastrevert--mod-call-process "fastrevert-module"
                   (program argv env cwd infile stdout stderr chunk))
 (declare-function fastrevert--mod-close-fd "fastrevert-module" (fd))
+(declare-function fastrevert--mod-memfd-release "fastrevert-module" (fd end close))
 (declare-function fastrevert--mod-process-start "fastrevert-module"
                   (id program argv env cwd stdin stdout stderr framing read-size))
 (declare-function fastrevert--mod-process-send "fastrevert-module" (id string))
@@ -384,6 +389,12 @@ Use the `fastrevert-process-*' functions rather than the slots."
   (decoding nil :documentation "The coding system that decodes output.")
   (encoding nil :documentation "The coding system that encodes input.")
   (tails nil :documentation "Undecoded bytes per stream, as (STREAM . BYTES).")
+  (memfd nil :documentation "The memfd that receives stdout, or nil.
+Set for a process with a buffer and no filter: its standard output
+is then inserted from there, by ranges.")
+  (memfd-consumed 0 :documentation "How many bytes of MEMFD were delivered.")
+  (memfd-end 0 :documentation "How many bytes the engine has written to MEMFD.")
+  (memfd-tail "" :documentation "The last bytes written to MEMFD (up to 4).")
   (status 'run :documentation "One of `run', `exit' or `signal'.")
   (exit-status 0 :documentation "The exit code or signal number.")
   (core-dumped nil :documentation "Non-nil if the child dumped core.")
@@ -502,7 +513,8 @@ batch, unless EOF; the coding system is then fixed to the one
 Point follows when it was at the mark, markers at the mark (window
 points included) are pushed after the text, and read-only status
 and narrowing are respected as `internal-default-process-filter'
-does."
+does.  TEXT is a string, or a function that inserts the text at
+point as `insert-before-markers' would and leaves point after it."
   (ignore process)
   (when (buffer-live-p buffer)
     (with-current-buffer buffer
@@ -513,7 +525,8 @@ does."
              ;; A unibyte TEXT needs no conversion for a multibyte
              ;; buffer: `insert' turns its bytes into the same characters
              ;; `string-to-multibyte' would, without a copy.
-             (text (if (and (not enable-multibyte-characters) (multibyte-string-p text))
+             (text (if (and (stringp text) (not enable-multibyte-characters)
+                            (multibyte-string-p text))
                        ;; What the default filter does, obsolete or not.
                        (with-no-warnings (string-as-unibyte text))
                      text))
@@ -523,7 +536,7 @@ does."
             (progn
               (goto-char (if (marker-buffer mark) mark (point-max)))
               (setq before (point))
-              (insert-before-markers text)
+              (if (functionp text) (funcall text) (insert-before-markers text))
               (set-marker mark (point))
               (let ((delta (- (point) before)))
                 (when (>= opoint before) (setq opoint (+ opoint delta)))
@@ -544,11 +557,15 @@ asks for the debugger, and the match data are preserved."
         (apply function args)
       (error (message "error in process %s: %s" kind (error-message-string err))))))
 
+(defun fastrevert--process-count-output (process)
+  "Count one batch of output of PROCESS as delivered."
+  (setf (fastrevert--process-outputs process) (1+ (fastrevert--process-outputs process)))
+  (setq fastrevert--process-output-count (1+ fastrevert--process-output-count)))
+
 (defun fastrevert--process-deliver (process stream text)
   "Deliver TEXT, output of PROCESS on STREAM (1 or 2), to its consumer."
   (unless (equal text "")
-    (setf (fastrevert--process-outputs process) (1+ (fastrevert--process-outputs process)))
-    (setq fastrevert--process-output-count (1+ fastrevert--process-output-count))
+    (fastrevert--process-count-output process)
     (if (eql stream 2)
         (fastrevert--process-insert process (fastrevert--process-stderr-buffer process)
                                     (fastrevert--process-stderr-mark process) text)
@@ -567,11 +584,141 @@ asks for the debugger, and the match data are preserved."
                                       (fastrevert--process-mark process) text))))))
 
 (defun fastrevert--on-process-output (id code data)
-  "Handle output DATA of engine process ID on stream CODE."
+  "Handle output DATA of engine process ID on stream CODE.
+CODE 3 means DATA tells how far the engine has written the process's
+memfd (see `fastrevert--process-memfd-ready')."
   (let ((process (gethash id fastrevert--processes)))
     (when process
-      (fastrevert--process-deliver process code
-                                   (fastrevert--process-decode process code data nil)))))
+      (if (eql code 3)
+          (fastrevert--process-memfd-ready process data)
+        (when (and (eql code 1) (fastrevert--process-memfd process))
+          ;; The engine could not write the memfd and passes the rest as
+          ;; strings: what it wrote and Emacs has not delivered comes first.
+          (fastrevert--process-memfd-to-tail process))
+        (fastrevert--process-deliver process code
+                                     (fastrevert--process-decode process code data nil))))))
+
+;;;; Delivering output through a memfd
+
+(defun fastrevert--process-memfd-file (fd)
+  "Return a file name that opens the memfd FD."
+  (format "/proc/self/fd/%d" fd))
+
+(defun fastrevert--process-memfd-bytes (fd beg end)
+  "Return bytes [BEG, END) of the memfd FD as a unibyte string."
+  (with-temp-buffer
+    (set-buffer-multibyte nil)
+    (let ((file-name-handler-alist nil)
+          (after-insert-file-functions nil)
+          (format-alist nil))
+      (insert-file-contents-literally (fastrevert--process-memfd-file fd) nil beg end))
+    (buffer-string)))
+
+(defun fastrevert--process-insert-range (process fd beg end)
+  "Insert bytes [BEG, END) of the memfd FD at point, decoded, before markers.
+They are decoded with the coding system of PROCESS, which is then
+fixed to what `undecided' detected, as Emacs does for a process.
+Point ends after the text.  Nothing else that `insert-file-contents'
+would change is changed: `buffer-file-coding-system' is restored,
+and no file name handler, format decoder or after-insert function
+runs."
+  (let ((start (point))
+        (saved-file-coding buffer-file-coding-system)
+        (coding (fastrevert--process-decoding process))
+        (inserted 0))
+    ;; `insert-file-contents' leaves markers at point before the text,
+    ;; where `insert-before-markers' puts them after it.  A placeholder
+    ;; inserted before markers, and deleted once the text is in, carries
+    ;; every marker at point (the process mark, window points, overlay
+    ;; ends) over the text, unseen by undo and by change hooks.
+    (let ((inhibit-modification-hooks t)
+          (buffer-undo-list t))
+      (insert-before-markers "\n"))
+    (goto-char start)
+    (unwind-protect
+        (let ((coding-system-for-read coding)
+              (file-name-handler-alist nil)
+              (after-insert-file-functions nil)
+              (format-alist nil))
+          (setq inserted (cadr (insert-file-contents (fastrevert--process-memfd-file fd)
+                                                     nil beg end))))
+      (let ((inhibit-modification-hooks t)
+            (buffer-undo-list t))
+        (delete-region (+ start inserted) (+ start inserted 1)))
+      (unless (eq buffer-file-coding-system saved-file-coding)
+        (setq buffer-file-coding-system saved-file-coding)))
+    (goto-char (+ start inserted))
+    (when (and last-coding-system-used (not (eq last-coding-system-used coding)))
+      (setf (fastrevert--process-decoding process) last-coding-system-used))))
+
+(defun fastrevert--process-memfd-deliver (process eof)
+  "Deliver the bytes the engine wrote to PROCESS's memfd since the last time.
+The end of a character that has not arrived yet, and a carriage
+return that may begin a CRLF, wait for the next range, unless EOF.
+Into a live multibyte buffer, the bytes go straight from the memfd;
+otherwise (a unibyte or killed buffer) they take the string road."
+  (let* ((fd (fastrevert--process-memfd process))
+         (beg (fastrevert--process-memfd-consumed process))
+         (written (fastrevert--process-memfd-end process))
+         (held (if eof 0
+                 (min (- written beg)
+                      (fastrevert--process-held-back (fastrevert--process-decoding process)
+                                                     (fastrevert--process-memfd-tail process)))))
+         (end (- written held))
+         (buffer (fastrevert--process-buffer process)))
+    (when (and fd (> end beg))
+      (setf (fastrevert--process-memfd-consumed process) end)
+      (cond ((not (buffer-live-p buffer))
+             ;; The default filter drops output for a killed buffer.
+             (fastrevert--process-count-output process))
+            ((and (buffer-local-value 'enable-multibyte-characters buffer)
+                  (not (fastrevert--process-filter process)))
+             (fastrevert--process-count-output process)
+             (fastrevert--process-insert
+              process buffer (fastrevert--process-mark process)
+              (lambda () (fastrevert--process-insert-range process fd beg end))))
+            (t
+             (fastrevert--process-deliver
+              process 1 (fastrevert--process-decode
+                         process 1 (fastrevert--process-memfd-bytes fd beg end) t))))
+      ;; Give back the memory of what is delivered (on the engine thread);
+      ;; later offsets stay valid.
+      (fastrevert--mod-memfd-release fd end nil))))
+
+(defun fastrevert--process-memfd-ready (process data)
+  "Deliver what the engine wrote to PROCESS's memfd, as DATA reports it.
+DATA holds 12-byte entries, the newest last: the memfd's size as 8
+bytes little-endian, then the last 4 bytes of the stream so far."
+  (let* ((at (- (length data) 12))
+         (end 0))
+    (dotimes (i 8)
+      (setq end (logior end (ash (aref data (+ at i)) (* 8 i)))))
+    (setf (fastrevert--process-memfd-end process) end
+          (fastrevert--process-memfd-tail process) (substring data (+ at 8)))
+    (fastrevert--process-memfd-deliver process nil)))
+
+(defun fastrevert--process-memfd-to-tail (process)
+  "Move the undelivered bytes of PROCESS's memfd to its stdout tail; close it.
+For when the engine passes the rest of the output as strings."
+  (let ((fd (fastrevert--process-memfd process))
+        (beg (fastrevert--process-memfd-consumed process))
+        (end (fastrevert--process-memfd-end process)))
+    (when (> end beg)
+      (let ((bytes (fastrevert--process-memfd-bytes fd beg end))
+            (cell (assq 1 (fastrevert--process-tails process))))
+        (setf (fastrevert--process-memfd-consumed process) end)
+        (if cell
+            (setcdr cell (concat (cdr cell) bytes))
+          (push (cons 1 bytes) (fastrevert--process-tails process)))))
+    (fastrevert--process-memfd-close process)))
+
+(defun fastrevert--process-memfd-close (process)
+  "Close PROCESS's memfd, if it has one."
+  (let ((fd (fastrevert--process-memfd process)))
+    (when fd
+      ;; Forget it first: a descriptor number must never be closed twice.
+      (setf (fastrevert--process-memfd process) nil)
+      (fastrevert--mod-memfd-release fd 0 t))))
 
 (defun fastrevert--process-flush-tails (process)
   "Deliver the bytes PROCESS held back for an unfinished character."
@@ -601,6 +748,7 @@ asks for the debugger, and the match data are preserved."
 (defun fastrevert--process-finish (process)
   "Report PROCESS's end to its sentinel and forget it."
   (remhash (fastrevert--process-id process) fastrevert--processes)
+  (fastrevert--process-memfd-close process)
   (let ((event (fastrevert--process-status-message process))
         (sentinel (fastrevert--process-sentinel process)))
     (if sentinel
@@ -629,6 +777,8 @@ asks for the debugger, and the match data are preserved."
   "Handle the exit of engine process ID with raw wait status CODE."
   (let ((process (gethash id fastrevert--processes)))
     (when process
+      (when (fastrevert--process-memfd process)
+        (fastrevert--process-memfd-deliver process t))
       (fastrevert--process-flush-tails process)
       (cond ((< code 0)
              (setf (fastrevert--process-status process) 'exit
@@ -703,10 +853,12 @@ ARGS are keywords, as for `make-process':
                  Content-Length messages).
 
 Without a filter, output is inserted into BUFFER at the process mark
-as the default filter does.  Return a `fastrevert-process'.  The
-program is found through the variable `exec-path' and runs in
-`default-directory' with `process-environment'; a missing program
-signals the error `make-process' signals."
+as the default filter does; standard output then goes through a
+memfd and `insert-file-contents', with no Lisp string made.  Return
+a `fastrevert-process'.  The program is found through the variable
+`exec-path' and runs in `default-directory' with
+`process-environment'; a missing program signals the error
+`make-process' signals."
   (let* ((name (plist-get args :name))
          (command (plist-get args :command))
          (framing (plist-get args :framing))
@@ -752,10 +904,14 @@ signals the error `make-process' signals."
                     id encoded-path (vconcat (list encoded-path) encoded-args)
                     (fastrevert--process-environment dir)
                     (fastrevert--process-encode-file dir)
-                    t t (if stderr-buffer 'pipe t) framing
+                    t (if (and buffer (not filter)) 'memfd t)
+                    (if stderr-buffer 'pipe t) framing
                     (max 4096 read-process-output-max))))
       (when (eq (car-safe result) :error)
         (fastrevert--process-raise result nil))
+      (when (consp result)
+        (setf (fastrevert--process-memfd process) (cdr result)
+              result (car result)))
       (setf (fastrevert--process-pid process) result)
       (puthash id process fastrevert--processes)
       process)))
@@ -929,7 +1085,9 @@ Quitting interrupts the wait."
                  (push id stale)))
              fastrevert--processes)
     ;; Processes an engine restart killed never report an exit.
-    (dolist (id stale) (remhash id fastrevert--processes))
+    (dolist (id stale)
+      (fastrevert--process-memfd-close (gethash id fastrevert--processes))
+      (remhash id fastrevert--processes))
     processes))
 
 (defun fastrevert--process-kill-emacs-query ()

@@ -154,12 +154,15 @@ decoded here as UTF-8 for the kinds that carry text."
   (unless (fastrevert--engine-live-p)
     (fastrevert--engine-stop)
     (setq fastrevert--wake-process
-          (make-pipe-process :name " *fastrevert-wake*"
-                             :buffer nil
-                             :coding 'binary
-                             :noquery t
-                             :filter #'fastrevert--wake-filter
-                             :sentinel #'ignore))
+          ;; Adaptive read buffering would hold back the one-byte wakes
+          ;; for tens of milliseconds; each must be read at once.
+          (let ((process-adaptive-read-buffering nil))
+            (make-pipe-process :name " *fastrevert-wake*"
+                               :buffer nil
+                               :coding 'binary
+                               :noquery t
+                               :filter #'fastrevert--wake-filter
+                               :sentinel #'ignore)))
     (fastrevert--mod-start fastrevert--wake-process)
     (add-hook 'kill-emacs-hook #'fastrevert--engine-stop-at-exit)))
 

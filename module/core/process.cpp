@@ -1,11 +1,13 @@
 #include "core/process.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -32,6 +34,11 @@ void check_uv(int status, const char* function) {
   if (status < 0) throw SystemError(-status, function);
 }
 
+// Closes the memfd OPTIONS hand over, for the paths that never adopt it.
+void close_memfd(const ProcessTable::Options& options) noexcept {
+  if (options.stdout_memfd >= 0) close(options.stdout_memfd);
+}
+
 }  // namespace
 
 // One output pipe of a child.
@@ -50,8 +57,20 @@ struct ProcessTable::Stream {
   std::unique_ptr<Framer> framer;
   bool broken_framing_reported = false;
   // Bytes read during the current callback, not yet emitted or framed.  Its
-  // capacity is reused between callbacks when a framer takes the bytes.
+  // capacity is reused between callbacks when a framer takes the bytes, or
+  // when they go to the memfd.
   std::string raw;
+  // The file that receives the bytes instead of records (stdout only), or
+  // -1; memfd_size is how much of it is written, memfd_tail the last 4 bytes
+  // of the stream so far.
+  int memfd = -1;
+  std::uint64_t memfd_size = 0;
+  char memfd_tail[4] = {0, 0, 0, 0};
+  // The memfd is filled with splice(2), which moves the bytes from the pipe
+  // with one copy, until a splice fails for another reason than an empty
+  // pipe; read and pwrite take over then.
+  bool splice_failed = false;
+  bool pipe_grown = false;
 };
 
 // A child and everything the table holds for it.  Owned by processes_ while
@@ -103,16 +122,28 @@ ProcessTable::ProcessTable(Engine& engine)
 ProcessTable::~ProcessTable() = default;
 
 void ProcessTable::start(std::uint64_t id, const SpawnSpec& spec, const Options& options) {
-  if (processes_.count(id)) throw std::invalid_argument("fastrevert: process id already in use");
-  adopt(id, spawn(spec), options);
+  if (processes_.count(id)) {
+    close_memfd(options);
+    throw std::invalid_argument("fastrevert: process id already in use");
+  }
+  Child child;
+  try {
+    child = spawn(spec);
+  } catch (...) {
+    close_memfd(options);
+    throw;
+  }
+  adopt(id, std::move(child), options);
 }
 
 void ProcessTable::adopt(std::uint64_t id, Child child, const Options& options) {
   if (shutting_down_) {
+    close_memfd(options);
     kill_and_reap(child);
     throw std::logic_error("fastrevert: the process table is shutting down");
   }
   if (processes_.count(id)) {
+    close_memfd(options);
     kill_and_reap(child);
     throw std::invalid_argument("fastrevert: process id already in use");
   }
@@ -125,6 +156,7 @@ void ProcessTable::adopt(std::uint64_t id, Child child, const Options& options) 
     processes_.emplace(id, std::move(owned));
   } catch (...) {
     processes_.erase(id);
+    close_memfd(options);
     kill_and_reap(child);
     throw;
   }
@@ -137,6 +169,10 @@ void ProcessTable::adopt(std::uint64_t id, Child child, const Options& options) 
   process.err.fd = std::exchange(child.stderr_fd, -1);
   process.stdin_fd = std::exchange(child.stdin_fd, -1);
   process.pidfd = std::exchange(child.pidfd, -1);
+  // From here on the memfd belongs to the stream, closed with it.
+  process.out.memfd = std::exchange(process.options.stdout_memfd, -1);
+  process.out.splice_failed = options.memfd_without_splice;
+  if (process.out.fd < 0) close_fd(process.out.memfd);
   engine_.stats().processes.fetch_add(1, std::memory_order_relaxed);
 
   try {
@@ -310,9 +346,27 @@ void ProcessTable::on_handle_closed(uv_handle_t* handle) {
 void ProcessTable::read_stream(Process& process, Stream& stream) {
   bool at_eof = false;
   for (int reads = 0; reads < kReadsPerWakeup && !at_eof; ++reads) {
-    ReadResult result = stream.reader->read_append(stream.fd, stream.raw);
+    // Unframed bytes bound for a memfd go there straight from the read
+    // buffer, and are announced after every read rather than once per
+    // callback: a range costs no allocation, coalesces with an undrained
+    // one, and lets Emacs insert while the next reads run.
+    bool to_memfd = stream.memfd >= 0 && !stream.framer;
+    if (to_memfd && !stream.splice_failed && !process.removed) {
+      int spliced = splice_to_memfd(process, stream);
+      if (spliced > 0) continue;
+      if (spliced == 0) break;
+      if (spliced == -1) {
+        at_eof = true;
+        break;
+      }
+    }
+    ReadResult result = to_memfd ? stream.reader->read(stream.fd)
+                                 : stream.reader->read_append(stream.fd, stream.raw);
     if (result.status == ReadResult::Status::data) {
       engine_.stats().bytes_read.fetch_add(result.bytes.size(), std::memory_order_relaxed);
+      if (to_memfd && !process.removed && !append_to_memfd(process, stream, result.bytes)) {
+        stream.raw.append(result.bytes.data(), result.bytes.size());
+      }
     } else if (result.status == ReadResult::Status::would_block) {
       break;
     } else {
@@ -343,7 +397,82 @@ void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
     }
   }
   if (chunk.empty() || process.removed) return;
+  if (stream.memfd >= 0 && append_to_memfd(process, stream, chunk)) return;
   engine_.emit_coalesced(Record{RecordKind::process_output, process.id, stream.code, std::move(chunk)});
+}
+
+int ProcessTable::splice_to_memfd(Process& process, Stream& stream) {
+  loff_t offset = static_cast<loff_t>(stream.memfd_size);
+  ssize_t moved;
+  do {
+    moved =
+        splice(stream.fd, nullptr, stream.memfd, &offset, kDefaultMaxReadSize, SPLICE_F_NONBLOCK);
+  } while (moved < 0 && errno == EINTR);
+  if (moved == 0) return -1;
+  if (moved < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    // Anything else: let the read path find out (and report) what is wrong.
+    stream.splice_failed = true;
+    return -2;
+  }
+  // A full pipe: a bigger one means fewer wake-ups.
+  if (!stream.pipe_grown && static_cast<std::size_t>(moved) >= 65536) {
+    grow_pipe(stream.fd, pipe_max_size());
+    stream.pipe_grown = true;
+  }
+  engine_.stats().bytes_read.fetch_add(static_cast<std::uint64_t>(moved),
+                                       std::memory_order_relaxed);
+  char tail[4];
+  std::size_t want = std::min<std::size_t>(sizeof tail, static_cast<std::size_t>(moved));
+  ssize_t got = pread(stream.memfd, tail, want, offset - static_cast<loff_t>(want));
+  // Reading back what was just written cannot fail short of a kernel
+  // bug; zeros then at least keep every byte announced.
+  if (got != static_cast<ssize_t>(want)) std::memset(tail, 0, sizeof tail);
+  announce_memfd(process, stream, std::string_view(tail, want), static_cast<std::uint64_t>(moved));
+  return 1;
+}
+
+bool ProcessTable::append_to_memfd(Process& process, Stream& stream, std::string_view bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t written = pwrite(stream.memfd, bytes.data() + done, bytes.size() - done,
+                             static_cast<off_t>(stream.memfd_size + done));
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) {
+      int error = written < 0 ? errno : ENOSPC;
+      close_fd(stream.memfd);
+      // The bytes written so far were never announced, so nothing is seen
+      // twice: all of BYTES goes out as a record.
+      engine_.emit(Record{RecordKind::notice, process.id, stream.code,
+                          std::string("fastrevert: cannot write process output to memory (") +
+                              std::strerror(error) + "); passing it as strings"});
+      return false;
+    }
+    done += static_cast<std::size_t>(written);
+  }
+  announce_memfd(process, stream,
+                 bytes.substr(bytes.size() - std::min<std::size_t>(bytes.size(), 4)), bytes.size());
+  return true;
+}
+
+void ProcessTable::announce_memfd(Process& process, Stream& stream, std::string_view last,
+                                  std::uint64_t added) {
+  stream.memfd_size += added;
+  if (last.size() >= sizeof stream.memfd_tail) {
+    std::memcpy(stream.memfd_tail, last.data() + last.size() - sizeof stream.memfd_tail,
+                sizeof stream.memfd_tail);
+  } else {
+    std::size_t keep = sizeof stream.memfd_tail - last.size();
+    std::memmove(stream.memfd_tail, stream.memfd_tail + last.size(), keep);
+    std::memcpy(stream.memfd_tail + keep, last.data(), last.size());
+  }
+  std::string entry(kRangeEntrySize, '\0');
+  for (int i = 0; i < 8; ++i) {
+    entry[static_cast<std::size_t>(i)] = static_cast<char>((stream.memfd_size >> (8 * i)) & 0xff);
+  }
+  std::memcpy(&entry[8], stream.memfd_tail, sizeof stream.memfd_tail);
+  engine_.emit_coalesced(
+      Record{RecordKind::process_output, process.id, kStdoutRangeCode, std::move(entry)});
 }
 
 void ProcessTable::close_stream(Process& process, Stream& stream) {
@@ -353,6 +482,7 @@ void ProcessTable::close_stream(Process& process, Stream& stream) {
   }
   // Safe right after uv_close: libuv has stopped watching the descriptor.
   close_fd(stream.fd);
+  close_fd(stream.memfd);
 }
 
 void ProcessTable::write_queued_stdin(Process& process) {

@@ -16,8 +16,17 @@
 //   firehose cannot starve the rest of the loop), and emits at most one
 //   record; a stream therefore costs at most one record per loop iteration
 //   however small its writes, and a burst that outruns the reader arrives in
-//   large records.  (Merging into a record the main thread has not drained
-//   yet would coalesce further; that needs an Engine primitive.)
+//   large records.  Records go out with Engine::emit_coalesced, so a record
+//   the main thread has not drained yet is extended instead.
+// - process_output with code kStdoutRangeCode, instead of code 1, when
+//   Options::stdout_memfd is set: stdout's bytes (framed as Options say) are
+//   appended to that file, and the record says how far it is now written.
+//   Its data is one or more 12-byte entries, the newest last (coalescing
+//   appends): the file's new size as 8 bytes little-endian, then the last 4
+//   bytes of the stream so far (zeros in front while it is shorter), so that
+//   the reader can tell an unfinished character at the end without reading
+//   the file.  If a write to the file fails, a notice says so and the rest
+//   of stdout comes as ordinary code 1 records.
 // - process_exit (code: the raw wait status, or -1 when someone else reaped
 //   the child): exactly one, after both output pipes reached end of file (or
 //   were closed) and the child was reaped, so it follows all output.
@@ -32,6 +41,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/engine.h"
@@ -57,7 +67,22 @@ class ProcessTable : public Service {
     // Watch the exit with the waitpid timer even when a pidfd exists.  For
     // tests of the fallback path.
     bool poll_exit_with_waitpid = false;
+    // When >= 0, a file (a memfd) that receives stdout instead of records,
+    // see above.  The table owns it from the call to start() or adopt() on,
+    // whether that succeeds or throws, and closes it once stdout has reached
+    // end of file or the process is removed; the caller keeps a descriptor
+    // of its own (a dup) to read it.  Writes go at explicit offsets, so the
+    // shared file offset is never used.
+    int stdout_memfd = -1;
+    // Fill the memfd with read and pwrite from the start, as after a failed
+    // splice.  For tests of that path.
+    bool memfd_without_splice = false;
   };
+
+  // The record code of stdout ranges written to Options::stdout_memfd.
+  static constexpr int kStdoutRangeCode = 3;
+  // The size of one entry of such a record's data.
+  static constexpr std::size_t kRangeEntrySize = 12;
 
   explicit ProcessTable(Engine& engine);
   ~ProcessTable() override;
@@ -67,7 +92,7 @@ class ProcessTable : public Service {
 
   // Spawns SPEC and adopts the child as ID.  Throws SystemError when the
   // spawn fails (nothing is recorded then), or std::invalid_argument when ID
-  // is in use.
+  // is in use.  Either way OPTIONS.stdout_memfd is closed.
   void start(std::uint64_t id, const SpawnSpec& spec, const Options& options);
 
   // Takes over CHILD, already spawned (for example by the main thread, so
@@ -126,6 +151,17 @@ class ProcessTable : public Service {
 
   void read_stream(Process& process, Stream& stream);
   void deliver(Process& process, Stream& stream, bool at_eof);
+  // Appends BYTES to STREAM's memfd and emits the range record.  Returns
+  // false, having closed the memfd and emitted a notice, when the write
+  // fails; BYTES must then go out as an ordinary record.
+  bool append_to_memfd(Process& process, Stream& stream, std::string_view bytes);
+  // Moves what the pipe holds into STREAM's memfd and announces it.  Returns
+  // 1 when bytes moved, 0 when the pipe is empty, -1 at end of file, -2 when
+  // splicing failed (the read path takes over).
+  int splice_to_memfd(Process& process, Stream& stream);
+  // Records ADDED more bytes in STREAM's memfd, of which LAST are the final
+  // ones (up to 4), and emits the range record.
+  void announce_memfd(Process& process, Stream& stream, std::string_view last, std::uint64_t added);
   void close_stream(Process& process, Stream& stream);
   void write_queued_stdin(Process& process);
   void close_stdin_now(Process& process);

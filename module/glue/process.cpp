@@ -641,7 +641,12 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
                  "Spawn a child for the engine to run as process ID; return its pid.\n"
                  "PROGRAM, ARGV, ENV and CWD are as for `fastrevert--mod-call-process'.\n"
                  "STDIN is t (a pipe), nil (/dev/null) or an encoded file name.\n"
-                 "STDOUT is t (a pipe) or nil (/dev/null).  STDERR is t (with stdout),\n"
+                 "STDOUT is t (a pipe), nil (/dev/null) or `memfd': a pipe whose bytes\n"
+                 "the engine appends to a memfd instead of handing them over, reporting\n"
+                 "with `process-output' results of code 3 how far it has written (see\n"
+                 "core/process.h); the value is then (PID . FD), FD being a descriptor\n"
+                 "of that memfd for Lisp to read, and to close with\n"
+                 "`fastrevert--mod-memfd-release'.  STDERR is t (with stdout),\n"
                  "`pipe' (a pipe of its own), nil (/dev/null) or an encoded file name.\n"
                  "FRAMING is nil, `lines' or `lsp', for stdout.  READ-SIZE is the first\n"
                  "read size.  A spawn failure returns (:error CONDITION FUNCTION\n"
@@ -652,6 +657,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
   fill_spec(env, args + 1, spec);
   spec.stdin_mode = stdin_mode(env, args[5], spec.stdin_file);
   spec.stdout_mode = is_nil(env, args[6]) ? SpawnSpec::Stdout::null : SpawnSpec::Stdout::pipe;
+  bool to_memfd = env.eq(args[6], env.intern("memfd"));
   spec.stderr_mode = stderr_mode(env, args[7], spec.stderr_file);
   // As Emacs does for its asynchronous children: a session of its own, so
   // that signals go to its whole process group and the terminal's job
@@ -669,6 +675,13 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
     env.signal("fastrevert-not-running",
                env.list({env.string("The fastrevert engine is stopping")}));
   }
+  // Lisp's descriptor and the engine's (a dup, so that each side closes
+  // its own when done); both close-on-exec, so no child inherits them.
+  OwnedFd lisp_memfd(to_memfd ? memfd_create("fastrevert-process", MFD_CLOEXEC) : -1);
+  if (to_memfd && lisp_memfd.get() < 0) throw_errno("memfd_create");
+  auto engine_memfd =
+      std::make_shared<OwnedFd>(to_memfd ? fcntl(lisp_memfd.get(), F_DUPFD_CLOEXEC, 0) : -1);
+  if (to_memfd && engine_memfd->get() < 0) throw_errno("fcntl", "F_DUPFD_CLOEXEC");
   Child child;
   try {
     child = spawn_like_emacs(env, spec);
@@ -682,8 +695,11 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
   // reap it here instead.
   auto moved = std::make_shared<Child>(std::move(child));
   auto identifier = static_cast<std::uint64_t>(id);
-  bool posted = running.post([moved, identifier, options](Engine& e) {
+  // The engine's memfd descriptor also travels in a shared_ptr: a command
+  // that never runs closes it.
+  bool posted = running.post([moved, identifier, options, engine_memfd](Engine& e) mutable {
     try {
+      options.stdout_memfd = engine_memfd->release();
       e.service<ProcessTable>().adopt(identifier, std::move(*moved), options);
     } catch (const std::exception& error) {
       // adopt() killed and reaped the child; tell Lisp it is gone.
@@ -696,7 +712,37 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
     env.signal("fastrevert-not-running",
                env.list({env.string("The fastrevert engine is stopping")}));
   }
-  return env.integer(pid);
+  if (!to_memfd) return env.integer(pid);
+  emacs_value value = env.call("cons", {env.integer(pid), env.integer(lisp_memfd.get())});
+  lisp_memfd.release();
+  return value;
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-memfd-release", mod_memfd_release, 3, 3,
+                 "Give back the memory of bytes [0, END) of the memfd FD; with CLOSE, close FD.\n"
+                 "The file keeps its size, so later offsets stay valid.  The work is\n"
+                 "done on the engine thread, in order with earlier calls, so that Emacs\n"
+                 "does not wait while the kernel frees the pages; here, when the engine\n"
+                 "is not running.  After a call with CLOSE non-nil, FD must not be used.\n\n"
+                 "(fn FD END CLOSE)") {
+  std::int64_t fd = integer_arg(env, args[0]);
+  std::int64_t end = integer_arg(env, args[1]);
+  if (fd < 0 || fd > INT32_MAX) env.signal("args-out-of-range", env.list({args[0]}));
+  if (end < 0) env.signal("args-out-of-range", env.list({args[1]}));
+  bool close_it = env.truthy(args[2]);
+  auto release = [descriptor = static_cast<int>(fd), length = static_cast<off_t>(end),
+                  close_it](Engine&) {
+    if (length > 0) fallocate(descriptor, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, length);
+    if (close_it) close(descriptor);
+  };
+  Engine* running = engine_if_running();
+  if (!running || !running->post(release)) {
+    if (end > 0)
+      fallocate(static_cast<int>(fd), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                static_cast<off_t>(end));
+    if (close_it) close(static_cast<int>(fd));
+  }
+  return env.nil();
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-process-send", mod_process_send, 2, 2,

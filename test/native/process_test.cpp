@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -504,4 +505,138 @@ TEST_CASE("process table frames stderr separately from stdout", "[process]") {
     }
   }
   CHECK(harness.output_of(1, 1) == "partial");
+}
+
+namespace {
+
+// The memfd for a process and the dup the table is handed (and closes).
+struct MemfdPair {
+  int mine = -1;
+  int table = -1;
+  MemfdPair() {
+    mine = memfd_create("fastrevert-test", MFD_CLOEXEC);
+    REQUIRE(mine >= 0);
+    table = fcntl(mine, F_DUPFD_CLOEXEC, 0);
+    REQUIRE(table >= 0);
+  }
+  ~MemfdPair() { close(mine); }
+  std::string contents() const {
+    std::string bytes;
+    char buffer[65536];
+    off_t offset = 0;
+    for (;;) {
+      ssize_t got = pread(mine, buffer, sizeof buffer, offset);
+      if (got <= 0) break;
+      bytes.append(buffer, static_cast<std::size_t>(got));
+      offset += got;
+    }
+    return bytes;
+  }
+};
+
+bool is_closed(int fd) {
+  return fcntl(fd, F_GETFD) == -1 && errno == EBADF;
+}
+
+// The (end, tail) entries of ID's range records, in order.
+std::vector<std::pair<std::uint64_t, std::string>> range_entries(const std::vector<Record>& records,
+                                                                 std::uint64_t id) {
+  std::vector<std::pair<std::uint64_t, std::string>> entries;
+  for (const auto& record : records) {
+    if (record.kind != RecordKind::process_output || record.id != id ||
+        record.code != ProcessTable::kStdoutRangeCode)
+      continue;
+    REQUIRE(record.data.size() % ProcessTable::kRangeEntrySize == 0);
+    for (std::size_t at = 0; at < record.data.size(); at += ProcessTable::kRangeEntrySize) {
+      std::uint64_t end = 0;
+      for (int i = 0; i < 8; ++i)
+        end |= static_cast<std::uint64_t>(static_cast<unsigned char>(record.data[at + i]))
+               << (8 * i);
+      entries.emplace_back(end, record.data.substr(at + 8, 4));
+    }
+  }
+  return entries;
+}
+
+}  // namespace
+
+TEST_CASE("process table writes stdout to a memfd and reports ranges of it", "[process]") {
+  EngineHarness harness;
+  MemfdPair memfd;
+  std::string expected = pattern_bytes(3 << 20, 7);
+  char file[] = "/tmp/fastrevert-memfd-test-XXXXXX";
+  int file_fd = mkstemp(file);
+  REQUIRE(file_fd >= 0);
+  REQUIRE(write(file_fd, expected.data(), expected.size()) ==
+          static_cast<ssize_t>(expected.size()));
+  close(file_fd);
+  ProcessTable::Options options;
+  options.stdout_memfd = memfd.table;
+  // splice(2), and the read and pwrite it falls back to.
+  options.memfd_without_splice = GENERATE(false, true);
+  harness.with_table([&](ProcessTable& table) {
+    table.start(1, shell(std::string("cat ") + file + "; echo err >&2"), options);
+    table.start(2, shell("printf ab"), {});
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0 && harness.exits_of(2) > 0; }));
+  unlink(file);
+  CHECK(harness.output_of(1, 1).empty());
+  CHECK(harness.output_of(1, 2) == "err\n");
+  CHECK(memfd.contents() == expected);
+  auto entries = range_entries(harness.records(), 1);
+  REQUIRE_FALSE(entries.empty());
+  for (std::size_t i = 1; i < entries.size(); ++i) CHECK(entries[i - 1].first < entries[i].first);
+  CHECK(entries.back().first == expected.size());
+  CHECK(entries.back().second == expected.substr(expected.size() - 4));
+  // The table closed its descriptor once stdout ended.
+  CHECK(is_closed(memfd.table));
+  // Without a memfd, nothing changes.
+  CHECK(harness.output_of(2, 1) == "ab");
+  CHECK(range_entries(harness.records(), 2).empty());
+}
+
+TEST_CASE("process table pads a short memfd tail and closes the memfd on every path", "[process]") {
+  EngineHarness harness;
+  {
+    MemfdPair memfd;
+    ProcessTable::Options options;
+    options.stdout_memfd = memfd.table;
+    harness.with_table([&](ProcessTable& table) { table.start(1, shell("printf ab"), options); });
+    REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+    auto entries = range_entries(harness.records(), 1);
+    REQUIRE(entries.size() == 1);
+    CHECK(entries[0].first == 2);
+    CHECK(entries[0].second == std::string("\0\0ab", 4));
+    CHECK(memfd.contents() == "ab");
+    CHECK(is_closed(memfd.table));
+  }
+  {
+    // A spawn failure.
+    MemfdPair memfd;
+    ProcessTable::Options options;
+    options.stdout_memfd = memfd.table;
+    harness.with_table([&](ProcessTable& table) {
+      SpawnSpec spec;
+      spec.program = "/nonexistent/program";
+      CHECK_THROWS_AS(table.start(2, spec, options), SystemError);
+    });
+    CHECK(is_closed(memfd.table));
+  }
+  {
+    // A duplicate id, then a removal while the child runs.
+    MemfdPair first;
+    MemfdPair second;
+    ProcessTable::Options options;
+    options.stdout_memfd = first.table;
+    ProcessTable::Options duplicate;
+    duplicate.stdout_memfd = second.table;
+    harness.with_table([&](ProcessTable& table) {
+      table.start(3, never_exiting(), options);
+      CHECK_THROWS_AS(table.start(3, never_exiting(), duplicate), std::invalid_argument);
+    });
+    CHECK(is_closed(second.table));
+    CHECK_FALSE(is_closed(first.table));
+    harness.with_table([&](ProcessTable& table) { table.remove(3); });
+    CHECK(is_closed(first.table));
+  }
 }
