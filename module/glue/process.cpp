@@ -46,6 +46,7 @@
 #include "core/process.h"
 #include "core/reader.h"
 #include "core/spawn.h"
+#include "core/threads.h"
 #include "glue/env.h"
 #include "glue/state.h"
 
@@ -278,20 +279,12 @@ class CaptureThread {
       : pipe_fd_(pipe_fd), memfd_(memfd), written_(written) {
     wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (wake_fd_ < 0) throw_errno("eventfd");
-    // Created with every signal blocked, so that no signal meant for
-    // Emacs's main thread is ever run on this one.
-    sigset_t all_signals;
-    sigset_t previous;
-    sigfillset(&all_signals);
-    pthread_sigmask(SIG_SETMASK, &all_signals, &previous);
     try {
-      thread_ = std::thread([this] { run(); });
+      thread_ = start_thread_blocking_signals([this] { run(); });
     } catch (...) {
-      pthread_sigmask(SIG_SETMASK, &previous, nullptr);
       close(wake_fd_);
       throw;
     }
-    pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   }
 
   CaptureThread(const CaptureThread&) = delete;
@@ -332,9 +325,14 @@ class CaptureThread {
  private:
   void run() noexcept {
     grow_pipe(pipe_fd_, pipe_max_size());
-    constexpr std::size_t kBufferSize = std::size_t{1} << 20;
-    std::unique_ptr<char[]> buffer(new (std::nothrow) char[kBufferSize]);
-    int error = buffer ? 0 : ENOMEM;
+    constexpr std::size_t kChunk = std::size_t{1} << 20;
+    // The memfd is written at explicit offsets: splice moves pipe pages into
+    // it without a copy through user space, and pwrite covers the kernels
+    // and file systems where splice into it is refused.
+    std::unique_ptr<char[]> buffer;
+    bool use_splice = true;
+    std::uint64_t offset = written_;
+    int error = 0;
     while (error == 0) {
       pollfd fds[2] = {{pipe_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
       if (poll(fds, 2, -1) < 0) {
@@ -343,21 +341,44 @@ class CaptureThread {
         break;
       }
       if (fds[1].revents) break;
-      ssize_t got = read(pipe_fd_, buffer.get(), kBufferSize);
+      ssize_t got;
+      if (use_splice) {
+        auto at = static_cast<loff_t>(offset);
+        got = splice(pipe_fd_, nullptr, memfd_, &at, kChunk, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+        if (got < 0 && (errno == EINVAL || errno == ENOSYS)) {
+          use_splice = false;
+          continue;
+        }
+      } else {
+        if (!buffer) buffer.reset(new (std::nothrow) char[kChunk]);
+        if (!buffer) {
+          error = ENOMEM;
+          break;
+        }
+        got = read(pipe_fd_, buffer.get(), kChunk);
+        if (got > 0) {
+          for (ssize_t done = 0; done < got;) {
+            ssize_t put = pwrite(memfd_, buffer.get() + done, static_cast<std::size_t>(got - done),
+                                 static_cast<off_t>(offset + static_cast<std::uint64_t>(done)));
+            if (put < 0 && errno == EINTR) continue;
+            if (put <= 0) {
+              error = put < 0 ? errno : EIO;
+              break;
+            }
+            done += put;
+          }
+          if (error != 0) break;
+        }
+      }
       if (got == 0) break;
       if (got < 0) {
         if (errno == EINTR || errno == EAGAIN) continue;
         error = errno;
         break;
       }
-      try {
-        write_all(memfd_, std::string_view(buffer.get(), static_cast<std::size_t>(got)));
-      } catch (const SystemError& failure) {
-        error = failure.code().value();
-        break;
-      }
+      offset += static_cast<std::uint64_t>(got);
       std::lock_guard<std::mutex> lock(mutex_);
-      written_ += static_cast<std::uint64_t>(got);
+      written_ = offset;
       changed_.notify_one();
     }
     std::lock_guard<std::mutex> lock(mutex_);
