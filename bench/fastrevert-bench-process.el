@@ -41,6 +41,7 @@
 (declare-function fastrevert-bench-measure-into-buffer "fastrevert-bench"
                   (repeats expected-size fill))
 (declare-function fastrevert-bench-wait-for-exit "fastrevert-bench" (proc))
+(declare-function fastrevert-bench-time-spawns "fastrevert-bench" (count run))
 (declare-function fastrevert-bench--heading "fastrevert-bench" (title))
 (declare-function fastrevert-bench--out "fastrevert-bench" (format-string &rest args))
 (declare-function fastrevert-bench--progress "fastrevert-bench" (format-string &rest args))
@@ -152,25 +153,14 @@ RUNS is the number of repetitions."
 
 (defun fastrevert-bench-process--spawn (row count)
   "Run `ls /' COUNT times with the fastrevert method for harness ROW."
-  (let ((buffer (generate-new-buffer " *fastrevert-bench-spawn*"))
-        (bad 0))
-    (unwind-protect
-        (with-current-buffer buffer
-          (buffer-disable-undo)
-          (garbage-collect)
-          (let ((triple
-                 (benchmark-run 1
-                   (dotimes (_ count)
-                     (erase-buffer)
-                     (pcase row
-                       ('make-process
-                        (fastrevert-bench-process--fastrevert buffer '("ls" "/")))
-                       ('call-process
-                        (fastrevert-call-process "ls" nil t nil "/")))
-                     (when (zerop (buffer-size))
-                       (setq bad (1+ bad)))))))
-            (list :triple triple :bad bad)))
-      (kill-buffer buffer))))
+  (fastrevert-bench-time-spawns
+   count
+   (pcase row
+     ('make-process
+      (lambda () (fastrevert-bench-process--fastrevert (current-buffer) '("ls" "/"))))
+     ('call-process
+      (lambda () (fastrevert-call-process "ls" nil t nil "/")))
+     (_ (error "Unknown spawn row %S" row)))))
 
 ;;;; Table 1: small and ~50 KB outputs
 

@@ -474,10 +474,13 @@ RUNS is the number of repetitions."
     (call-process . "call-process"))
   "Rows of the spawn table: (ROW . LABEL).")
 
-(defun fastrevert-bench--stock-spawn (row count)
-  "Run `ls /' COUNT times with the stock method ROW.
-Every run writes into the same buffer, emptied first, so that an
-empty buffer after a run shows a lost output."
+(defun fastrevert-bench-time-spawns (count run)
+  "Call RUN COUNT times, each with an emptied buffer current, and time them.
+RUN must return once the run's output is in the buffer.  Every run
+writes into the same buffer, so that an empty buffer after a run
+shows a lost output.  Return a plist with :triple (the
+`benchmark-run' triple of the series) and :bad (runs that left the
+buffer empty)."
   (let ((buffer (generate-new-buffer " *fastrevert-bench-spawn*"))
         (bad 0))
     (unwind-protect
@@ -488,22 +491,29 @@ empty buffer after a run shows a lost output."
                  (benchmark-run 1
                    (dotimes (_ count)
                      (erase-buffer)
-                     (pcase row
-                       ('make-process
-                        (fastrevert-bench-wait-for-exit
-                         (make-process :name "fastrevert-bench-ls"
-                                       :buffer buffer
-                                       :command '("ls" "/")
-                                       :connection-type 'pipe
-                                       :noquery t
-                                       :sentinel #'ignore)))
-                       ('call-process
-                        (call-process "ls" nil t nil "/"))
-                       (_ (error "Unknown spawn row %S" row)))
+                     (funcall run)
                      (when (zerop (buffer-size))
                        (setq bad (1+ bad)))))))
             (list :triple triple :bad bad)))
       (kill-buffer buffer))))
+
+(defun fastrevert-bench--stock-spawn (row count)
+  "Run `ls /' COUNT times with the stock method ROW."
+  (fastrevert-bench-time-spawns
+   count
+   (pcase row
+     ('make-process
+      (lambda ()
+        (fastrevert-bench-wait-for-exit
+         (make-process :name "fastrevert-bench-ls"
+                       :buffer (current-buffer)
+                       :command '("ls" "/")
+                       :connection-type 'pipe
+                       :noquery t
+                       :sentinel #'ignore))))
+     ('call-process
+      (lambda () (call-process "ls" nil t nil "/")))
+     (_ (error "Unknown spawn row %S" row)))))
 
 ;;;; Registrations
 
