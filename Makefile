@@ -72,9 +72,10 @@ test: build
 
 bench: deps
 	cmake -S . -B $(BUILD)-release -DCMAKE_BUILD_TYPE=Release -DFASTREVERT_BUILD_TESTS=OFF
-	cmake --build $(BUILD)-release -j $(JOBS) --target fastrevert-module
+	cmake --build $(BUILD)-release -j $(JOBS) --target fastrevert-module fastrevert-lisp
 	cc -O2 -Wall -Wextra -o $(BUILD)-release/cbaseline bench/cbaseline.c
-	$(EMACS) -Q --batch -L lisp -L bench -l bench/fastrevert-bench.el -f fastrevert-bench-run
+	FASTREVERT_CBASELINE=$(BUILD)-release/cbaseline \
+	  $(EMACS) -Q --batch -L lisp -L bench -l bench/fastrevert-bench.el -f fastrevert-bench-run
 
 # The sanitizer builds leave the module alone (it is loaded into an
 # uninstrumented Emacs) and run the native tests.

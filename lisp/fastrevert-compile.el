@@ -45,7 +45,7 @@
 (defun fastrevert--module-compile-command (root)
   "Return the shell command that builds the module from ROOT."
   (let ((build (expand-file-name (or fastrevert-module-build-directory "build") root)))
-    (format "cmake -S %s -B %s %s -DFASTREVERT_MODULE_DIR=%s && cmake --build %s --target fastrevert-module"
+    (format "cmake -S %s -B %s %s -DFASTREVERT_MODULE_DIR=%s && cmake --build %s --target fastrevert-module fastrevert-lisp"
             (shell-quote-argument (directory-file-name root))
             (shell-quote-argument build)
             (mapconcat #'shell-quote-argument fastrevert-module-cmake-options " ")
