@@ -239,6 +239,9 @@ notification.")
 (defvar fastrevert--bypass nil
   "Non-nil while stock auto-revert functions must run unadvised.")
 
+(defvar-local fastrevert--watching nil
+  "Non-nil once the engine reports every change to this buffer's file.")
+
 (defun fastrevert--descriptor-p (descriptor)
   "Return non-nil if DESCRIPTOR is a watch held by the engine."
   (eq (car-safe descriptor) 'fastrevert))
@@ -318,9 +321,6 @@ A buffer no longer under auto-revert is released."
     (funcall function)))
 
 ;;;;; Reverting
-
-(defvar-local fastrevert--watching nil
-  "Non-nil once the engine reports every change to this buffer's file.")
 
 (defun fastrevert--on-file-watched (id code data)
   "Note that the engine now watches ID; check its buffer once.
