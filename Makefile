@@ -74,7 +74,7 @@ bench: deps
 	cmake -S . -B $(BUILD)-release -DCMAKE_BUILD_TYPE=Release -DFASTREVERT_BUILD_TESTS=OFF
 	cmake --build $(BUILD)-release -j $(JOBS) --target fastrevert-module fastrevert-lisp
 	cc -O2 -Wall -Wextra -o $(BUILD)-release/cbaseline bench/cbaseline.c
-	FASTREVERT_CBASELINE=$(BUILD)-release/cbaseline \
+	FASTREVERT_CBASELINE=$(CURDIR)/$(BUILD)-release/cbaseline \
 	  $(EMACS) -Q --batch -L lisp -L bench -l bench/fastrevert-bench.el -f fastrevert-bench-run
 
 # The sanitizer builds leave the module alone (it is loaded into an
