@@ -47,12 +47,6 @@ emacs_value Env::integer(std::int64_t value) const {
   return result;
 }
 
-emacs_value Env::floating(double value) const {
-  emacs_value result = raw_->make_float(raw_, value);
-  check();
-  return result;
-}
-
 std::int64_t Env::to_integer(emacs_value value) const {
   std::int64_t result = raw_->extract_integer(raw_, value);
   check();
@@ -69,6 +63,13 @@ std::string Env::to_bytes(emacs_value value) const {
   // SIZE counts the terminating NUL that Emacs writes.
   text.resize(static_cast<std::size_t>(size) - 1);
   return text;
+}
+
+std::chrono::milliseconds Env::to_duration(emacs_value seconds) const {
+  double value = raw_->extract_float(raw_, call("float", {seconds}));
+  check();
+  if (!(value >= 0)) wrong_type("natnump", seconds);
+  return std::chrono::milliseconds(static_cast<std::int64_t>(value * 1000.0));
 }
 
 bool Env::is_string(emacs_value value) const {
@@ -95,14 +96,6 @@ void Env::signal(const char* symbol, emacs_value data) const {
 bool Env::quit_requested() const noexcept {
   return raw_->process_input(raw_) == emacs_process_input_quit;
 }
-
-emacs_value Env::global_ref(emacs_value value) const {
-  emacs_value ref = raw_->make_global_ref(raw_, value);
-  check();
-  return ref;
-}
-
-void Env::free_global_ref(emacs_value value) const noexcept { raw_->free_global_ref(raw_, value); }
 
 void Env::check() const {
   if (raw_->non_local_exit_check(raw_) != emacs_funcall_exit_return) throw PendingExit{};

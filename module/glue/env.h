@@ -9,6 +9,7 @@
 
 #include <emacs-module.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
@@ -47,7 +48,6 @@ class Env {
   // Unibyte string holding BYTES unchanged.
   emacs_value unibyte(std::string_view bytes) const;
   emacs_value integer(std::int64_t value) const;
-  emacs_value floating(double value) const;
 
   // These signal `wrong-type-argument' (through Emacs) for a value of the
   // wrong type, which arrives here as PendingExit.
@@ -55,6 +55,9 @@ class Env {
   // The bytes of STRING: UTF-8 for a multibyte string, the bytes themselves
   // for a unibyte one (so Lisp passes file names encoded).
   std::string to_bytes(emacs_value string) const;
+  // A number of SECONDS (integer or float, not negative) as a duration;
+  // signals `wrong-type-argument' for anything else.
+  std::chrono::milliseconds to_duration(emacs_value seconds) const;
 
   bool truthy(emacs_value value) const noexcept { return raw_->is_not_nil(raw_, value); }
   bool eq(emacs_value a, emacs_value b) const noexcept { return raw_->eq(raw_, a, b); }
@@ -68,9 +71,6 @@ class Env {
 
   // True when the user has asked to quit (C-g) while native code runs.
   bool quit_requested() const noexcept;
-
-  emacs_value global_ref(emacs_value value) const;
-  void free_global_ref(emacs_value value) const noexcept;
 
   // Throws PendingExit if a non-local exit is pending.
   void check() const;

@@ -86,11 +86,7 @@ FASTREVERT_DEFUN("fastrevert--mod-stop", mod_stop, 0, 1,
                  "(fn &optional TIMEOUT)") {
   if (!running_engine) return env.nil();
   auto timeout = std::chrono::milliseconds::max();
-  if (nargs > 0 && env.truthy(args[0])) {
-    double seconds = env.raw()->extract_float(env.raw(), env.call("float", {args[0]}));
-    env.check();
-    timeout = std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000));
-  }
+  if (nargs > 0 && env.truthy(args[0])) timeout = env.to_duration(args[0]);
   if (!running_engine->stop_within(timeout)) {
     // The detached thread still uses the engine, so it must outlive this
     // call; it is left to the end of the process.

@@ -20,13 +20,6 @@ WatchMode watch_mode(Env& env, emacs_value mode) {
   env.wrong_type("fastrevert-watch-mode-p", mode);
 }
 
-std::chrono::milliseconds to_milliseconds(Env& env, emacs_value seconds) {
-  double value = env.raw()->extract_float(env.raw(), env.call("float", {seconds}));
-  env.check();
-  if (!(value >= 0)) env.wrong_type("natnump", seconds);
-  return std::chrono::milliseconds(static_cast<std::int64_t>(value * 1000.0));
-}
-
 }  // namespace
 
 FASTREVERT_DEFUN("fastrevert--mod-watch-add", mod_watch_add, 3, 4,
@@ -59,8 +52,8 @@ FASTREVERT_DEFUN("fastrevert--mod-watch-configure", mod_watch_configure, 3, 3,
                  "Set the watcher's POLL-INTERVAL and SETTLE-DELAY, both in seconds.\n"
                  "Non-nil SAFETY-POLL means files with a kernel watch are polled too.\n\n"
                  "(fn POLL-INTERVAL SETTLE-DELAY SAFETY-POLL)") {
-  auto poll_interval = to_milliseconds(env, args[0]);
-  auto settle_delay = to_milliseconds(env, args[1]);
+  auto poll_interval = env.to_duration(args[0]);
+  auto settle_delay = env.to_duration(args[1]);
   bool safety_poll = env.truthy(args[2]);
   post_or_signal(env, [poll_interval, settle_delay, safety_poll](Engine& e) {
     Watcher& watcher = e.service<Watcher>();
