@@ -187,13 +187,17 @@ how many calls left other than EXPECTED characters."
   "Return the number of repetitions in a per-process cell."
   (if (fastrevert-bench-quick-p) 50 1000))
 
+(defun fastrevert-bench-process--ratio-cell (triple reference)
+  "Return the cell for TRIPLE's elapsed time over REFERENCE's, or \"-\"."
+  (fastrevert-bench--fmt "%.2f" (and triple reference (> (car reference) 0)
+                                     (/ (car triple) (car reference)))))
+
 (defun fastrevert-bench-process--triple-cells (triple &optional baseline)
   "Return table cells for TRIPLE, with its ratio to BASELINE's elapsed time."
   (list (fastrevert-bench--fmt "%.3f" (nth 0 triple))
         (fastrevert-bench--fmt "%d" (nth 1 triple))
         (fastrevert-bench--fmt "%.3f" (nth 2 triple))
-        (fastrevert-bench--fmt "%.2f" (and triple baseline (> (car baseline) 0)
-                                           (/ (car triple) (car baseline))))))
+        (fastrevert-bench-process--ratio-cell triple baseline)))
 
 (defun fastrevert-bench-process--note-bad (label bad)
   "Report loudly that LABEL produced BAD wrong results, if BAD is positive."
@@ -417,14 +421,10 @@ method.  x C = elapsed / the C loop's elapsed (cbaseline.c: %s).\n\n"
                               (fastrevert-bench--fmt "%d" (nth 1 triple))
                               (fastrevert-bench--fmt "%.3f" (nth 2 triple))
                               (fastrevert-bench--fmt "%.3f" (/ (* 1000 (nth 0 triple)) count))
-                              (fastrevert-bench--fmt "%.2f" (and baseline (> (car baseline) 0)
-                                                                 (/ (car triple) (car baseline)))))
+                              (fastrevert-bench-process--ratio-cell triple baseline))
                         (and before
                              (list (fastrevert-bench--fmt "%.3f" (car earlier))
-                                   (fastrevert-bench--fmt "%.2f"
-                                                          (and earlier (> (car earlier) 0)
-                                                               (/ (car triple)
-                                                                  (car earlier)))))))))
+                                   (fastrevert-bench-process--ratio-cell triple earlier))))))
              rows))))
 
 ;;;; Table 4: after aging
@@ -527,14 +527,10 @@ bytes.\n\n")
                                (fastrevert-bench--fmt "%.3f" (nth 0 triple))
                                (fastrevert-bench--fmt "%.1f" (nth 1 triple))
                                (fastrevert-bench--fmt "%.3f" (nth 2 triple))
-                               (fastrevert-bench--fmt "%.2f" (and baseline (> (car baseline) 0)
-                                                                  (/ (car triple) (car baseline)))))
+                               (fastrevert-bench-process--ratio-cell triple baseline))
                          (and before
                               (list (fastrevert-bench--fmt "%.3f" (car earlier))
-                                    (fastrevert-bench--fmt "%.2f"
-                                                           (and earlier (> (car earlier) 0)
-                                                                (/ (car triple)
-                                                                   (car earlier)))))))))
+                                    (fastrevert-bench-process--ratio-cell triple earlier))))))
              rows))))
 
 ;;;; Entry point

@@ -248,6 +248,13 @@ reads well in a terminal as well as rendered."
       (princ (funcall line row)))
     (princ "\n")))
 
+(defun fastrevert-bench--column-headers (columns titles)
+  "Return one header per column of COLUMNS and title of TITLES.
+Each reads \"COLUMN-HEADER TITLE\", columns outermost."
+  (cl-loop for column in columns
+           for name = (plist-get column :header)
+           append (mapcar (lambda (title) (concat name " " title)) titles)))
+
 (defun fastrevert-bench--heading (title)
   "Print TITLE as a Markdown section heading."
   (fastrevert-bench--out "\n## %s\n\n" title))
@@ -777,12 +784,8 @@ insert-file-contents elapsed.\n\n"
            (car row) (plist-get (car cell) :header) size
            (plist-get (cdr cell) :bad)))))
     (fastrevert-bench--print-table
-     (cons "method"
-           (cl-loop for column in columns
-                    for name = (plist-get column :header)
-                    append (mapcar (lambda (sub) (concat name " " sub))
-                                   '("elapsed s" "min s" "GCs" "GC s"
-                                     "ratio"))))
+     (cons "method" (fastrevert-bench--column-headers
+                     columns '("elapsed s" "min s" "GCs" "GC s" "ratio")))
      (mapcar
       (lambda (row)
         (cons (alist-get (car row) fastrevert-bench-output-rows)
@@ -831,11 +834,8 @@ all runs.\n\n")
                                   (car row) (plist-get (car cell) :header)
                                   (plist-get (cdr cell) :bad)))))
     (fastrevert-bench--print-table
-     (cons "method"
-           (cl-loop for column in columns
-                    for name = (plist-get column :header)
-                    append (mapcar (lambda (sub) (concat name " " sub))
-                                   '("elapsed s" "GCs" "GC s" "ms/process"))))
+     (cons "method" (fastrevert-bench--column-headers
+                     columns '("elapsed s" "GCs" "GC s" "ms/process")))
      (mapcar
       (lambda (row)
         (cons (alist-get (car row) fastrevert-bench-spawn-rows)
