@@ -24,8 +24,12 @@
 
 #include "core/engine.h"
 #include "core/errors.h"
+#include "support.h"
 
 using namespace fastrevert;
+
+using fastrevert::test::pattern_bytes;
+using fastrevert::test::shell;
 
 namespace {
 
@@ -125,13 +129,6 @@ class EngineHarness {
   std::vector<Record> records_;
 };
 
-SpawnSpec shell(const std::string& script) {
-  SpawnSpec spec;
-  spec.program = "/bin/sh";
-  spec.argv = {"sh", "-c", script};
-  return spec;
-}
-
 SpawnSpec never_exiting() {
   SpawnSpec spec;
   spec.program = "/bin/sleep";
@@ -142,16 +139,6 @@ SpawnSpec never_exiting() {
 bool is_gone(pid_t pid) {
   errno = 0;
   return waitpid(pid, nullptr, WNOHANG) == -1 && errno == ECHILD && kill(pid, 0) == -1;
-}
-
-std::string pattern_bytes(std::size_t size, std::uint32_t seed) {
-  std::string bytes(size, '\0');
-  std::uint32_t state = seed;
-  for (std::size_t i = 0; i < size; ++i) {
-    state = state * 1664525u + 1013904223u;
-    bytes[i] = static_cast<char>(state >> 24);
-  }
-  return bytes;
 }
 
 }  // namespace

@@ -17,8 +17,12 @@
 
 #include "core/errors.h"
 #include "core/spawn.h"
+#include "support.h"
 
 using namespace fastrevert;
+
+using fastrevert::test::pattern_bytes;
+using fastrevert::test::shell;
 
 namespace {
 
@@ -41,24 +45,6 @@ struct TestPipe {
     REQUIRE(write(write_end, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
   }
 };
-
-// Deterministic bytes that make a reordering or a lost chunk visible.
-std::string pattern_bytes(std::size_t size, std::uint32_t seed) {
-  std::string bytes(size, '\0');
-  std::uint32_t state = seed;
-  for (std::size_t i = 0; i < size; ++i) {
-    state = state * 1664525u + 1013904223u;
-    bytes[i] = static_cast<char>(state >> 24);
-  }
-  return bytes;
-}
-
-SpawnSpec shell(const std::string& script) {
-  SpawnSpec spec;
-  spec.program = "/bin/sh";
-  spec.argv = {"sh", "-c", script};
-  return spec;
-}
 
 }  // namespace
 

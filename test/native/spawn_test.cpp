@@ -18,26 +18,14 @@
 
 #include "core/errors.h"
 #include "core/reader.h"
+#include "support.h"
 
 using namespace fastrevert;
 
+using fastrevert::test::TempDir;
+using fastrevert::test::shell;
+
 namespace {
-
-// A fresh directory under /tmp, removed with its contents at scope exit.
-class TempDir {
- public:
-  TempDir() {
-    char name[] = "/tmp/fastrevert-spawn-XXXXXX";
-    REQUIRE(mkdtemp(name) != nullptr);
-    path_ = name;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path_ + "'").c_str()); }
-  const std::string& path() const { return path_; }
-  std::string file(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 void write_file(const std::string& path, const std::string& content, mode_t mode = 0644) {
   std::ofstream(path, std::ios::binary) << content;
@@ -68,13 +56,6 @@ Output run(const SpawnSpec& spec, std::string_view input = {}) {
       [&](std::string_view bytes) { output.err.append(bytes); }, options);
   output.status = result.wait_status;
   return output;
-}
-
-SpawnSpec shell(const std::string& script) {
-  SpawnSpec spec;
-  spec.program = "/bin/sh";
-  spec.argv = {"sh", "-c", script};
-  return spec;
 }
 
 bool is_cloexec(int fd) {

@@ -13,9 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -24,6 +22,7 @@
 
 #include "core/engine.h"
 #include "core/watcher.h"
+#include "support.h"
 
 using fastrevert::Engine;
 using fastrevert::Record;
@@ -33,6 +32,8 @@ using fastrevert::watcher_test_hooks;
 using fastrevert::WatchMode;
 using namespace std::chrono_literals;
 
+using fastrevert::test::TempDir;
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -41,27 +42,6 @@ using Clock = std::chrono::steady_clock;
 // shorter than the default 5 s poll interval, so a report that arrives within
 // it in notify mode came through inotify, not polling.
 constexpr auto kReportTimeout = 3s;
-
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = std::string(base && *base ? base : "/tmp") + "/fastrevert-watcher-XXXXXX";
-    std::vector<char> buffer(pattern.begin(), pattern.end());
-    buffer.push_back('\0');
-    REQUIRE(mkdtemp(buffer.data()) != nullptr);
-    path_ = buffer.data();
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Writes CONTENT with a single write(2) to a file opened with FLAGS.
 void write_with_flags(const std::string& path, const std::string& content, int flags) {

@@ -1,0 +1,63 @@
+// Helpers shared by the native tests.
+#pragma once
+
+#include <stdlib.h>
+
+#include <catch2/catch.hpp>
+#include <cstddef>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "core/spawn.h"
+
+namespace fastrevert::test {
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string pattern = std::string(base && *base ? base : "/tmp") + "/fastrevert-test-XXXXXX";
+    std::vector<char> buffer(pattern.begin(), pattern.end());
+    buffer.push_back('\0');
+    REQUIRE(mkdtemp(buffer.data()) != nullptr);
+    path_ = buffer.data();
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+  std::string operator/(const std::string& name) const { return file(name); }
+
+ private:
+  std::string path_;
+};
+
+// A child running SCRIPT under /bin/sh -c.
+inline SpawnSpec shell(const std::string& script) {
+  SpawnSpec spec;
+  spec.program = "/bin/sh";
+  spec.argv = {"sh", "-c", script};
+  return spec;
+}
+
+// Deterministic bytes that make a reordering or a lost chunk visible.
+inline std::string pattern_bytes(std::size_t size, std::uint32_t seed) {
+  std::string bytes(size, '\0');
+  std::uint32_t state = seed;
+  for (std::size_t i = 0; i < size; ++i) {
+    state = state * 1664525u + 1013904223u;
+    bytes[i] = static_cast<char>(state >> 24);
+  }
+  return bytes;
+}
+
+}  // namespace fastrevert::test
