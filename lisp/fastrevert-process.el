@@ -50,6 +50,7 @@
 (declare-function fastrevert--mod-signal-number "fastrevert-module" (name))
 (declare-function fastrevert--mod-strsignal "fastrevert-module" (signal))
 (declare-function fastrevert--mod-strerror "fastrevert-module" (name))
+(declare-function fastrevert--mod-first-executable "fastrevert-module" (candidates))
 
 (defvar format-alist)
 
@@ -92,24 +93,95 @@ signals when it is not an accessible directory."
        "Setting current directory" default-directory))
     dir))
 
+;; The search of `call-process' checks, for each directory of `exec-path'
+;; and each of `exec-suffixes', the expanded name with faccessat (X_OK):
+;; file name handlers play no part in that check.  The candidate names
+;; depend only on PROGRAM, the two variables, the handlers (through
+;; `expand-file-name') and the file name coding, so they are computed once
+;; per program, and each call only asks the module which one is
+;; executable now.
+
+(defvar fastrevert--program-search-key nil
+  "The settings the names in `fastrevert--program-candidates' were made with.
+A list (EXEC-PATH EXEC-SUFFIXES HANDLERS CODING): copies of the first
+two variables, and `file-name-handler-alist' and the file name coding
+system themselves.")
+
+(defvar fastrevert--program-candidates (make-hash-table :test #'equal)
+  "Program name -> vector of the encoded file names its search tries.
+The value is `lisp' for a program whose candidates cannot be kept.")
+
+(defun fastrevert--process-compute-candidates (program)
+  "Return the vector of encoded file names searched for PROGRAM, or `lisp'.
+`lisp' means the names depend on more than PROGRAM and the search
+settings: an absolute or empty PROGRAM, an entry of the variable
+`exec-path' that is not an absolute local directory name, a suffix
+that is not a string, or a file name handler for any of the names."
+  (let ((candidates nil)
+        (suffixes (or exec-suffixes '(""))))
+    (if (or (equal program "")
+            (file-name-absolute-p program)
+            (not (cl-every #'stringp suffixes))
+            (not (cl-every (lambda (dir)
+                             (and (stringp dir)
+                                  (string-prefix-p "/" dir)
+                                  (not (find-file-name-handler dir 'expand-file-name))))
+                           exec-path)))
+        'lisp
+      (catch 'lisp
+        (dolist (dir exec-path)
+          (let ((base (expand-file-name program dir)))
+            (when (find-file-name-handler base 'expand-file-name)
+              (throw 'lisp 'lisp))
+            (dolist (suffix suffixes)
+              (push (fastrevert--process-encode-file
+                     (concat (fastrevert--process-unquote base) suffix))
+                    candidates))))
+        (vconcat (nreverse candidates))))))
+
+(defun fastrevert--process-candidates (program)
+  "Return the encoded file names searched for PROGRAM, or `lisp'.
+See `fastrevert--process-compute-candidates'; the result is kept until
+a search setting changes."
+  (let ((coding (or file-name-coding-system default-file-name-coding-system))
+        (key fastrevert--program-search-key))
+    (unless (and (eq (nth 2 key) file-name-handler-alist)
+                 (eq (nth 3 key) coding)
+                 (equal (car key) exec-path)
+                 (equal (nth 1 key) exec-suffixes))
+      (clrhash fastrevert--program-candidates)
+      (setq fastrevert--program-search-key
+            (list (copy-sequence exec-path) (copy-sequence exec-suffixes)
+                  file-name-handler-alist coding)))
+    (let ((candidates (gethash program fastrevert--program-candidates)))
+      (unless candidates
+        (setq candidates (fastrevert--process-compute-candidates program))
+        (when (>= (hash-table-count fastrevert--program-candidates) 256)
+          (clrhash fastrevert--program-candidates))
+        (puthash program candidates fastrevert--program-candidates))
+      candidates)))
+
 (defun fastrevert--process-find-program (program)
-  "Return the executable file for PROGRAM, searched as `call-process' does.
+  "Return the encoded executable file for PROGRAM, searched as `call-process' does.
 The search uses the variables `exec-path' and `exec-suffixes'.  When nothing is
 found, signal the error stock signals, errno included: the last
 problem seen with a candidate (a directory, a file that is not
 executable), or a missing file."
-  (or (let ((found (locate-file program exec-path exec-suffixes 1)))
-        (and found (fastrevert--process-unquote found)))
-      (let ((errno 'ENOENT))
-        (dolist (dir (if (file-name-absolute-p program) '(nil) exec-path))
-          (dolist (suffix (or exec-suffixes '("")))
-            (let ((candidate (expand-file-name (concat program suffix) dir)))
-              (cond ((and (file-executable-p candidate)
-                          (file-directory-p candidate))
-                     (setq errno 'EISDIR))
-                    ((file-exists-p candidate)
-                     (setq errno 'EACCES))))))
-        (fastrevert--process-file-error errno "Searching for program" program))))
+  (let ((candidates (fastrevert--process-candidates program)))
+    (or (and (vectorp candidates)
+             (fastrevert--mod-first-executable candidates))
+        (let ((found (locate-file program exec-path exec-suffixes 1)))
+          (and found (fastrevert--process-encode-file (fastrevert--process-unquote found))))
+        (let ((errno 'ENOENT))
+          (dolist (dir (if (file-name-absolute-p program) '(nil) exec-path))
+            (dolist (suffix (or exec-suffixes '("")))
+              (let ((candidate (expand-file-name (concat program suffix) dir)))
+                (cond ((and (file-executable-p candidate)
+                            (file-directory-p candidate))
+                       (setq errno 'EISDIR))
+                      ((file-exists-p candidate)
+                       (setq errno 'EACCES))))))
+          (fastrevert--process-file-error errno "Searching for program" program)))))
 
 (defun fastrevert--process-environment (dir)
   "Return the child's environment, as a list, for working directory DIR.
@@ -300,9 +372,8 @@ This is `fastrevert-call-process' once a file name handler is ruled out."
                  (`(,buffer ,output-file ,stderr) (fastrevert--call-process-destination
                                                    destination))
                  (dir (fastrevert--process-directory))
-                 (path (fastrevert--process-find-program program))
+                 (encoded-path (fastrevert--process-find-program program))
                  (encoded-args (fastrevert--process-encode-args coding-args args))
-                 (encoded-path (fastrevert--process-encode-file path))
                  (argv (vconcat (list encoded-path) encoded-args))
                  (env (fastrevert--process-environment dir))
                  (encoded-dir (fastrevert--process-encode-file dir))
@@ -878,13 +949,12 @@ a `fastrevert-process'.  The program is found through the variable
            (stderr-buffer (fastrevert--process-output-buffer stderr-spec))
            (program (car command))
            (dir (fastrevert--process-directory))
-           (path (fastrevert--process-find-program program))
+           (encoded-path (fastrevert--process-find-program program))
            (coding (fastrevert--process-coding (plist-get args :coding)
                                                (cons name (cons buffer command))))
            (encoded-args (fastrevert--process-encode-args
                           (cons 'start-process (cons name (cons buffer command)))
                           (cdr command)))
-           (encoded-path (fastrevert--process-encode-file path))
            (id (fastrevert--process-new-id))
            (process (fastrevert--process-create
                      :id id

@@ -141,12 +141,6 @@ std::vector<char*> c_string_vector(const std::vector<std::string>& strings) {
   return pointers;
 }
 
-bool is_executable_file(const std::string& path) {
-  struct stat status;
-  return stat(path.c_str(), &status) == 0 && S_ISREG(status.st_mode) &&
-         access(path.c_str(), X_OK) == 0;
-}
-
 }  // namespace
 
 Child::Child(Child&& other) noexcept
@@ -306,20 +300,15 @@ Child spawn(const SpawnSpec& spec) {
   return child;
 }
 
-std::optional<std::string> find_executable(const std::string& name,
-                                           const std::vector<std::string>& dirs) {
-  if (name.empty()) return std::nullopt;
-  if (name.find('/') != std::string::npos) return name;
-  for (const auto& dir : dirs) {
-    std::string candidate;
-    if (dir.empty()) {
-      candidate = name;
-    } else {
-      candidate = dir;
-      if (candidate.back() != '/') candidate.push_back('/');
-      candidate += name;
-    }
-    if (is_executable_file(candidate)) return candidate;
+std::optional<std::size_t> first_executable(const std::vector<std::string>& candidates) {
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const std::string& candidate = candidates[i];
+    // A name with a NUL byte names no file the system can look up.
+    if (candidate.find('\0') != std::string::npos) continue;
+    if (faccessat(AT_FDCWD, candidate.c_str(), X_OK, AT_EACCESS) != 0) continue;
+    struct stat status;
+    if (stat(candidate.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) continue;
+    return i;
   }
   return std::nullopt;
 }

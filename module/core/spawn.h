@@ -24,7 +24,7 @@ namespace fastrevert {
 // against the caller's working directory, not CWD, and an error names the file
 // that failed.
 struct SpawnSpec {
-  // Absolute path of the executable, already resolved (see find_executable).
+  // Absolute path of the executable, already resolved (see first_executable).
   std::string program;
   // The whole argument vector, argv[0] included.  When empty, the child gets
   // { program }.
@@ -103,12 +103,10 @@ struct Child {
 // function "open" and that file.
 Child spawn(const SpawnSpec& spec);
 
-// Resolves NAME the way `exec-path' does: a name containing a slash is
-// returned as it is (relative ones are not searched); otherwise the first
-// DIRS entry holding an executable regular file NAME wins.  An empty entry
-// stands for the current directory.  Returns std::nullopt when none does.
-std::optional<std::string> find_executable(const std::string& name,
-                                           const std::vector<std::string>& dirs);
+// The index of the first of CANDIDATES (file names, in search order) that
+// the effective user may execute and that is not a directory, as Emacs's
+// program search decides with an X_OK predicate; std::nullopt when none is.
+std::optional<std::size_t> first_executable(const std::vector<std::string>& candidates);
 
 // SIGKILLs CHILD (if it has not been reaped) and waits for it, returning the
 // raw wait status, or -1 when someone else reaped it.  Closes its descriptors.

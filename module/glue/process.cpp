@@ -33,6 +33,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -648,6 +649,21 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
   int status = reap_with_quit(child, should_quit, quit);
   if (quit) env.check();
   return how_it_ended(env, status);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-first-executable", mod_first_executable, 1, 1,
+                 "Return the first of CANDIDATES that can be executed, or nil.\n"
+                 "CANDIDATES is a vector of encoded file names in search order; the\n"
+                 "value is one of its elements: a file the effective user may execute\n"
+                 "that is not a directory, as the program search of `call-process'\n"
+                 "decides.\n\n"
+                 "(fn CANDIDATES)") {
+  emacs_value candidates = args[0];
+  std::optional<std::size_t> found = first_executable(string_vector(env, candidates));
+  if (!found) return env.nil();
+  emacs_value value = env.raw()->vec_get(env.raw(), candidates, static_cast<std::ptrdiff_t>(*found));
+  env.check();
+  return value;
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-close-fd", mod_close_fd, 1, 1,

@@ -296,6 +296,54 @@ CALL and SETUP are as for `fastrevert-call-process-test--observe'."
         (fastrevert-call-process-test--same
          (lambda (call) (funcall call "fastrevert-hello" nil t)))))))
 
+(ert-deftest fastrevert-call-process-search-follows-disk-and-settings ()
+  "The program search sees files as they are now, not as at an earlier call."
+  (fastrevert-test-with-temp-dir dir
+    (let* ((early (expand-file-name "early" dir))
+           (late (expand-file-name "late" dir))
+           (relative (expand-file-name "relative" dir))
+           (write (lambda (where text mode)
+                    (make-directory where t)
+                    (let ((file (expand-file-name "fastrevert-which" where)))
+                      (with-temp-file file (insert "#!/bin/sh\necho " text "\n"))
+                      (set-file-modes file mode))))
+           (run (lambda ()
+                  (with-temp-buffer
+                    (list (fastrevert-call-process "fastrevert-which" nil t)
+                          (buffer-string)))))
+           (exec-path (list early late "/bin" "/usr/bin")))
+      (make-directory early t)
+      (funcall write late "late" #o755)
+      (fastrevert-call-process-test--same (lambda (call) (funcall call "fastrevert-which" nil t)))
+      (should (equal (funcall run) '(0 "late\n")))
+      ;; A program that appears earlier in the path wins from the next call.
+      (funcall write early "early" #o755)
+      (should (equal (funcall run) '(0 "early\n")))
+      ;; One that stops being executable, or becomes a directory, is passed over.
+      (set-file-modes (expand-file-name "fastrevert-which" early) #o644)
+      (should (equal (funcall run) '(0 "late\n")))
+      (delete-file (expand-file-name "fastrevert-which" early))
+      (make-directory (expand-file-name "fastrevert-which" early))
+      (should (equal (funcall run) '(0 "late\n")))
+      (fastrevert-call-process-test--same (lambda (call) (funcall call "fastrevert-which" nil t)))
+      ;; A changed exec-path, suffix list or relative entry is honoured.
+      (let ((exec-path (list late early)))
+        (should (equal (funcall run) '(0 "late\n"))))
+      (delete-directory (expand-file-name "fastrevert-which" early))
+      (funcall write early "early" #o755)
+      (let ((exec-path (list late)) (exec-suffixes '(".sh" "")))
+        (funcall write late "late with suffix" #o755)
+        (rename-file (expand-file-name "fastrevert-which" late)
+                     (expand-file-name "fastrevert-which.sh" late))
+        (should (equal (funcall run) '(0 "late with suffix\n"))))
+      (funcall write relative "relative" #o755)
+      (let ((exec-path (list "relative" early))
+            (default-directory (file-name-as-directory dir)))
+        (should (equal (funcall run) '(0 "relative\n")))
+        (fastrevert-call-process-test--same
+         (lambda (call) (funcall call "fastrevert-which" nil t))))
+      (should-error (let ((exec-path (list late))) (funcall run)) :type 'file-missing))))
+
 (ert-deftest fastrevert-call-process-missing-program-signals-like-stock ()
   (fastrevert-test-with-temp-dir dir
     (let ((plain (expand-file-name "plain" dir)))

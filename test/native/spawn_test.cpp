@@ -316,21 +316,25 @@ TEST_CASE("spawn with new_session makes the child a session and group leader", "
   CHECK(session == pid);
 }
 
-TEST_CASE("find_executable searches directories in order like exec-path", "[spawn]") {
+TEST_CASE("first_executable picks the first executable non-directory like exec-path", "[spawn]") {
   TempDir first;
   TempDir second;
   write_file(first.file("tool"), "#!/bin/sh\n", 0644);  // Not executable: skipped.
   mkdir(first.file("dir-tool").c_str(), 0755);          // A directory: skipped.
   write_file(second.file("tool"), "#!/bin/sh\n", 0755);
   write_file(second.file("dir-tool"), "#!/bin/sh\n", 0755);
-  std::vector<std::string> dirs = {"/nonexistent", first.path(), second.path() + "/"};
+  symlink(first.file("dir-tool").c_str(), second.file("link-to-dir").c_str());
+  std::vector<std::string> tools = {"/nonexistent/tool", first.file("tool"), second.file("tool")};
+  std::vector<std::string> dir_tools = {first.file("dir-tool"), second.file("dir-tool")};
 
-  CHECK(find_executable("tool", dirs) == second.file("tool"));
-  CHECK(find_executable("dir-tool", dirs) == second.file("dir-tool"));
-  CHECK(find_executable("fastrevert-no-such-tool", dirs) == std::nullopt);
-  CHECK(find_executable("/absolute/as/is", dirs) == std::string("/absolute/as/is"));
-  CHECK(find_executable("", dirs) == std::nullopt);
-  CHECK(find_executable("sh", {"/nonexistent", "/bin"}) == std::string("/bin/sh"));
+  CHECK(first_executable(tools) == std::optional<std::size_t>(2));
+  CHECK(first_executable(dir_tools) == std::optional<std::size_t>(1));
+  // A symlink to a directory counts as the directory it names.
+  CHECK(first_executable({second.file("link-to-dir")}) == std::nullopt);
+  CHECK(first_executable({first.file("no-such-tool"), std::string("/bin/sh\0x", 9)}) ==
+        std::nullopt);
+  CHECK(first_executable({}) == std::nullopt);
+  CHECK(first_executable({"/nonexistent/sh", "/bin/sh"}) == std::optional<std::size_t>(1));
 }
 
 TEST_CASE("kill_and_reap kills a running child and leaves no zombie", "[spawn]") {
