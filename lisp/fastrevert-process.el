@@ -183,25 +183,57 @@ executable), or a missing file."
                        (setq errno 'EACCES))))))
           (fastrevert--process-file-error errno "Searching for program" program)))))
 
+(defvar fastrevert--environment-cache nil
+  "The last environment block made, as (COPY BLOCK DISPLAY-SET).
+COPY is a copy of the `process-environment' it was made from (the
+same strings, so comparing costs little), BLOCK its entries joined by
+NUL bytes, and DISPLAY-SET whether it defines DISPLAY.")
+
+(defvar fastrevert--display-cache nil
+  "The display of a frame, as (FRAME . DISPLAY), for the selected frame.
+A frame's display is fixed when the frame is made, and reading the
+parameter from a text terminal's frame builds all of its parameters.")
+
+(defun fastrevert--process-environment-block ()
+  "Return (BLOCK . DISPLAY-SET) for the current `process-environment'.
+BLOCK holds its entries separated by NUL bytes, up to the first
+element that is not a string, each entry ending at a NUL byte of
+its own, as the C library sees it.  The block is kept while
+`process-environment' stays equal, so that processes started in a
+row share one string and make no garbage for it."
+  (let ((cache fastrevert--environment-cache))
+    (if (and cache (equal (car cache) process-environment))
+        (cdr cache)
+      (let ((entries nil)
+            (display-set nil)
+            (tail process-environment))
+        (while (and (consp tail) (stringp (car tail)))
+          (let ((entry (car tail)))
+            (when (and (not display-set)
+                       (or (equal entry "DISPLAY") (string-prefix-p "DISPLAY=" entry)))
+              (setq display-set t))
+            (push (substring entry 0 (string-search "\0" entry)) entries))
+          (setq tail (cdr tail)))
+        (let ((block (cons (mapconcat #'identity (nreverse entries) "\0") display-set)))
+          (setq fastrevert--environment-cache
+                (cons (copy-sequence process-environment) block))
+          block)))))
+
 (defun fastrevert--process-environment (dir)
-  "Return the child's environment, as a list, for working directory DIR.
-Like Emacs's own environment block: PWD follows DIR when a PWD is
-set, DISPLAY comes from the frame when `process-environment' has
-none, and the first definition of a name wins (the native side
-drops later ones and lone names, and stops at the first element
-that is not a string).  Only the added entries are consed: this
-runs for every process."
-  (let ((environment process-environment)
-        (tail process-environment)
-        (display-set nil))
-    (while (and (not display-set) (consp tail) (stringp (car tail)))
-      (let ((entry (car tail)))
-        (when (or (equal entry "DISPLAY") (string-prefix-p "DISPLAY=" entry))
-          (setq display-set t)))
-      (setq tail (cdr tail)))
-    (unless display-set
-      (let ((display (or (frame-parameter nil 'display)
-                         (getenv-internal "DISPLAY" initial-environment))))
+  "Return the child's environment for working directory DIR, for the module.
+The value is a list of strings, earlier ones first, each holding one
+or more entries separated by NUL bytes.  Like Emacs's own environment
+block: PWD follows DIR when a PWD is set, DISPLAY comes from the
+frame when `process-environment' has none, and the first definition
+of a name wins (the module drops later ones and lone names)."
+  (let* ((block (fastrevert--process-environment-block))
+         (environment (list (car block))))
+    (unless (cdr block)
+      (let ((display (if (eq (car fastrevert--display-cache) (selected-frame))
+                         (cdr fastrevert--display-cache)
+                       (cdr (setq fastrevert--display-cache
+                                  (cons (selected-frame) (frame-parameter nil 'display)))))))
+        (setq display (or display (getenv-internal "DISPLAY" initial-environment)))
         (when (stringp display)
           (push (concat "DISPLAY=" display) environment))))
     (when (getenv-internal "PWD")
@@ -256,11 +288,16 @@ after the operation.  Nil stands for `undecided'."
                (car default-process-coding-system))))))
 
 (defun fastrevert--raw-text-coding (coding)
-  "Return the `raw-text' variant with CODING's end-of-line conversion."
-  (let ((eol (coding-system-eol-type coding)))
-    (if (vectorp eol)
-        'raw-text
-      (aref [raw-text-unix raw-text-dos raw-text-mac] eol))))
+  "Return the `raw-text' variant of CODING, as `call-process' picks it.
+A coding system of type `raw-text' (`no-conversion' included) is
+its own variant; any other gets `raw-text' with its end-of-line
+conversion."
+  (if (eq (coding-system-type coding) 'raw-text)
+      coding
+    (let ((eol (coding-system-eol-type coding)))
+      (if (vectorp eol)
+          'raw-text
+        (aref [raw-text-unix raw-text-dos raw-text-mac] eol)))))
 
 (defconst fastrevert--call-process-chunk (* 2 1024 1024)
   "Bytes of output to gather before inserting while the child still runs.
@@ -275,8 +312,10 @@ across lines and need no detection of the character encoding;
        (memq (coding-system-type coding) '(utf-8 charset raw-text shift-jis big5))))
 
 (defun fastrevert--call-process-inserter (coding)
-  "Return a function inserting memfd byte ranges at point, decoded with CODING.
-The function is called as (FD BEG END), for consecutive ranges.  It
+  "Return a function inserting the output at point, decoded with CODING.
+The function is called as (FD BEG END), for consecutive byte ranges
+of the memfd FD, or as (BYTES nil nil) with all of a short output as
+a unibyte string, or as (nil nil nil) when there was no output.  It
 leaves point after the text, as `call-process' does, and changes
 only what `call-process' itself changes: `buffer-file-coding-system',
 which `insert-file-contents' would set, is restored, and no file
@@ -284,27 +323,30 @@ name handler, format decoder or after-insert function runs.  A
 coding system with parts left to detect is fixed to what the first
 range detected, as `call-process' fixes it after its first read."
   (lambda (fd beg end)
-    (if (not fd)
+    (let ((decoding (if (and coding (not enable-multibyte-characters))
+                        (fastrevert--raw-text-coding coding)
+                      (or coding 'undecided))))
+      (cond
+       ((not fd)
         ;; No output: `call-process' still reports the coding system it
         ;; set up.
-        (setq last-coding-system-used
-              (if (and coding (not enable-multibyte-characters))
-                  (fastrevert--raw-text-coding coding)
-                (or coding 'undecided)))
-    (let ((saved-file-coding buffer-file-coding-system)
-          (start (point)))
-      (let* ((coding-system-for-read
-              (if (and coding (not enable-multibyte-characters))
-                  (fastrevert--raw-text-coding coding)
-                (or coding 'undecided)))
-             (file-name-handler-alist nil)
-             (after-insert-file-functions nil)
-             (format-alist nil)
-             (inserted (cadr (insert-file-contents (format "/proc/self/fd/%d" fd) nil beg end))))
-        (goto-char (+ start inserted)))
-      (setq coding last-coding-system-used)
-      (unless (eq buffer-file-coding-system saved-file-coding)
-        (setq buffer-file-coding-system saved-file-coding))))))
+        (setq last-coding-system-used decoding))
+       ((stringp fd)
+        (insert (decode-coding-string fd decoding t))
+        (setq coding last-coding-system-used))
+       (t
+        (let ((saved-file-coding buffer-file-coding-system)
+              (start (point)))
+          (let* ((coding-system-for-read decoding)
+                 (file-name-handler-alist nil)
+                 (after-insert-file-functions nil)
+                 (format-alist nil)
+                 (inserted (cadr (insert-file-contents (format "/proc/self/fd/%d" fd)
+                                                       nil beg end))))
+            (goto-char (+ start inserted)))
+          (setq coding last-coding-system-used)
+          (unless (eq buffer-file-coding-system saved-file-coding)
+            (setq buffer-file-coding-system saved-file-coding))))))))
 
 (defun fastrevert--call-process-destination (destination)
   "Parse DESTINATION as `call-process' does.

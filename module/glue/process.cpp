@@ -68,6 +68,10 @@ class OwnedFd {
   }
   int get() const noexcept { return fd_; }
   int release() noexcept { return std::exchange(fd_, -1); }
+  void reset(int fd) noexcept {
+    if (fd_ >= 0) close(fd_);
+    fd_ = fd;
+  }
 
  private:
   int fd_;
@@ -181,28 +185,33 @@ Framing framing_arg(Env& env, emacs_value value) {
   env.signal("wrong-type-argument", env.list({env.intern("fastrevert-framing-p"), value}));
 }
 
-// The strings of the Lisp list VALUE up to its first element that is not a
-// string, as Emacs reads `process-environment'.  Walking the list here
-// spares Lisp a copy of it for every process.
-std::vector<std::string> string_list(Env& env, emacs_value value) {
-  emacs_value consp = env.intern("consp");
-  emacs_value car = env.intern("car");
-  emacs_value cdr = env.intern("cdr");
-  std::vector<std::string> strings;
-  while (env.truthy(env.funcall(consp, {value}))) {
+// The entries of the Lisp list VALUE, whose strings each hold one or more
+// "NAME=VALUE" entries separated by NUL bytes, in order.
+std::vector<std::string> environment_entries(Env& env, emacs_value value) {
+  emacs_value car = env.intern("car-safe");
+  emacs_value cdr = env.intern("cdr-safe");
+  std::vector<std::string> entries;
+  for (;;) {
     emacs_value item = env.funcall(car, {value});
     if (!env.is_string(item)) break;
-    strings.push_back(string_bytes(env, item));
+    std::string block = string_bytes(env, item);
+    std::size_t start = 0;
+    for (;;) {
+      std::size_t end = block.find('\0', start);
+      entries.emplace_back(block, start, end == std::string::npos ? end : end - start);
+      if (end == std::string::npos) break;
+      start = end + 1;
+    }
     value = env.funcall(cdr, {value});
   }
-  return strings;
+  return entries;
 }
 
 // Fills the common part of SPEC from PROGRAM ARGV ENV CWD.
 void fill_spec(Env& env, emacs_value* args, SpawnSpec& spec) {
   spec.program = string_bytes(env, args[0]);
   spec.argv = string_vector(env, args[1]);
-  spec.env = child_environment(string_list(env, args[2]));
+  spec.env = child_environment(environment_entries(env, args[2]));
   spec.cwd = string_bytes(env, args[3]);
 }
 
@@ -477,18 +486,39 @@ emacs_value how_it_ended(Env& env, int status) {
       {env.intern("exit"), env.integer(status == -1 ? -1 : WEXITSTATUS(status)), env.nil()});
 }
 
+// The end of a synchronous call once all of CHILD's output (WRITTEN bytes)
+// is inserted: counts it in `fastrevert-stats', reaps CHILD (a quit kills
+// it and unwinds) and returns how it ended.
+emacs_value finish_call(Env& env, Child& child, std::uint64_t written,
+                        const std::function<bool()>& should_quit) {
+  // Synchronous children count in `fastrevert-stats' too; the counters are
+  // relaxed atomics, safe to bump from this thread.
+  if (Engine* running = engine_if_running()) {
+    running->stats().processes.fetch_add(1, std::memory_order_relaxed);
+    running->stats().bytes_read.fetch_add(written, std::memory_order_relaxed);
+  }
+  bool quit = false;
+  int status = reap_with_quit(child, should_quit, quit);
+  if (quit) env.check();
+  return how_it_ended(env, status);
+}
+
 }  // namespace
 
 FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "Run PROGRAM synchronously and return how it ended.\n"
                  "PROGRAM is the encoded absolute file name, ARGV a vector of encoded\n"
-                 "arguments (argv[0] included), ENV a list of \"NAME=VALUE\" strings\n"
-                 "in `process-environment' order, CWD the encoded working directory.\n"
+                 "arguments (argv[0] included), ENV a list of strings, each holding\n"
+                 "one or more \"NAME=VALUE\" entries separated by NUL bytes, in\n"
+                 "`process-environment' order (the first definition of a name wins),\n"
+                 "CWD the encoded working directory.\n"
                  "INFILE is nil (/dev/null) or an encoded file name for stdin.\n"
                  "STDOUT is nil (/dev/null), an encoded file name, or a function\n"
-                 "INSERTER: the output is then copied into a memfd as it arrives and\n"
-                 "INSERTER is called as (INSERTER FD BEG END) for each byte range\n"
-                 "[BEG, END) of memfd FD to insert, in order.  With CHUNK positive,\n"
+                 "INSERTER.  Output of up to 64 KiB is then handed over whole, once\n"
+                 "the child has closed its output, as (INSERTER BYTES nil nil) with\n"
+                 "BYTES a unibyte string.  Longer output is copied into a memfd as it\n"
+                 "arrives and INSERTER is called as (INSERTER FD BEG END) for each byte\n"
+                 "range [BEG, END) of memfd FD to insert, in order.  With CHUNK positive,\n"
                  "ranges of at least CHUNK bytes ending in a newline are handed over\n"
                  "while the child runs; the rest (all of it when CHUNK is 0) comes at\n"
                  "the end.  STDERR is nil (/dev/null), t (with stdout) or an encoded\n"
@@ -546,12 +576,6 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
     return how_it_ended(env, result.wait_status);
   }
 
-  // The output goes into a memfd, and Lisp inserts ranges of it with
-  // `insert-file-contents': Emacs decodes straight into the buffer gap,
-  // with no Lisp string, while the copy thread keeps reading the child.
-  OwnedFd output(memfd_create("fastrevert-call-process", MFD_CLOEXEC));
-  if (output.get() < 0) throw_errno("memfd_create");
-  int memfd = output.get();
   Child child;
   try {
     child = spawn_like_emacs(env, spec);
@@ -569,6 +593,24 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
     reap_with_quit(
         child, [&first] { return std::exchange(first, false); }, quit);
     env.check();
+  };
+
+  // Most children write little: their output reaches Lisp as one unibyte
+  // string, which costs less than a file to insert from.  Output that
+  // outgrows HEAD goes into a memfd, and Lisp inserts ranges of it with
+  // `insert-file-contents': Emacs decodes straight into the buffer gap,
+  // with no Lisp string, while the copy thread keeps reading the child.
+  constexpr std::size_t kStringLimit = 65536;
+  std::string head;
+  OwnedFd output(-1);
+  int memfd = -1;
+  auto open_memfd = [&] {
+    if (memfd >= 0) return;
+    output.reset(memfd_create("fastrevert-call-process", MFD_CLOEXEC));
+    if (output.get() < 0) throw_errno("memfd_create");
+    memfd = output.get();
+    write_all(memfd, head);
+    head = std::string();
   };
   auto insert = [&](std::uint64_t from, std::uint64_t to) {
     env.funcall(inserter, {env.integer(memfd), env.integer(static_cast<std::int64_t>(from)),
@@ -595,7 +637,13 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
       for (;;) {
         ssize_t got = read(child.stdout_fd, buffer, sizeof buffer);
         if (got > 0) {
-          write_all(memfd, std::string_view(buffer, static_cast<std::size_t>(got)));
+          std::string_view bytes(buffer, static_cast<std::size_t>(got));
+          if (memfd < 0 && head.size() + bytes.size() <= kStringLimit) {
+            head.append(bytes);
+          } else {
+            open_memfd();
+            write_all(memfd, bytes);
+          }
           written += static_cast<std::uint64_t>(got);
           if (step > 0 && written >= step) break;
           continue;
@@ -611,6 +659,12 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
       }
     }
   }
+
+  if (eof && memfd < 0) {
+    if (!head.empty()) env.funcall(inserter, {env.unibyte(head), env.nil(), env.nil()});
+    return finish_call(env, child, written, should_quit);
+  }
+  open_memfd();
 
   std::uint64_t consumed = 0;
   if (!eof) {
@@ -639,16 +693,7 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
     if (int error = capture.error()) throw SystemError(error, "read", "process output");
   }
   if (written > consumed) insert(consumed, written);
-  // Synchronous children count in `fastrevert-stats' too; the counters are
-  // relaxed atomics, safe to bump from this thread.
-  if (Engine* running = engine_if_running()) {
-    running->stats().processes.fetch_add(1, std::memory_order_relaxed);
-    running->stats().bytes_read.fetch_add(written, std::memory_order_relaxed);
-  }
-  bool quit = false;
-  int status = reap_with_quit(child, should_quit, quit);
-  if (quit) env.check();
-  return how_it_ended(env, status);
+  return finish_call(env, child, written, should_quit);
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-first-executable", mod_first_executable, 1, 1,

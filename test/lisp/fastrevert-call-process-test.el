@@ -186,6 +186,35 @@ CALL and SETUP are as for `fastrevert-call-process-test--observe'."
          (let ((coding-system-for-read coding))
            (funcall call "printf" nil t nil "caf\\303\\251 caf\\351 \\342\\202\\254\\r\\nend")))))))
 
+(ert-deftest fastrevert-call-process-decodes-alike-either-side-of-the-string-limit ()
+  "Output of up to 64 KiB arrives as a string, longer output through a file.
+Both paths decode exactly as stock does, in multibyte and unibyte
+buffers, with detection, CRLF and invalid bytes."
+  (fastrevert-test-with-temp-dir dir
+    (let ((tail "caf\303\251 caf\351 \342\202\254\r\n\377end\r\n")
+          (files nil))
+      (dolist (size (list 65536 65537 (* 3 65536)))
+        (let ((file (expand-file-name (format "out-%d" size) dir))
+              (coding-system-for-write 'no-conversion))
+          (with-temp-file file
+            (set-buffer-multibyte nil)
+            (while (< (buffer-size) (- size (length tail)))
+              (insert "padding line\r\n"))
+            (delete-region (1+ (- size (length tail))) (point-max))
+            (insert tail))
+          (should (= (file-attribute-size (file-attributes file)) size))
+          (push file files)))
+      (dolist (file files)
+        (dolist (coding '(nil utf-8 latin-1 no-conversion undecided utf-8-dos))
+          (dolist (multibyte '(t nil))
+            (ert-info ((format "%s, coding %S, multibyte %S"
+                               (file-name-nondirectory file) coding multibyte))
+              (fastrevert-call-process-test--same
+               (lambda (call)
+                 (let ((coding-system-for-read coding))
+                   (funcall call "cat" nil t nil file)))
+               (lambda () (set-buffer-multibyte multibyte))))))))))
+
 (ert-deftest fastrevert-call-process-keeps-invalid-bytes-as-raw-bytes ()
   (let ((stock (fastrevert-call-process-test--same
                 (lambda (call)
@@ -284,6 +313,33 @@ CALL and SETUP are as for `fastrevert-call-process-test--observe'."
                     (funcall call "sh" nil t nil "-c"
                              "echo \"$FASTREVERT_A ${FASTREVERT_GONE-unset}\"; pwd; echo \"$PWD\"")))))
       (should (string-prefix-p "first unset\n/usr\n" (plist-get stock :text))))
+    (fastrevert-call-process-test--same (lambda (call) (funcall call "printenv" nil t)))))
+
+(ert-deftest fastrevert-call-process-environment-follows-every-change ()
+  "Each call sees `process-environment' as it is then, however it changed."
+  (let ((process-environment (cons "FASTREVERT_V=one" process-environment))
+        ;; With no DISPLAY anywhere, a batch Emacs passes none.
+        (initial-environment nil)
+        (print (lambda ()
+                 (with-temp-buffer
+                   (fastrevert-call-process
+                    "sh" nil t nil "-c"
+                    "echo \"${FASTREVERT_V-unset} ${FASTREVERT_W-unset} ${DISPLAY-unset}\"")
+                   (buffer-string)))))
+    (setenv "DISPLAY")
+    (should (equal (funcall print) "one unset unset\n"))
+    ;; `setenv' of a defined name replaces the entry in place.
+    (setenv "FASTREVERT_V" "two")
+    (should (equal (funcall print) "two unset unset\n"))
+    (setenv "FASTREVERT_W" "new")
+    (should (equal (funcall print) "two new unset\n"))
+    (setcar process-environment "FASTREVERT_W=set by setcar")
+    (should (equal (funcall print) "two set by setcar unset\n"))
+    ;; An entry ends at a NUL byte, as in the C library's environment.
+    (push "FASTREVERT_V=before\0FASTREVERT_W=smuggled" process-environment)
+    (should (equal (funcall print) "before set by setcar unset\n"))
+    (push "DISPLAY=:fastrevert" process-environment)
+    (should (equal (funcall print) "before set by setcar :fastrevert\n"))
     (fastrevert-call-process-test--same (lambda (call) (funcall call "printenv" nil t)))))
 
 (ert-deftest fastrevert-call-process-searches-exec-path-and-suffixes ()
