@@ -535,21 +535,25 @@ child), which this tells apart."))
   "Return a fresh engine process id."
   (setq fastrevert--process-last-id (1+ fastrevert--process-last-id)))
 
+(defvar fastrevert--process-names (make-hash-table :test #'equal)
+  "Name -> the fastrevert process of that name in `fastrevert--processes'.")
+
 (defun fastrevert--process-unique-name (name)
-  "Return NAME, or NAME<N> if a live fastrevert process has that name."
-  (let ((taken (lambda (candidate)
-                 (catch 'found
-                   (maphash (lambda (_ process)
-                              (when (equal (fastrevert--process-name process) candidate)
-                                (throw 'found t)))
-                            fastrevert--processes)
-                   nil)))
-        (candidate name)
-        (n 1))
-    (while (funcall taken candidate)
+  "Return NAME, or NAME<N> if a fastrevert process has that name.
+N counts from 1, as `make-process' numbers its processes."
+  (let ((candidate name)
+        (n 0))
+    (while (gethash candidate fastrevert--process-names)
       (setq n (1+ n)
             candidate (format "%s<%d>" name n)))
     candidate))
+
+(defun fastrevert--process-forget (process)
+  "Remove PROCESS from the tables of live fastrevert processes."
+  (remhash (fastrevert--process-id process) fastrevert--processes)
+  (let ((name (fastrevert--process-name process)))
+    (when (eq (gethash name fastrevert--process-names) process)
+      (remhash name fastrevert--process-names))))
 
 (defun fastrevert--process-check (process)
   "Signal `wrong-type-argument' unless PROCESS is a `fastrevert-process'."
@@ -860,7 +864,7 @@ For when the engine passes the rest of the output as strings."
 
 (defun fastrevert--process-finish (process)
   "Report PROCESS's end to its sentinel and forget it."
-  (remhash (fastrevert--process-id process) fastrevert--processes)
+  (fastrevert--process-forget process)
   (fastrevert--process-memfd-close process)
   (let ((event (fastrevert--process-status-message process))
         (sentinel (fastrevert--process-sentinel process)))
@@ -1026,6 +1030,7 @@ a `fastrevert-process'.  The program is found through the variable
               result (car result)))
       (setf (fastrevert--process-pid process) result)
       (puthash id process fastrevert--processes)
+      (puthash (fastrevert--process-name process) process fastrevert--process-names)
       process)))
 
 ;;;; Companions
@@ -1198,8 +1203,9 @@ Quitting interrupts the wait."
              fastrevert--processes)
     ;; Processes an engine restart killed never report an exit.
     (dolist (id stale)
-      (fastrevert--process-memfd-close (gethash id fastrevert--processes))
-      (remhash id fastrevert--processes))
+      (let ((process (gethash id fastrevert--processes)))
+        (fastrevert--process-memfd-close process)
+        (fastrevert--process-forget process)))
     processes))
 
 (defun fastrevert--process-kill-emacs-query ()

@@ -517,6 +517,42 @@ dd if=%s bs=9973 skip=$i count=1 2>/dev/null; sleep 0.001; done"
     (cl-loop for state in states for i from 0
              do (should (equal (fastrevert-process-test--output state) (format "%d\n" i))))))
 
+(ert-deftest fastrevert-process-names-are-made-unique-like-stock ()
+  "A taken name gets <1>, <2>... as `make-process' numbers, and is free again once
+its process ends."
+  (let* ((stock (cl-loop repeat 3 collect (make-process :name "fastrevert-named"
+                                                        :command '("sleep" "30")
+                                                        :noquery t :buffer nil)))
+         (states (cl-loop repeat 3 collect (fastrevert-process-test--run
+                                            :name "fastrevert-named"
+                                            :command '("sleep" "30"))))
+         (processes (mapcar (lambda (state) (plist-get state :process)) states)))
+    (unwind-protect
+        (progn
+          (should (equal (mapcar #'fastrevert-process-name processes)
+                         (mapcar #'process-name stock)))
+          (fastrevert-delete-process (nth 1 processes))
+          (let ((again (plist-get (fastrevert-process-test--run
+                                   :name "fastrevert-named" :command '("sleep" "30"))
+                                  :process)))
+            (push again processes)
+            (should (equal (fastrevert-process-name again) "fastrevert-named<1>"))))
+      (mapc #'delete-process stock)
+      (mapc #'fastrevert-delete-process processes))))
+
+(ert-deftest fastrevert-process-a-thousand-same-named-children-get-distinct-names ()
+  (let* ((states (cl-loop repeat 1000
+                          collect (fastrevert-process-test--run
+                                   :name "fastrevert-crowd" :command '("true"))))
+         (names (mapcar (lambda (state) (fastrevert-process-name (plist-get state :process)))
+                        states)))
+    (should (equal (car names) "fastrevert-crowd"))
+    (should (equal (car (last names)) "fastrevert-crowd<999>"))
+    (should (= (length (delete-dups (copy-sequence names))) 1000))
+    (should (fastrevert-test-wait-for
+             (lambda () (cl-every (lambda (state) (plist-get state :events)) states))
+             120))))
+
 (ert-deftest fastrevert-process-exit-query-asks-only-for-query-processes ()
   (let* ((asked nil)
          (quiet (fastrevert-make-process :name "quiet" :command '("sleep" "30") :noquery t)))
