@@ -51,6 +51,7 @@
 (declare-function fastrevert--mod-strsignal "fastrevert-module" (signal))
 (declare-function fastrevert--mod-strerror "fastrevert-module" (name))
 (declare-function fastrevert--mod-first-executable "fastrevert-module" (candidates))
+(declare-function fastrevert--mod-wait "fastrevert-module" (seconds))
 
 (defvar format-alist)
 
@@ -1159,6 +1160,10 @@ ended; the child is reaped in the background."
       (fastrevert--process-finish process)))
   nil)
 
+(defconst fastrevert--process-wait-slice 0.02
+  "Seconds `fastrevert-accept-process-output' waits natively at a time.
+Between slices Emacs runs its timers and other processes' filters.")
+
 (defun fastrevert-accept-process-output (&optional process seconds millisec just-this-one)
   "Wait for output from PROCESS, as `accept-process-output' does.
 PROCESS is a `fastrevert-process', or nil for output from any
@@ -1166,7 +1171,12 @@ fastrevert process.  SECONDS and MILLISEC bound the wait; without
 them, wait until output arrives (or PROCESS has ended).
 JUST-THIS-ONE non-nil runs no other timers or process filters
 meanwhile.  Return non-nil if output (or PROCESS's end) was handled.
-Quitting interrupts the wait."
+
+The wait is native: the engine's results are taken as soon as they
+are ready, not when Emacs's event loop next reads the engine's wake
+pipe.  It happens in slices of `fastrevert--process-wait-slice'
+seconds, between which Emacs runs its timers and other processes'
+filters (unless JUST-THIS-ONE).  Quitting interrupts the wait."
   (when process (fastrevert--process-check process))
   (let* ((timeout (and (or seconds millisec)
                        (+ (or seconds 0) (/ (or millisec 0) 1000.0))))
@@ -1188,9 +1198,13 @@ Quitting interrupts the wait."
                                   (and was-live (not (funcall live)))))
                     (and deadline (<= deadline (float-time)))
                     (and process (not was-live))))
-      (accept-process-output fastrevert--wake-process
-                             (if deadline (max 0 (- deadline (float-time))) 1.0)
-                             nil (and just-this-one t)))
+      (let ((slice (if deadline
+                       (max 0 (min fastrevert--process-wait-slice (- deadline (float-time))))
+                     fastrevert--process-wait-slice)))
+        (if (fastrevert--mod-wait slice)
+            (fastrevert--drain)
+          (unless just-this-one
+            (accept-process-output nil 0)))))
     got))
 
 (defun fastrevert-process-list ()

@@ -128,6 +128,8 @@ void Engine::emit_coalesced(Record record) {
 }
 
 void Engine::wake_locked() {
+  // Without a waiter this costs no system call.
+  outbox_filled_.notify_all();
   if (wake_pending_ || wake_fd_ < 0) return;
   wake_pending_ = true;
   char byte = '!';
@@ -167,6 +169,14 @@ void Engine::unread(std::deque<Record> records) {
 std::size_t Engine::pending() const {
   std::lock_guard<std::mutex> lock(outbox_mutex_);
   return outbox_.size();
+}
+
+bool Engine::wait_for_records(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(outbox_mutex_);
+  outbox_filled_.wait_for(lock, timeout, [this] {
+    return !outbox_.empty() || stopping_.load(std::memory_order_acquire);
+  });
+  return !outbox_.empty();
 }
 
 void Engine::on_async(uv_async_t* handle) {

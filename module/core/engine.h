@@ -128,6 +128,12 @@ class Engine {
   // Main thread.  The number of records waiting in the outbox.
   std::size_t pending() const;
 
+  // Main thread.  Waits up to TIMEOUT for the outbox to hold a record and
+  // returns whether it does: a caller that waits here instead of on the
+  // wake descriptor learns of a result without a trip through Emacs's
+  // event loop.  Returns early, with false, once the engine is stopping.
+  bool wait_for_records(std::chrono::milliseconds timeout);
+
   // Engine thread only.
   uv_loop_t* loop() noexcept { return &loop_; }
 
@@ -176,6 +182,8 @@ class Engine {
   // wake byte is written until the next drain, so a burst of records costs
   // one byte however long Emacs takes to come round.
   mutable std::mutex outbox_mutex_;
+  // Signalled whenever a record is added, for wait_for_records().
+  std::condition_variable outbox_filled_;
   std::deque<Record> outbox_;
   bool wake_pending_ = false;
   // Index into outbox_ of the latest undrained record per (kind, id, code),

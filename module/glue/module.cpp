@@ -1,5 +1,6 @@
 // Module entry point and the engine's Lisp interface: start, stop, drain,
 // stats, and the round-trip and error hooks that the tests use.
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <deque>
@@ -100,6 +101,29 @@ FASTREVERT_DEFUN("fastrevert--mod-stop", mod_stop, 0, 1,
 FASTREVERT_DEFUN("fastrevert--mod-running-p", mod_running_p, 0, 0,
                  "Return non-nil if the engine thread is running.") {
   return env.boolean(running_engine && running_engine->running());
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-wait", mod_wait, 1, 1,
+                 "Wait up to SECONDS for the engine to have a result ready.\n"
+                 "Return non-nil if one is ready (drain it with `fastrevert--mod-drain'),\n"
+                 "nil when the time ran out, the engine is not running, or the user\n"
+                 "quit; a quit is then signalled as this function returns.  The wait\n"
+                 "happens here, not in Emacs's event loop: no timer or process filter\n"
+                 "runs meanwhile, so callers keep SECONDS short.\n\n(fn SECONDS)") {
+  std::chrono::milliseconds timeout = env.to_duration(args[0]);
+  Engine* current = engine_if_running();
+  if (current == nullptr) return env.nil();
+  // Quit is checked between slices, so C-g is seen within one.
+  constexpr std::chrono::milliseconds kSlice(10);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (current->wait_for_records(std::clamp(left, std::chrono::milliseconds(0), kSlice))) {
+      return env.t();
+    }
+    if (left <= kSlice || env.quit_requested()) return env.nil();
+  }
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,

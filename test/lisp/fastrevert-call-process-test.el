@@ -455,13 +455,10 @@ buffers, with detection, CRLF and invalid bytes."
 
 (defun fastrevert-call-process-test--quit-at-terminal (destination script)
   "Type the quit key while a terminal Emacs waits in `fastrevert-call-process'.
-A batch Emacs cannot receive a quit key, and no timer runs while native code
-waits, so a second Emacs runs on a pseudo-terminal and the test types
-the quit key on it, exactly as a user would.  That Emacs runs `sh -c'
-with SCRIPT (formatted with the file the shell must write its pid to)
-into DESTINATION, and records whether `quit' was signalled, how long
-the call took, whether the child still exists, and how much output
-reached the buffer.  Return that record."
+That Emacs runs `sh -c' with SCRIPT (formatted with the file the shell
+must write its pid to) into DESTINATION, and records whether `quit' was
+signalled, how long the call took, whether the child still exists, and
+how much output reached the buffer.  Return that record."
   (fastrevert-test-with-temp-dir dir
     (let* ((pid-file (expand-file-name "pid" dir))
            (result-file (expand-file-name "result" dir))
@@ -484,28 +481,9 @@ reached the buffer.  Return that record."
                                 (file-exists-p (format "/proc/%d" pid))
                                 (if (eq ',destination t) (buffer-size (get-buffer "*scratch*")) 0))
                           (current-buffer))))
-               (kill-emacs 0)))
-           (process-environment (cons "TERM=xterm" process-environment))
-           (emacs (make-process
-                   :name "fastrevert-tty-emacs"
-                   :buffer nil
-                   :connection-type 'pty
-                   :noquery t
-                   :command (list (expand-file-name invocation-name invocation-directory)
-                                  "-Q" "-nw"
-                                  "-L" (expand-file-name "lisp/" fastrevert-test-root)
-                                  "--eval" (prin1-to-string form)))))
-      (unwind-protect
-          (progn
-            (set-process-window-size emacs 24 80)
-            (should (fastrevert-test-wait-for (lambda () (file-exists-p pid-file)) 30))
-            ;; The child is running, so the call is waiting natively.
-            (process-send-string emacs "\C-g")
-            (should (fastrevert-test-wait-for (lambda () (file-exists-p result-file)) 30))
-            (with-temp-buffer
-              (insert-file-contents result-file)
-              (read (current-buffer))))
-        (delete-process emacs)))))
+               (kill-emacs 0))))
+      ;; The child has written its pid, so the call is waiting natively.
+      (fastrevert-test-quit-at-terminal form pid-file result-file))))
 
 (ert-deftest fastrevert-call-process-quit-kills-and-reaps-the-child ()
   (let ((result (fastrevert-call-process-test--quit-at-terminal

@@ -499,6 +499,37 @@ dd if=%s bs=9973 skip=$i count=1 2>/dev/null; sleep 0.001; done"
     ;; A process that has ended returns at once.
     (should-not (fastrevert-accept-process-output process))))
 
+(ert-deftest fastrevert-process-accept-process-output-runs-timers-and-quits ()
+  "A native wait lets timers run, and C-g ends it; the process lives on."
+  (fastrevert-test-with-temp-dir dir
+    (let* ((ready-file (expand-file-name "ready" dir))
+           (result-file (expand-file-name "result" dir))
+           (form
+            `(progn
+               (require 'fastrevert-process)
+               (let* ((process (fastrevert-make-process
+                                :name "silent" :command '("sleep" "30") :noquery t
+                                :filter #'ignore))
+                      (start (float-time))
+                      ;; The file appears only once a timer has run inside
+                      ;; the wait, so the quit key cannot arrive before it.
+                      (outcome (condition-case nil
+                                   (progn
+                                     (run-at-time 0.1 nil (lambda () (with-temp-file ,ready-file)))
+                                     (fastrevert-accept-process-output process 60)
+                                     'returned)
+                                 (quit 'quit))))
+                 (with-temp-file ,result-file
+                   (prin1 (list outcome (- (float-time) start)
+                                (fastrevert-process-live-p process))
+                          (current-buffer)))
+                 (fastrevert-delete-process process))
+               (kill-emacs 0)))
+           (result (fastrevert-test-quit-at-terminal form ready-file result-file)))
+      (should (eq (nth 0 result) 'quit))
+      (should (< (nth 1 result) 30))
+      (should (nth 2 result)))))
+
 (ert-deftest fastrevert-process-counts-processes-and-bytes ()
   (let ((before (fastrevert-stats)))
     (fastrevert-process-test--finish

@@ -2,7 +2,8 @@
 
 ;;; Commentary:
 
-;; Waiting on conditions with deadlines, and temporary files.
+;; Waiting on conditions with deadlines, temporary files, other Emacs
+;; processes (batch, and on a terminal to type the quit key into).
 
 ;;; Code:
 
@@ -40,6 +41,35 @@ Return a cons (EXIT-CODE . OUTPUT)."
                        (append (mapcan (lambda (dir) (list "-L" dir)) load-dirs)
                                (list "--eval" (prin1-to-string form))))))
       (cons code (buffer-string)))))
+
+(defun fastrevert-test-quit-at-terminal (form ready-file result-file)
+  "Type the quit key into a terminal Emacs running FORM; return its result.
+A batch Emacs cannot receive a quit key, and no timer runs while native
+code waits, so a second Emacs runs FORM on a pseudo-terminal with
+fastrevert's `lisp/' on its `load-path'.  Once FORM has created
+READY-FILE, the quit key is typed on that terminal, exactly as a user
+would.  FORM must then write one Lisp object to RESULT-FILE and kill
+Emacs; that object, read back, is the value."
+  (let* ((process-environment (cons "TERM=xterm" process-environment))
+         (emacs (make-process
+                 :name "fastrevert-tty-emacs"
+                 :buffer nil
+                 :connection-type 'pty
+                 :noquery t
+                 :command (list (expand-file-name invocation-name invocation-directory)
+                                "-Q" "-nw"
+                                "-L" (expand-file-name "lisp/" fastrevert-test-root)
+                                "--eval" (prin1-to-string form)))))
+    (unwind-protect
+        (progn
+          (set-process-window-size emacs 24 80)
+          (should (fastrevert-test-wait-for (lambda () (file-exists-p ready-file)) 30))
+          (process-send-string emacs "\C-g")
+          (should (fastrevert-test-wait-for (lambda () (file-exists-p result-file)) 30))
+          (with-temp-buffer
+            (insert-file-contents result-file)
+            (read (current-buffer))))
+      (delete-process emacs))))
 
 (provide 'fastrevert-test-helpers)
 

@@ -264,3 +264,30 @@ TEST_CASE("coalesced records of one stream merge until drained, in order", "[eng
   REQUIRE(records[0].data == "d");
   REQUIRE(records[1].kind == RecordKind::process_exit);
 }
+
+TEST_CASE("wait_for_records returns as soon as a record is emitted, or at the timeout",
+          "[engine]") {
+  WakePipe pipe;
+  Engine engine(pipe.write_fd);
+  // Nothing emitted: the wait lasts its whole timeout and reports nothing.
+  auto start = Clock::now();
+  CHECK_FALSE(engine.wait_for_records(std::chrono::milliseconds(30)));
+  CHECK(Clock::now() - start >= std::chrono::milliseconds(30));
+
+  // A record emitted on the engine thread while the main thread waits ends
+  // the wait well before its timeout.
+  REQUIRE(engine.post([](Engine& e) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    e.emit(Record{RecordKind::echo, 7, 0, "late"});
+  }));
+  start = Clock::now();
+  CHECK(engine.wait_for_records(std::chrono::seconds(30)));
+  CHECK(Clock::now() - start < std::chrono::seconds(10));
+
+  // A record already waiting, drained or not, is seen at once.
+  CHECK(engine.wait_for_records(std::chrono::milliseconds(0)));
+  std::deque<Record> records = engine.drain();
+  REQUIRE(records.size() == 1);
+  CHECK(records.front().data == "late");
+  CHECK_FALSE(engine.wait_for_records(std::chrono::milliseconds(0)));
+}
