@@ -718,9 +718,13 @@ memfd (see `fastrevert--process-memfd-ready')."
 
 ;;;; Delivering output through a memfd
 
+(defvar fastrevert--memfd-file-names (make-hash-table :test #'eql)
+  "Descriptor number -> the file name that opens it, made once per number.")
+
 (defun fastrevert--process-memfd-file (fd)
   "Return a file name that opens the memfd FD."
-  (format "/proc/self/fd/%d" fd))
+  (or (gethash fd fastrevert--memfd-file-names)
+      (puthash fd (format "/proc/self/fd/%d" fd) fastrevert--memfd-file-names)))
 
 (defun fastrevert--process-memfd-bytes (fd beg end)
   "Return bytes [BEG, END) of the memfd FD as a unibyte string."
@@ -1178,30 +1182,28 @@ pipe.  It happens in slices of `fastrevert--process-wait-slice'
 seconds, between which Emacs runs its timers and other processes'
 filters (unless JUST-THIS-ONE).  Quitting interrupts the wait."
   (when process (fastrevert--process-check process))
-  (let* ((timeout (and (or seconds millisec)
-                       (+ (or seconds 0) (/ (or millisec 0) 1000.0))))
-         (deadline (and timeout (+ (float-time) timeout)))
-         (counter (lambda () (if process (fastrevert--process-outputs process)
-                               fastrevert--process-output-count)))
-         (start (funcall counter))
-         (live (lambda () (or (null process)
-                              (eq (gethash (fastrevert--process-id process)
-                                           fastrevert--processes)
-                                  process))))
-         (was-live (funcall live))
-         (got nil))
-    (fastrevert--engine-ensure)
+  (fastrevert--engine-ensure)
+  (let* ((deadline (and (or seconds millisec)
+                        (+ (float-time) (or seconds 0) (/ (or millisec 0) 1000.0))))
+         (id (and process (fastrevert--process-id process)))
+         (start (if process (fastrevert--process-outputs process)
+                  fastrevert--process-output-count))
+         (was-live (or (null process) (eq (gethash id fastrevert--processes) process)))
+         (got nil)
+         (done (and process (not was-live))))
     ;; Results already queued are handled first: a batch may be waiting
     ;; for its wake byte to be read.
     (fastrevert--drain)
-    (while (not (or (setq got (or (/= (funcall counter) start)
-                                  (and was-live (not (funcall live)))))
-                    (and deadline (<= deadline (float-time)))
-                    (and process (not was-live))))
-      (let ((slice (if deadline
-                       (max 0 (min fastrevert--process-wait-slice (- deadline (float-time))))
-                     fastrevert--process-wait-slice)))
-        (if (fastrevert--mod-wait slice)
+    (while (not done)
+      (setq got (or (/= start (if process (fastrevert--process-outputs process)
+                                fastrevert--process-output-count))
+                    (and process (not (eq (gethash id fastrevert--processes) process)))))
+      (if (or got (and deadline (<= deadline (float-time))))
+          (setq done t)
+        (if (fastrevert--mod-wait (if deadline
+                                      (max 0 (min fastrevert--process-wait-slice
+                                                  (- deadline (float-time))))
+                                    fastrevert--process-wait-slice))
             (fastrevert--drain)
           (unless just-this-one
             (accept-process-output nil 0)))))

@@ -133,12 +133,16 @@ decoded here as UTF-8 for the kinds that carry text."
           ((eq kind 'notice) (message "%s" data)))))
 
 (defun fastrevert--drain ()
-  "Handle every result the engine has ready; return how many."
-  (let ((start (float-time)))
-    (unwind-protect
-        (fastrevert--mod-drain #'fastrevert--dispatch)
+  "Handle every result the engine has ready; return how many.
+The time spent counts in `fastrevert--main-thread-seconds', except
+when a handler exits non-locally (this runs for every batch, so it
+sets up no unwind handler)."
+  (let* ((start (float-time))
+         (handled (fastrevert--mod-drain #'fastrevert--dispatch)))
+    (when (> handled 0)
       (setq fastrevert--main-thread-seconds
-            (+ fastrevert--main-thread-seconds (- (float-time) start))))))
+            (+ fastrevert--main-thread-seconds (- (float-time) start))))
+    handled))
 
 (defun fastrevert--wake-filter (_process _bytes)
   "Drain the engine when it writes its wake byte."

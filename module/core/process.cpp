@@ -376,6 +376,10 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
   deliver(process, stream, at_eof);
   if (at_eof) {
     close_stream(process, stream);
+    // A child's output ends as it exits, so it has usually exited by the
+    // time its end of file is read: reaping it now puts its exit record in
+    // the same wake as its last output.
+    if (process.out.fd < 0 && process.err.fd < 0) try_reap(process);
     maybe_finish(process);
   }
 }
