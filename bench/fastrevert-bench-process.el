@@ -363,65 +363,102 @@ fastrevert-lines uses :framing 'lines (the filter sees complete lines only).\n\n
 (defvar fastrevert-bench-process--cbaseline-file nil
   "The cbaseline executable found for this run.")
 
+(defconst fastrevert-bench-process--cbaseline-label
+  "C posix_spawn + read + waitpid (cbaseline)"
+  "The label of the C loop's row in the spawn tables.")
+
+(defun fastrevert-bench-process--cbaseline-seconds (cbaseline count)
+  "Run `ls /' COUNT times with the C loop CBASELINE; return its elapsed seconds."
+  (let ((fields (split-string (car (process-lines cbaseline (number-to-string count)
+                                                  "ls" "/")))))
+    (string-to-number (car fields))))
+
+(defun fastrevert-bench-process--median (numbers)
+  "Return the median of the non-empty list NUMBERS."
+  (let* ((sorted (sort (copy-sequence numbers) #'<))
+         (n (length sorted)))
+    (if (cl-oddp n)
+        (nth (/ n 2) sorted)
+      (/ (+ (nth (1- (/ n 2)) sorted) (nth (/ n 2) sorted)) 2.0))))
+
 (defun fastrevert-bench-process--spawn-rows (root)
   "Measure `ls /' many times with every method under ROOT.
-Return a list of (LABEL TRIPLE) rows, the C baseline first."
+The runs are split into rounds; each round runs the C loop and then
+every method the same number of times, so that the machine's drift
+over the run touches all of them alike.  Return a list of (LABEL
+TRIPLE RATIO) rows, the C loop first: TRIPLE sums the rounds'
+`benchmark-run' triples, RATIO is the median over the rounds of the
+method's time divided by the C loop's time in the same round."
   (let* ((count (fastrevert-bench-process--count))
+         (rounds (if (fastrevert-bench-quick-p) 2 5))
+         (per-round (/ count rounds))
          (cbaseline (or fastrevert-bench-process--cbaseline-file
                         (setq fastrevert-bench-process--cbaseline-file
                               (fastrevert-bench-process--cbaseline root))))
-         (rows nil)
-         (measure (lambda (label thunk)
-                    (fastrevert-bench--progress "processes: %s x %d" label count)
-                    (let ((result (fastrevert-bench-process--repeat
-                                   count thunk
-                                   (with-temp-buffer (call-process "ls" nil t nil "/")
-                                                     (buffer-size)))))
-                      (fastrevert-bench-process--note-bad label (cdr result))
-                      (push (list label (car result)) rows)))))
-    (when cbaseline
-      (fastrevert-bench--progress "processes: C baseline x %d" count)
-      (let ((fields (split-string (car (process-lines cbaseline (number-to-string count)
-                                                      "ls" "/")))))
-        (push (list "C posix_spawn + read + waitpid (cbaseline)"
-                    (list (string-to-number (car fields)) 0 0.0))
-              rows)))
-    (funcall measure "stock make-process + accept-process-output"
-             (lambda (buffer) (fastrevert-bench-process--stock buffer '("ls" "/"))))
-    (funcall measure "stock call-process"
-             (lambda (_buffer) (fastrevert-bench-process--call #'call-process "ls" "/")))
-    (when (fastrevert-bench-implementation-available-p 'fastrevert)
-      (funcall measure "fastrevert-make-process + fastrevert-accept-process-output"
-               (lambda (buffer) (fastrevert-bench-process--fastrevert buffer '("ls" "/"))))
-      (funcall measure "fastrevert-call-process"
-               (lambda (_buffer) (fastrevert-bench-process--call
-                                  #'fastrevert-call-process "ls" "/"))))
-    (nreverse rows)))
+         (expected (with-temp-buffer (call-process "ls" nil t nil "/") (buffer-size)))
+         (methods
+          (append
+           (list (cons "stock make-process + accept-process-output"
+                       (lambda (buffer) (fastrevert-bench-process--stock buffer '("ls" "/"))))
+                 (cons "stock call-process"
+                       (lambda (_buffer) (fastrevert-bench-process--call
+                                          #'call-process "ls" "/"))))
+           (and (fastrevert-bench-implementation-available-p 'fastrevert)
+                (list (cons "fastrevert-make-process + fastrevert-accept-process-output"
+                            (lambda (buffer) (fastrevert-bench-process--fastrevert
+                                              buffer '("ls" "/"))))
+                      (cons "fastrevert-call-process"
+                            (lambda (_buffer) (fastrevert-bench-process--call
+                                               #'fastrevert-call-process "ls" "/")))))))
+         ;; Label -> (TRIPLE . RATIOS), accumulated over the rounds.
+         (results (mapcar (lambda (method) (list (car method) (list 0.0 0 0.0))) methods))
+         (c-total 0.0))
+    (dotimes (round rounds)
+      (fastrevert-bench--progress "processes: round %d of %d, %d runs per method"
+                                  (1+ round) rounds per-round)
+      (let ((c-seconds (and cbaseline
+                            (fastrevert-bench-process--cbaseline-seconds cbaseline per-round))))
+        (when c-seconds (setq c-total (+ c-total c-seconds)))
+        (dolist (method methods)
+          (let* ((result (fastrevert-bench-process--repeat per-round (cdr method) expected))
+                 (triple (car result))
+                 (entry (assoc (car method) results)))
+            (fastrevert-bench-process--note-bad (car method) (cdr result))
+            (setf (cadr entry) (cl-mapcar #'+ (cadr entry) triple))
+            (when (and c-seconds (> c-seconds 0))
+              (setcdr (cdr entry) (cons (/ (car triple) c-seconds) (cddr entry))))))))
+    (append
+     (and cbaseline
+          (list (list fastrevert-bench-process--cbaseline-label (list c-total 0 0.0) 1.0)))
+     (mapcar (lambda (entry)
+               (list (car entry) (cadr entry)
+                     (and (cddr entry) (fastrevert-bench-process--median (cddr entry)))))
+             results))))
 
 (defun fastrevert-bench-process--print-spawn-rows (title rows &optional before)
   "Print ROWS of `fastrevert-bench-process--spawn-rows' under TITLE.
 BEFORE, when given, are the same rows measured earlier: their time
 and the after/before ratio are shown too."
   (let* ((count (fastrevert-bench-process--count))
-         (baseline (cadr (assoc "C posix_spawn + read + waitpid (cbaseline)" rows))))
+         (measured (assoc fastrevert-bench-process--cbaseline-label rows)))
     (fastrevert-bench--heading title)
     (fastrevert-bench--out
-     "`ls /' %d times; each run waits for exit and all output.  One `benchmark-run' \
-triple per
-method.  x C = elapsed / the C loop's elapsed (cbaseline.c: %s).\n\n"
-     count (if baseline "measured" "not built, no cc"))
+     "`ls /' %d times per method, in %d rounds; each run waits for exit and all output.
+Elapsed, GCs and GC s sum the rounds' `benchmark-run' triples.  x C is the median
+over the rounds of elapsed / the C loop's elapsed in the same round (cbaseline.c: %s).\n\n"
+     count (if (fastrevert-bench-quick-p) 2 5) (if measured "measured" "not built, no cc"))
     (fastrevert-bench--print-table
      (append '("method" "elapsed s" "GCs" "GC s" "ms/process" "x C")
              (and before '("before s" "after/before")))
      (mapcar (lambda (row)
-              (let* ((triple (cadr row))
+              (let* ((triple (nth 1 row))
                      (earlier (cadr (assoc (car row) before))))
                 (append (list (car row)
                               (fastrevert-bench--fmt "%.3f" (nth 0 triple))
                               (fastrevert-bench--fmt "%d" (nth 1 triple))
                               (fastrevert-bench--fmt "%.3f" (nth 2 triple))
                               (fastrevert-bench--fmt "%.3f" (/ (* 1000 (nth 0 triple)) count))
-                              (fastrevert-bench-process--ratio-cell triple baseline))
+                              (fastrevert-bench--fmt "%.2f" (nth 2 row)))
                         (and before
                              (list (fastrevert-bench--fmt "%.3f" (car earlier))
                                    (fastrevert-bench-process--ratio-cell triple earlier))))))

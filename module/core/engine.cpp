@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,10 +15,6 @@
 namespace fastrevert {
 
 namespace {
-
-void check_uv(int status, const char* function) {
-  if (status < 0) throw SystemError(-status, function);
-}
 
 // Marks FD close-on-exec and non-blocking.  A blocking wake write could stall
 // the engine behind a full pipe; close-on-exec keeps it out of every child.
@@ -33,18 +30,28 @@ void prepare_wake_fd(int fd) {
 Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
   try {
     prepare_wake_fd(wake_fd_);
-    check_uv(uv_loop_init(&loop_), "uv_loop_init");
+    command_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (command_fd_ < 0) throw_errno("eventfd");
+    int status = uv_loop_init(&loop_);
+    if (status < 0) {
+      close(command_fd_);
+      throw SystemError(-status, "uv_loop_init");
+    }
   } catch (...) {
     close(wake_fd_);
     throw;
   }
-  int status = uv_async_init(&loop_, &async_, &Engine::on_async);
+  // Commands arrive through an eventfd of our own rather than a uv_async_t,
+  // whose receiving side spins while a sender is between its steps.
+  int status = uv_poll_init(&loop_, &command_poll_, command_fd_);
   if (status < 0) {
     uv_loop_close(&loop_);
+    close(command_fd_);
     close(wake_fd_);
-    throw SystemError(-status, "uv_async_init");
+    throw SystemError(-status, "uv_poll_init");
   }
-  async_.data = this;
+  command_poll_.data = this;
+  uv_poll_start(&command_poll_, UV_READABLE, &Engine::on_commands);
   uv_check_init(&loop_, &flush_);
   flush_.data = this;
   uv_check_start(&flush_, &Engine::on_loop_iteration_end);
@@ -54,10 +61,11 @@ Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
   try {
     thread_ = start_thread_blocking_signals([this] { thread_main(); });
   } catch (...) {
-    uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&command_poll_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&flush_), nullptr);
     uv_run(&loop_, UV_RUN_DEFAULT);
     uv_loop_close(&loop_);
+    close(command_fd_);
     close(wake_fd_);
     throw;
   }
@@ -72,9 +80,7 @@ bool Engine::post(Command command) {
     // the push and leave a command that never runs.
     if (stopping_.load(std::memory_order_acquire)) return false;
     commands_.push_back(std::move(command));
-    // Sent under the lock so that stop() cannot close the handle between the
-    // push and the send.
-    uv_async_send(&async_);
+    signal_commands_locked();
   }
   stats_.commands.fetch_add(1, std::memory_order_relaxed);
   return true;
@@ -88,7 +94,7 @@ bool Engine::stop_within(std::chrono::milliseconds timeout) {
     std::lock_guard<std::mutex> lock(commands_mutex_);
     if (!stopping_.load(std::memory_order_acquire)) {
       stopping_.store(true, std::memory_order_release);
-      uv_async_send(&async_);
+      signal_commands_locked();
     }
   }
   {
@@ -104,6 +110,7 @@ bool Engine::stop_within(std::chrono::milliseconds timeout) {
   }
   if (!detached_) thread_.join();
   uv_loop_close(&loop_);
+  close(command_fd_);
   std::lock_guard<std::mutex> lock(outbox_mutex_);
   close(wake_fd_);
   wake_fd_ = -1;
@@ -203,7 +210,19 @@ bool Engine::wait_for_records(std::chrono::milliseconds timeout) {
   return !outbox_.empty();
 }
 
-void Engine::on_async(uv_async_t* handle) {
+void Engine::signal_commands_locked() {
+  if (commands_signalled_) return;
+  commands_signalled_ = true;
+  std::uint64_t one = 1;
+  ssize_t written;
+  do {
+    written = write(command_fd_, &one, sizeof one);
+  } while (written < 0 && errno == EINTR);
+  // An eventfd only refuses a write when its counter would overflow, which
+  // one write per batch of commands never approaches.
+}
+
+void Engine::on_commands(uv_poll_t* handle, int, int) {
   static_cast<Engine*>(handle->data)->run_commands();
 }
 
@@ -212,6 +231,12 @@ void Engine::run_commands() {
     std::deque<Command> batch;
     {
       std::lock_guard<std::mutex> lock(commands_mutex_);
+      // Reset the eventfd with the queue, under the lock, so that a command
+      // posted from now on signals it again.
+      std::uint64_t count;
+      ssize_t ignored = read(command_fd_, &count, sizeof count);
+      (void)ignored;
+      commands_signalled_ = false;
       batch.swap(commands_);
     }
     if (batch.empty()) break;
@@ -227,7 +252,7 @@ void Engine::run_commands() {
     // Commands posted before stop() have run; now let every service close its
     // handles, and close our own, so that uv_run returns.
     for (auto& entry : services_) entry.second->shutdown();
-    uv_close(reinterpret_cast<uv_handle_t*>(&async_), nullptr);
+    uv_close(reinterpret_cast<uv_handle_t*>(&command_poll_), nullptr);
     uv_close(reinterpret_cast<uv_handle_t*>(&flush_), nullptr);
   }
 }

@@ -150,7 +150,10 @@ class Engine {
   const Stats& stats() const noexcept { return stats_; }
 
  private:
-  static void on_async(uv_async_t* handle);
+  static void on_commands(uv_poll_t* handle, int status, int events);
+  // Writes to command_fd_ unless a write is already unread; commands_mutex_
+  // must be held.
+  void signal_commands_locked();
   void run_commands();
   // Announces new records: at once from another thread, at the end of the
   // loop iteration from the engine thread.  outbox_mutex_ must be held.
@@ -162,7 +165,9 @@ class Engine {
   void thread_main();
 
   uv_loop_t loop_{};
-  uv_async_t async_{};
+  // Readable when commands wait; see signal_commands_locked().
+  int command_fd_ = -1;
+  uv_poll_t command_poll_{};
   // Runs after each loop iteration's callbacks to send a deferred wake.
   uv_check_t flush_{};
   std::thread thread_;
@@ -184,6 +189,7 @@ class Engine {
   // out and runs it without the lock held.
   std::mutex commands_mutex_;
   std::deque<Command> commands_;
+  bool commands_signalled_ = false;
 
   // Guards outbox_ and wake_pending_.  wake_pending_ is true from the moment a
   // wake byte is written until the next drain, so a burst of records costs
