@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <thread>
 #include <utility>
 
 #include "core/errors.h"
@@ -52,9 +51,6 @@ Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
   }
   command_poll_.data = this;
   uv_poll_start(&command_poll_, UV_READABLE, &Engine::on_commands);
-  uv_check_init(&loop_, &flush_);
-  flush_.data = this;
-  uv_check_start(&flush_, &Engine::on_loop_iteration_end);
 
   // No signal meant for Emacs is ever run on the engine thread, and no
   // handler is installed here.
@@ -62,7 +58,6 @@ Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
     thread_ = start_thread_blocking_signals([this] { thread_main(); });
   } catch (...) {
     uv_close(reinterpret_cast<uv_handle_t*>(&command_poll_), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&flush_), nullptr);
     uv_run(&loop_, UV_RUN_DEFAULT);
     uv_loop_close(&loop_);
     close(command_fd_);
@@ -140,25 +135,6 @@ void Engine::emit_coalesced(Record record) {
 }
 
 void Engine::wake_locked() {
-  // On the engine thread the wake waits for the end of the loop iteration,
-  // so that records emitted together (a process's last output and its exit)
-  // wake Emacs once.
-  if (std::this_thread::get_id() == engine_thread_id_) {
-    wake_deferred_ = true;
-    return;
-  }
-  wake_now_locked();
-}
-
-void Engine::on_loop_iteration_end(uv_check_t* handle) {
-  Engine& engine = *static_cast<Engine*>(handle->data);
-  std::lock_guard<std::mutex> lock(engine.outbox_mutex_);
-  if (!engine.wake_deferred_) return;
-  engine.wake_deferred_ = false;
-  if (!engine.outbox_.empty()) engine.wake_now_locked();
-}
-
-void Engine::wake_now_locked() {
   // Without a waiter this costs no system call.
   outbox_filled_.notify_all();
   if (wake_pending_ || wake_fd_ < 0) return;
@@ -253,22 +229,11 @@ void Engine::run_commands() {
     // handles, and close our own, so that uv_run returns.
     for (auto& entry : services_) entry.second->shutdown();
     uv_close(reinterpret_cast<uv_handle_t*>(&command_poll_), nullptr);
-    uv_close(reinterpret_cast<uv_handle_t*>(&flush_), nullptr);
   }
 }
 
 void Engine::thread_main() {
-  {
-    std::lock_guard<std::mutex> lock(outbox_mutex_);
-    engine_thread_id_ = std::this_thread::get_id();
-  }
   uv_run(&loop_, UV_RUN_DEFAULT);
-  {
-    // Whatever the last iteration emitted is still announced.
-    std::lock_guard<std::mutex> lock(outbox_mutex_);
-    engine_thread_id_ = std::thread::id();
-    if (std::exchange(wake_deferred_, false) && !outbox_.empty()) wake_now_locked();
-  }
   // Every handle is closed, so services may now be freed on the thread that
   // owned them.
   services_.clear();

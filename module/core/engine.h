@@ -155,21 +155,15 @@ class Engine {
   // must be held.
   void signal_commands_locked();
   void run_commands();
-  // Announces new records: at once from another thread, at the end of the
-  // loop iteration from the engine thread.  outbox_mutex_ must be held.
-  void wake_locked();
   // Signals waiters and writes a wake byte unless one is pending;
   // outbox_mutex_ must be held.
-  void wake_now_locked();
-  static void on_loop_iteration_end(uv_check_t* handle);
+  void wake_locked();
   void thread_main();
 
   uv_loop_t loop_{};
   // Readable when commands wait; see signal_commands_locked().
   int command_fd_ = -1;
   uv_poll_t command_poll_{};
-  // Runs after each loop iteration's callbacks to send a deferred wake.
-  uv_check_t flush_{};
   std::thread thread_;
   int wake_fd_ = -1;
 
@@ -199,10 +193,6 @@ class Engine {
   std::condition_variable outbox_filled_;
   std::deque<Record> outbox_;
   bool wake_pending_ = false;
-  // Set when the engine thread emitted during this loop iteration.
-  bool wake_deferred_ = false;
-  // The engine thread's id while its loop runs (guarded by outbox_mutex_).
-  std::thread::id engine_thread_id_;
   // Index into outbox_ of the latest undrained record per (kind, id, code),
   // for emit_coalesced(); emptied whenever outbox_ is replaced.
   struct StreamKey {

@@ -18,7 +18,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,28 +25,25 @@
 #include <cctype>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <new>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <unordered_set>
 #include <utility>
 #include <vector>
 
+#include "core/copier.h"
 #include "core/engine.h"
 #include "core/errors.h"
 #include "core/framing.h"
 #include "core/process.h"
 #include "core/reader.h"
 #include "core/spawn.h"
-#include "core/threads.h"
 #include "glue/env.h"
 #include "glue/state.h"
 
@@ -278,138 +274,6 @@ Child spawn_like_emacs(Env& env, const SpawnSpec& spec) {
   }
 }
 
-// Copies a child's standard output from its pipe into a memfd on a thread of
-// its own, so that the child, the copy and Emacs's decoding of what is
-// already in the memfd all run at once.  The thread never calls Emacs; it
-// shares only WRITTEN_ and DONE_ with the main thread, under MUTEX_.
-class CaptureThread {
- public:
-  // Continues a copy of which WRITTEN bytes are already in MEMFD.
-  CaptureThread(int pipe_fd, int memfd, std::uint64_t written)
-      : pipe_fd_(pipe_fd), memfd_(memfd), written_(written) {
-    wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (wake_fd_ < 0) throw_errno("eventfd");
-    try {
-      thread_ = start_thread_blocking_signals([this] { run(); });
-    } catch (...) {
-      close(wake_fd_);
-      throw;
-    }
-  }
-
-  CaptureThread(const CaptureThread&) = delete;
-  CaptureThread& operator=(const CaptureThread&) = delete;
-
-  ~CaptureThread() {
-    stop();
-    close(wake_fd_);
-  }
-
-  // Main thread.  Waits up to TIMEOUT_MS for the memfd to hold at least
-  // WANTED bytes or for the copy to end; returns the bytes written so far
-  // and sets DONE.
-  std::uint64_t wait(std::uint64_t wanted, int timeout_ms, bool& done) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait_for(lock, std::chrono::milliseconds(timeout_ms),
-                      [&] { return done_ || written_ >= wanted; });
-    done = done_;
-    return written_;
-  }
-
-  // Main thread.  Ends the copy without waiting for end of file (a
-  // grandchild may hold the pipe open) and joins the thread.  Idempotent.
-  void stop() noexcept {
-    if (!thread_.joinable()) return;
-    std::uint64_t one = 1;
-    ssize_t ignored = write(wake_fd_, &one, sizeof one);
-    (void)ignored;
-    thread_.join();
-  }
-
-  // The errno that ended the copy early, or 0.
-  int error() {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return error_;
-  }
-
- private:
-  void run() noexcept {
-    grow_pipe(pipe_fd_, pipe_max_size());
-    constexpr std::size_t kChunk = std::size_t{1} << 20;
-    // The memfd is written at explicit offsets: splice moves pipe pages into
-    // it without a copy through user space, and pwrite covers the kernels
-    // and file systems where splice into it is refused.
-    std::unique_ptr<char[]> buffer;
-    bool use_splice = true;
-    std::uint64_t offset = written_;
-    int error = 0;
-    while (error == 0) {
-      pollfd fds[2] = {{pipe_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
-      if (poll(fds, 2, -1) < 0) {
-        if (errno == EINTR) continue;
-        error = errno;
-        break;
-      }
-      if (fds[1].revents) break;
-      ssize_t got;
-      if (use_splice) {
-        auto at = static_cast<loff_t>(offset);
-        got = splice(pipe_fd_, nullptr, memfd_, &at, kChunk, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-        if (got < 0 && (errno == EINVAL || errno == ENOSYS)) {
-          use_splice = false;
-          continue;
-        }
-      } else {
-        if (!buffer) buffer.reset(new (std::nothrow) char[kChunk]);
-        if (!buffer) {
-          error = ENOMEM;
-          break;
-        }
-        got = read(pipe_fd_, buffer.get(), kChunk);
-        if (got > 0) {
-          for (ssize_t done = 0; done < got;) {
-            ssize_t put = pwrite(memfd_, buffer.get() + done, static_cast<std::size_t>(got - done),
-                                 static_cast<off_t>(offset + static_cast<std::uint64_t>(done)));
-            if (put < 0 && errno == EINTR) continue;
-            if (put <= 0) {
-              error = put < 0 ? errno : EIO;
-              break;
-            }
-            done += put;
-          }
-          if (error != 0) break;
-        }
-      }
-      if (got == 0) break;
-      if (got < 0) {
-        if (errno == EINTR || errno == EAGAIN) continue;
-        error = errno;
-        break;
-      }
-      offset += static_cast<std::uint64_t>(got);
-      std::lock_guard<std::mutex> lock(mutex_);
-      written_ = offset;
-      changed_.notify_one();
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    done_ = true;
-    error_ = error;
-    changed_.notify_one();
-  }
-
-  int pipe_fd_;
-  int memfd_;
-  int wake_fd_ = -1;
-  std::thread thread_;
-  // Guards written_, done_ and error_, written by the copy thread and read
-  // by the main thread.
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::uint64_t written_;
-  bool done_ = false;
-  int error_ = 0;
-};
-
 // The end of the longest prefix of MEMFD[FROM, TO) that ends in a newline,
 // or FROM when there is none.  A newline is a character boundary in every
 // coding system the caller streams with (ASCII-compatible ones), and never
@@ -612,12 +476,13 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
     write_all(memfd, head);
     head = std::string();
   };
+  // While the copy thread runs, it gives back the memory of what Emacs has
+  // decoded; what is left when the call ends goes with the memfd.
+  MemfdCopier* copier = nullptr;
   auto insert = [&](std::uint64_t from, std::uint64_t to) {
     env.funcall(inserter, {env.integer(memfd), env.integer(static_cast<std::int64_t>(from)),
                            env.integer(static_cast<std::int64_t>(to))});
-    // Give back the pages Emacs has decoded; the file keeps its size, so
-    // later offsets stay valid.
-    fallocate(memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(to));
+    if (copier) copier->release(to);
   };
 
   // Phase one, on this thread: most children write little and end soon, and
@@ -667,16 +532,22 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
   open_memfd();
 
   std::uint64_t consumed = 0;
+  // The copy thread, when the output outgrows phase one.  It is stopped only
+  // once the last range is inserted, so that giving back the memory of the
+  // ranges before runs meanwhile.
+  std::optional<MemfdCopier> capture;
   if (!eof) {
-    CaptureThread capture(child.stdout_fd, memfd, written);
+    capture.emplace(child.stdout_fd, memfd, written);
+    copier = &*capture;
     // Bytes before CONSUMED are inserted; bytes in [CONSUMED, SCANNED) hold
     // no newline, so each byte is searched once however long a line is.
     std::uint64_t scanned = 0;
     bool done = false;
     while (!done) {
-      written = capture.wait(scanned + step, 50, done);
+      written = capture->wait(scanned + step, std::chrono::milliseconds(50), done);
       if (should_quit()) {
-        capture.stop();
+        copier = nullptr;
+        capture->stop();
         quit_now();
       }
       if (!done && written >= scanned + step) {
@@ -688,11 +559,11 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
         }
       }
     }
-    capture.stop();
-    written = capture.wait(0, 0, done);
-    if (int error = capture.error()) throw SystemError(error, "read", "process output");
+    copier = nullptr;
+    if (int error = capture->error()) throw SystemError(error, "read", "process output");
   }
   if (written > consumed) insert(consumed, written);
+  if (capture) capture->stop();
   return finish_call(env, child, written, should_quit);
 }
 

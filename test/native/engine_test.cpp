@@ -291,20 +291,3 @@ TEST_CASE("wait_for_records returns as soon as a record is emitted, or at the ti
   CHECK(records.front().data == "late");
   CHECK_FALSE(engine.wait_for_records(std::chrono::milliseconds(0)));
 }
-
-TEST_CASE("records emitted in one loop iteration are announced together", "[engine]") {
-  WakePipe pipe;
-  Engine engine(pipe.write_fd);
-  // One command emits three records with pauses between them: neither a
-  // waiter nor the wake pipe hears of any before the command has finished.
-  REQUIRE(engine.post([](Engine& e) {
-    for (int i = 0; i < 3; ++i) {
-      e.emit(Record{RecordKind::echo, static_cast<std::uint64_t>(i), 0, "part"});
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    }
-  }));
-  REQUIRE(engine.wait_for_records(std::chrono::seconds(30)));
-  CHECK(engine.drain().size() == 3);
-  REQUIRE(pipe.wait_readable(std::chrono::seconds(10)));
-  CHECK(pipe.take_bytes() == 1);
-}

@@ -1,0 +1,184 @@
+#include "core/copier.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <memory>
+#include <new>
+
+#include "core/errors.h"
+#include "core/spawn.h"
+#include "core/threads.h"
+
+namespace fastrevert {
+
+namespace {
+
+// The most one splice or read moves at a time.
+constexpr std::size_t kChunk = std::size_t{1} << 20;
+
+}  // namespace
+
+MemfdCopier::MemfdCopier(int pipe_fd, int memfd, std::uint64_t written, Options options)
+    : pipe_fd_(pipe_fd), memfd_(memfd), use_splice_(!options.without_splice), written_(written) {
+  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (wake_fd_ < 0) throw_errno("eventfd");
+  try {
+    thread_ = start_thread_blocking_signals([this] { run(); });
+  } catch (...) {
+    close(wake_fd_);
+    throw;
+  }
+}
+
+MemfdCopier::~MemfdCopier() {
+  stop();
+  close(wake_fd_);
+}
+
+std::uint64_t MemfdCopier::wait(std::uint64_t wanted, std::chrono::milliseconds timeout,
+                                bool& done) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait_for(lock, timeout, [&] { return done_ || written_ >= wanted; });
+  done = done_;
+  return written_;
+}
+
+void MemfdCopier::release(std::uint64_t end) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (end <= release_to_) return;
+    release_to_ = end;
+  }
+  wake();
+}
+
+void MemfdCopier::stop() noexcept {
+  if (!thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_requested_ = true;
+  }
+  wake();
+  thread_.join();
+}
+
+int MemfdCopier::error() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+std::uint64_t MemfdCopier::released() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return released_;
+}
+
+void MemfdCopier::wake() noexcept {
+  std::uint64_t one = 1;
+  ssize_t ignored = write(wake_fd_, &one, sizeof one);
+  (void)ignored;
+}
+
+void MemfdCopier::run() noexcept {
+  grow_pipe(pipe_fd_, pipe_max_size());
+  bool copying = true;
+  std::uint64_t punched = 0;
+  for (;;) {
+    // Once the copy has ended the thread stays, to give back memory, until
+    // it is stopped.
+    pollfd fds[2] = {{copying ? pipe_fd_ : -1, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    if (poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (copying) error_ = errno;
+      break;
+    }
+    if (fds[1].revents) {
+      std::uint64_t count;
+      ssize_t ignored = read(wake_fd_, &count, sizeof count);
+      (void)ignored;
+    }
+    std::uint64_t target;
+    bool stopping;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      target = release_to_;
+      stopping = stop_requested_;
+    }
+    if (target > punched) {
+      fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+                static_cast<off_t>(target));
+      punched = target;
+      std::lock_guard<std::mutex> lock(mutex_);
+      released_ = target;
+    }
+    if (stopping) break;
+    if (copying && fds[0].revents) {
+      copying = copy_available();
+      if (!copying) {
+        std::lock_guard<std::mutex> lock(mutex_);
+        done_ = true;
+        changed_.notify_all();
+      }
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  done_ = true;
+  changed_.notify_all();
+}
+
+bool MemfdCopier::copy_available() noexcept {
+  // Only this thread changes written_, so it reads it without the lock.
+  std::uint64_t offset = written_;
+  std::unique_ptr<char[]> buffer;
+  int error = 0;
+  for (;;) {
+    ssize_t got;
+    if (use_splice_) {
+      auto at = static_cast<loff_t>(offset);
+      got = splice(pipe_fd_, nullptr, memfd_, &at, kChunk, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+      if (got < 0 && (errno == EINVAL || errno == ENOSYS)) {
+        use_splice_ = false;
+        continue;
+      }
+    } else {
+      if (!buffer) buffer.reset(new (std::nothrow) char[kChunk]);
+      if (!buffer) {
+        error = ENOMEM;
+        break;
+      }
+      got = read(pipe_fd_, buffer.get(), kChunk);
+      for (ssize_t put_so_far = 0; got > 0 && put_so_far < got;) {
+        ssize_t put = pwrite(memfd_, buffer.get() + put_so_far,
+                             static_cast<std::size_t>(got - put_so_far),
+                             static_cast<off_t>(offset + static_cast<std::uint64_t>(put_so_far)));
+        if (put < 0 && errno == EINTR) continue;
+        if (put <= 0) {
+          error = put < 0 ? errno : EIO;
+          break;
+        }
+        put_so_far += put;
+      }
+      if (error != 0) break;
+    }
+    if (got == 0) break;  // End of file.
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN) return true;
+      error = errno;
+      break;
+    }
+    offset += static_cast<std::uint64_t>(got);
+    std::lock_guard<std::mutex> lock(mutex_);
+    written_ = offset;
+    changed_.notify_all();
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  error_ = error;
+  return false;
+}
+
+}  // namespace fastrevert
