@@ -503,6 +503,8 @@ Use the `fastrevert-process-*' functions rather than the slots."
   (decoding nil :documentation "The coding system that decodes output.")
   (encoding nil :documentation "The coding system that encodes input.")
   (tails nil :documentation "Undecoded bytes per stream, as (STREAM . BYTES).")
+  (states nil :documentation "Per stream, as (STREAM . STATE): the ISO 2022 state
+at the end of what was decoded, for a stateful ISO 2022 coding.")
   (memfd nil :documentation "The memfd that receives stdout, or nil.
 Set for a process with a buffer and no filter: its standard output
 is then inserted from there, by ranges.")
@@ -563,6 +565,37 @@ N counts from 1, as `make-process' numbers its processes."
 
 ;;;; Decoding output
 
+(defvar fastrevert--split-kinds (make-hash-table :test #'eq)
+  "Coding system -> its `fastrevert--process-split-kind', once computed.")
+
+(defun fastrevert--process-split-kind (coding)
+  "Return how output in CODING is cut between batches without harm.
+`utf-8': the last bytes tell whether a character is unfinished (the
+UTF-8 family, and `undecided' until it has detected something).
+`single': every character is one byte; only a carriage return waits.
+`utf-16': two-byte units, with surrogate pairs.
+`iso-2022': a stateful 7-bit ISO 2022 coding, whose designations and
+shifts must carry over to the next batch.
+`decoded': any other; an unfinished character at the end decodes to
+raw bytes, which wait for the rest."
+  (or (gethash coding fastrevert--split-kinds)
+      (puthash
+       coding
+       (let ((type (coding-system-type coding))
+             (flags (coding-system-get coding :flags))
+             (charsets (coding-system-get coding :charset-list)))
+         (cond ((memq type '(utf-8 undecided prefer-utf-8)) 'utf-8)
+               ((eq type 'raw-text) 'single)
+               ((eq type 'utf-16) 'utf-16)
+               ((and (eq type 'iso-2022)
+                     (or (memq 'designation flags) (memq 'locking-shift flags)))
+                'iso-2022)
+               ((and (eq type 'charset) (consp charsets)
+                     (cl-every (lambda (charset) (= (charset-dimension charset) 1)) charsets))
+                'single)
+               (t 'decoded)))
+       fastrevert--split-kinds)))
+
 (defun fastrevert--utf-8-incomplete-tail (bytes)
   "Return how many bytes at the end of BYTES begin an unfinished character.
 BYTES is a unibyte string of UTF-8."
@@ -583,46 +616,173 @@ BYTES is a unibyte string of UTF-8."
              (have (- len i)))
         (if (< have needed) have 0)))))
 
+(defun fastrevert--utf-16-incomplete-tail (coding bytes)
+  "Return how many bytes at the end of BYTES, in the UTF-16 CODING, must wait.
+An odd byte, and a leading surrogate whose partner has not come."
+  (let* ((len (length bytes))
+         (odd (% len 2))
+         (whole (- len odd)))
+    (if (< whole 2)
+        odd
+      (let* ((big (not (eq (coding-system-get coding :endian) 'little)))
+             (high (aref bytes (if big (- whole 2) (1- whole)))))
+        (if (= (logand high #xFC) #xD8) (+ odd 2) odd)))))
+
 (defun fastrevert--process-held-back (coding bytes)
   "Return how many bytes at the end of BYTES must wait for more output.
 These are the start of a character that CODING cannot decode yet,
-and a carriage return that may begin a CRLF under a DOS coding."
-  (let* ((type (coding-system-type coding))
-         (held (if (memq type '(utf-8 undecided prefer-utf-8))
-                   (fastrevert--utf-8-incomplete-tail bytes)
-                 0))
-         (len (length bytes)))
-    (if (and (> len held)
+and a carriage return that may begin a CRLF under a DOS coding.
+For the `decoded' and `iso-2022' kinds of
+`fastrevert--process-split-kind' that needs decoding, and 0 is returned
+here."
+  (let* ((kind (fastrevert--process-split-kind coding))
+         (held (pcase kind
+                 ('utf-8 (fastrevert--utf-8-incomplete-tail bytes))
+                 ('utf-16 (fastrevert--utf-16-incomplete-tail coding bytes))
+                 (_ 0)))
+         (len (length bytes))
+         (cr (if (eq kind 'utf-16) 2 1)))
+    (if (and (memq kind '(utf-8 single utf-16))
+             (> (- len held) (1- cr))
              (eql (coding-system-eol-type coding) 1)
-             (eql (aref bytes (- len held 1)) ?\r))
-        (1+ held)
+             (let ((at (- len held cr)))
+               (if (eq kind 'utf-16)
+                   (let ((big (not (eq (coding-system-get coding :endian) 'little))))
+                     (and (eql (aref bytes (if big at (1+ at))) 0)
+                          (eql (aref bytes (if big (1+ at) at)) ?\r)))
+                 (eql (aref bytes at) ?\r))))
+        (+ held cr)
       held)))
+
+(defconst fastrevert--iso-2022-sequence
+  "\e\\(?:\\$?[(-/]\\|\\$\\)[0-~]\\|[\016\017]"
+  "A designation or a locking shift of ISO 2022.")
+
+(defun fastrevert--iso-2022-state (state bytes)
+  "Return STATE updated by the designations and shifts in BYTES.
+STATE is a vector [G0 G1 G2 G3 SHIFTED]: the escape sequence last
+designating each graphic set, and whether SO is in effect."
+  (let ((state (copy-sequence state))
+        (start 0))
+    (while (string-match fastrevert--iso-2022-sequence bytes start)
+      (let ((sequence (match-string 0 bytes)))
+        (setq start (match-end 0))
+        (cond ((equal sequence "\016") (aset state 4 t))
+              ((equal sequence "\017") (aset state 4 nil))
+              (t
+               ;; ESC I F, ESC $ I F, or ESC $ F for a two-byte set in G0.
+               (let ((intermediate (cond ((not (eq (aref sequence 1) ?$)) (aref sequence 1))
+                                         ((= (length sequence) 4) (aref sequence 2)))))
+                 (aset state (if intermediate (% (- intermediate ?\() 4) 0) sequence))))))
+    state))
+
+(defun fastrevert--iso-2022-prefix (state)
+  "Return the escape sequences that put a decoder in STATE."
+  (concat (aref state 0) (aref state 1) (aref state 2) (aref state 3)
+          (if (aref state 4) "\016" "")))
+
+(defun fastrevert--iso-2022-cut (state bytes)
+  "Return how many bytes at the end of BYTES must wait, in ISO 2022 STATE.
+STATE is the state at the start of BYTES.  An escape sequence not
+finished yet waits, and so does the first byte of a two-byte
+character when the set in use has two-byte characters."
+  (let* ((len (length bytes))
+         (escape (let ((at (max 0 (- len 4))) (found nil))
+                   (while (< at len)
+                     (when (eq (aref bytes at) ?\e) (setq found at))
+                     (setq at (1+ at)))
+                   found))
+         (unfinished (and escape
+                          (not (string-match "\\`\e\\(?:\\$?[(-/]\\|\\$\\)?[0-~]"
+                                             (substring bytes escape))))))
+    (if unfinished
+        (- len escape)
+      ;; The graphic bytes after the last sequence or control character
+      ;; pair up when the set in use is a two-byte one.
+      (let* ((after (let ((at (1- len)))
+                      (while (and (>= at 0) (<= #x21 (aref bytes at) #x7E))
+                        (setq at (1- at)))
+                      (1+ at)))
+             (run (- len after))
+             (state (fastrevert--iso-2022-state state (substring bytes 0 after)))
+             (in-use (aref state (if (aref state 4) 1 0))))
+        (if (and in-use (eq (aref in-use 1) ?$) (cl-oddp run)) 1 0)))))
 
 (defun fastrevert--process-decode (process stream data eof)
   "Return DATA, output of PROCESS on STREAM, decoded.
 Bytes that end in the middle of a character are kept for the next
 batch, unless EOF; the coding system is then fixed to the one
-`undecided' detected, as Emacs does for a process."
-  (let* ((tails (fastrevert--process-tails process))
-         (cell (assq stream tails))
+`undecided' detected, as Emacs does for a process.  For a stateful
+ISO 2022 coding, the designations and shifts in effect carry over."
+  (let* ((cell (assq stream (fastrevert--process-tails process)))
          (bytes (if (and cell (> (length (cdr cell)) 0)) (concat (cdr cell) data) data))
          (coding (fastrevert--process-decoding process))
-         (held (if eof 0 (fastrevert--process-held-back coding bytes))))
-    (if cell
-        (setcdr cell (and (> held 0) (substring bytes (- (length bytes) held))))
-      (when (> held 0)
-        (push (cons stream (substring bytes (- (length bytes) held)))
-              (fastrevert--process-tails process))))
+         (kind (fastrevert--process-split-kind coding))
+         (state-cell (and (eq kind 'iso-2022) (assq stream (fastrevert--process-states process))))
+         (state (if state-cell (cdr state-cell) (make-vector 5 nil)))
+         (held (cond (eof 0)
+                     ((eq kind 'iso-2022) (fastrevert--iso-2022-cut state bytes))
+                     (t (fastrevert--process-held-back coding bytes))))
+         (text nil))
     (when (> held 0)
-      (setq bytes (substring bytes 0 (- (length bytes) held))))
-    (if (memq (coding-system-type coding) '(raw-text))
-        (if (eql (coding-system-eol-type coding) 0)
-            bytes
-          (decode-coding-string bytes coding t))
-      (prog1 (decode-coding-string bytes coding t)
-        (when (and last-coding-system-used
-                   (not (eq last-coding-system-used coding)))
-          (setf (fastrevert--process-decoding process) last-coding-system-used))))))
+      (setq bytes (substring bytes 0 (- held))))
+    (cond
+     ((eq kind 'iso-2022)
+      (setq text (decode-coding-string (concat (fastrevert--iso-2022-prefix state) bytes)
+                                       coding t))
+      (let ((next (fastrevert--iso-2022-state state bytes)))
+        (if state-cell
+            (setcdr state-cell next)
+          (push (cons stream next) (fastrevert--process-states process)))))
+     ((and (eq (coding-system-type coding) 'raw-text)
+           (eql (coding-system-eol-type coding) 0))
+      (setq text bytes))
+     (t
+      (setq text (decode-coding-string bytes coding t))
+      (when (and (eq kind 'decoded) (not eof))
+        ;; An unfinished character decodes to raw bytes at the end, one
+        ;; per byte: they wait, with a carriage return before them under
+        ;; a DOS coding.
+        (let ((len (length text))
+              (raw 0))
+          (while (and (< raw (min 3 len))
+                      (eq (char-charset (aref text (- len raw 1))) 'eight-bit))
+            (setq raw (1+ raw)))
+          (when (and (< raw len)
+                     (eql (coding-system-eol-type coding) 1)
+                     (eql (aref text (- len raw 1)) ?\r))
+            (setq raw (1+ raw)))
+          (when (> raw 0)
+            (setq text (substring text 0 (- raw))
+                  held raw))))))
+    (let ((kept (and (> held 0)
+                     (let ((all (if (and cell (> (length (cdr cell)) 0))
+                                    (concat (cdr cell) data)
+                                  data)))
+                       (substring all (- held))))))
+      (if cell
+          (setcdr cell kept)
+        (when kept
+          (push (cons stream kept) (fastrevert--process-tails process)))))
+    (unless (eq (coding-system-type coding) 'raw-text)
+      (when (and last-coding-system-used
+                 (not (eq last-coding-system-used coding)))
+        (setf (fastrevert--process-decoding process)
+              (fastrevert--process-continuing-coding last-coding-system-used))))
+    text))
+
+(defun fastrevert--process-continuing-coding (coding)
+  "Return the coding system that decodes the output after a first batch in CODING.
+A UTF-16 coding that looks for a byte order mark looks only at the
+start of the output; the rest is read with the byte order found."
+  (if (and (eq (coding-system-type coding) 'utf-16)
+           (coding-system-get coding :bom))
+      (let ((eol (coding-system-eol-type coding))
+            (base (if (eq (coding-system-get coding :endian) 'little) 'utf-16le 'utf-16be)))
+        (if (integerp eol)
+            (coding-system-change-eol-conversion base (aref [unix dos mac] eol))
+          base))
+    coding))
 
 ;;;; Delivering output
 
@@ -777,14 +937,18 @@ runs."
   "Deliver the bytes the engine wrote to PROCESS's memfd since the last time.
 The end of a character that has not arrived yet, and a carriage
 return that may begin a CRLF, wait for the next range, unless EOF.
-Into a live multibyte buffer, the bytes go straight from the memfd;
-otherwise (a unibyte or killed buffer) they take the string road."
+Into a live multibyte buffer, in a coding system whose unfinished
+characters the last bytes of the stream reveal, the bytes go straight
+from the memfd; otherwise (a unibyte or killed buffer, a multibyte
+coding system of another kind) they take the string road."
   (let* ((fd (fastrevert--process-memfd process))
          (beg (fastrevert--process-memfd-consumed process))
          (written (fastrevert--process-memfd-end process))
-         (held (if eof 0
+         (coding (fastrevert--process-decoding process))
+         (direct (memq (fastrevert--process-split-kind coding) '(utf-8 single)))
+         (held (if (or eof (not direct)) 0
                  (min (- written beg)
-                      (fastrevert--process-held-back (fastrevert--process-decoding process)
+                      (fastrevert--process-held-back coding
                                                      (fastrevert--process-memfd-tail process)))))
          (end (- written held))
          (buffer (fastrevert--process-buffer process)))
@@ -793,7 +957,8 @@ otherwise (a unibyte or killed buffer) they take the string road."
       (cond ((not (buffer-live-p buffer))
              ;; The default filter drops output for a killed buffer.
              (fastrevert--process-count-output process))
-            ((and (buffer-local-value 'enable-multibyte-characters buffer)
+            ((and direct
+                  (buffer-local-value 'enable-multibyte-characters buffer)
                   (not (fastrevert--process-filter process)))
              (fastrevert--process-count-output process)
              (fastrevert--process-insert
@@ -802,7 +967,8 @@ otherwise (a unibyte or killed buffer) they take the string road."
             (t
              (fastrevert--process-deliver
               process 1 (fastrevert--process-decode
-                         process 1 (fastrevert--process-memfd-bytes fd beg end) t))))
+                         process 1 (fastrevert--process-memfd-bytes fd beg end)
+                         (or eof direct)))))
       ;; Give back the memory of what is delivered (on the engine thread);
       ;; later offsets stay valid.
       (fastrevert--mod-memfd-release fd end nil))))

@@ -48,13 +48,14 @@ updated in place (newest first) as output and events arrive."
     (ignore process)
     (car events)))
 
-(defun fastrevert-process-test--byte-by-byte (text)
+(defun fastrevert-process-test--byte-by-byte (text &optional coding)
   "Return a shell command printing TEXT one byte per write, with pauses.
-The pauses let the engine read, and Emacs drain, between bytes, so
-every byte boundary is a chunk boundary somewhere."
+TEXT is encoded with CODING (default `utf-8').  The pauses let the
+engine read, and Emacs drain, between bytes, so every byte boundary
+is a chunk boundary somewhere."
   (mapconcat (lambda (byte)
                (format "printf '\\%03o'; sleep 0.002" byte))
-             (encode-coding-string text 'utf-8) "; "))
+             (encode-coding-string text (or coding 'utf-8)) "; "))
 
 ;;;; Filters and framing
 
@@ -271,7 +272,7 @@ process has ended and its sentinel has written its line."
                        (lambda () (insert "existing\ntext") (goto-char 3))
                        (lambda () (insert "existing\ntext"))
                        (lambda () (insert "narrowed text") (narrow-to-region 1 5) (goto-char 2))))
-    (let ((command '("sh" "-c" "printf 'one é\\n'; sleep 0.05; printf 'two\\n'; exit 1")))
+    (let ((command '("sh" "-c" "printf 'one é\\n'; sleep 0.002; printf 'two\\n'; exit 1")))
       (should (equal (fastrevert-process-test--buffer-run #'fastrevert-make-process command setup)
                      (fastrevert-process-test--buffer-run #'make-process command setup))))))
 
@@ -397,6 +398,45 @@ dd if=%s bs=9973 skip=$i count=1 2>/dev/null; sleep 0.001; done"
           (let ((same (string= (car ours) expected)))
             (should same)))))))
 
+(defconst fastrevert-process-test--multibyte-cases
+  '((japanese-shift-jis "aあ漢b\r\nｱ" unix)
+    (cp932 "aあ漢b" unix)
+    (euc-jp "aあ漢b\r\n" dos)
+    (euc-kr "a한국b" unix)
+    (big5 "a中文b" unix)
+    (gbk "a中文b" unix)
+    (utf-16le "a€😀b\r\n" dos)
+    (utf-16be "a€😀b" unix)
+    (utf-16 "a€😀b" unix)
+    (iso-2022-jp "aあ漢b\nc漢d" unix)
+    (iso-2022-7bit "aあé漢b" unix))
+  "Coding systems whose characters span several bytes, other than UTF-8,
+with text to print in them and the end-of-line conversion to read it with.")
+
+(ert-deftest fastrevert-process-multibyte-codings-split-at-every-byte-match-stock ()
+  "Each byte arrives on its own; filters and buffers get what stock gets."
+  (dolist (case fastrevert-process-test--multibyte-cases)
+    (let* ((coding (coding-system-change-eol-conversion (nth 0 case) (nth 2 case)))
+           (command (list "sh" "-c" (fastrevert-process-test--byte-by-byte
+                                     (nth 1 case) (nth 0 case)))))
+      (ert-info ((format "%s" coding))
+        ;; To a filter: the concatenated strings.
+        (let* ((stock-chunks nil)
+               (stock-done nil)
+               (stock (make-process :name "stock-split" :command command :noquery t
+                                    :connection-type 'pipe :coding coding
+                                    :filter (lambda (_p text) (push text stock-chunks))
+                                    :sentinel (lambda (_p _e) (setq stock-done t))))
+               (ours (fastrevert-process-test--finish
+                      (fastrevert-process-test--run :name "split" :coding coding
+                                                    :command command))))
+          (ignore stock)
+          (should (fastrevert-test-wait-for (lambda () stock-done) 30))
+          (should (equal (fastrevert-process-test--output ours)
+                         (apply #'concat (reverse stock-chunks)))))
+        ;; Into a buffer, by the default filter.
+        (fastrevert-process-test--same-as-stock command coding #'ignore)))))
+
 (ert-deftest fastrevert-process-buffer-holds-back-characters-split-across-ranges ()
   (dolist (case '((utf-8-unix "a€b😀c\r\né" "a€b😀c\r\né")
                   (utf-8-dos "one\r\ntwo€\r\n\r" "one\ntwo€\n\r")))
@@ -421,7 +461,7 @@ dd if=%s bs=9973 skip=$i count=1 2>/dev/null; sleep 0.001; done"
          command coding (lambda () (set-buffer-multibyte nil) nil))))))
 
 (ert-deftest fastrevert-process-buffer-markers-and-windows-match-stock ()
-  (let ((command '("sh" "-c" "printf 'one é\\n'; sleep 0.05; printf 'two\\n'")))
+  (let ((command '("sh" "-c" "printf 'one é\\n'; sleep 0.002; printf 'two\\n'")))
     (dolist (setup
              (list (lambda ()
                      (insert "before\n")
