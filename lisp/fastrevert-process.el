@@ -383,8 +383,10 @@ input from (nil means the null device).  DESTINATION is t (the
 current buffer), nil (discard), 0 (discard and do not wait), a buffer
 or buffer name, (:file FILE), or (REAL-DESTINATION STDERR-FILE) with
 STDERR-FILE nil (discard), t (mixed with the output) or a file name.
-DISPLAY is accepted and, as in batch use, output is not shown while
-it arrives.  ARGS are the program's arguments.
+DISPLAY non-nil means redisplay as output is inserted: the output is
+then inserted line by line as it arrives (in a coding system that
+needs no detection; otherwise at the end).  ARGS are the program's
+arguments.
 
 The output is decoded with `coding-system-for-read', or else what
 `process-coding-system-alist' or `default-process-coding-system'
@@ -426,7 +428,6 @@ This is `fastrevert-call-process' once a file name handler is ruled out."
                  (files (list (cons encoded-infile (cons "Opening process input file" infile))
                               (cons encoded-output (cons "Opening process output file" output-file))
                               (cons encoded-stderr (cons "Cannot redirect stderr" stderr)))))
-      (ignore display)
       (if (integerp buffer)
           (fastrevert--call-process-detached encoded-path argv env encoded-dir encoded-infile
                                              encoded-stderr files)
@@ -437,16 +438,18 @@ This is `fastrevert-call-process' once a file name handler is ruled out."
                               (lambda (fd beg end)
                                 (setq inserted t)
                                 (with-current-buffer buffer
-                                  (funcall insert fd beg end))))
+                                  (funcall insert fd beg end))
+                                (when display (redisplay))))
                              (encoded-output encoded-output)))
                ;; Standard error "mixed with the output" goes to the null
                ;; device when the output is discarded.
                (stderr-target (if (and (eq encoded-stderr t) (null stdout)) nil encoded-stderr))
                (result (fastrevert--mod-call-process
                         encoded-path argv env encoded-dir encoded-infile stdout stderr-target
-                        (if (fastrevert--call-process-streamable-p coding)
-                            fastrevert--call-process-chunk
-                          0))))
+                        (cond ((not (fastrevert--call-process-streamable-p coding)) 0)
+                              ;; Shown as it comes: every complete line.
+                              (display 1)
+                              (t fastrevert--call-process-chunk)))))
           (when (eq (car result) :error)
             (fastrevert--process-raise result files))
           (when (and buffer (not inserted))

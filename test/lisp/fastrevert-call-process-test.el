@@ -290,6 +290,36 @@ buffers, with detection, CRLF and invalid bytes."
                (let ((coding-system-for-read coding))
                  (funcall call "cat" nil t nil file))))))))))
 
+(ert-deftest fastrevert-call-process-display-redisplays-lines-as-they-arrive ()
+  "With DISPLAY, a line is in the buffer and redisplayed while the child runs.
+The child prints its second line only once the first has been
+redisplayed: redisplay creates the file it waits for."
+  (fastrevert-test-with-temp-dir dir
+    (let* ((go (expand-file-name "go" dir))
+           (script (format "printf 'one\\n'; i=0; while [ ! -e %s ] && [ $i -lt 1000 ]; do \
+sleep 0.01; i=$((i+1)); done; if [ -e %s ]; then printf 'two\\n'; else printf 'late\\n'; fi"
+                           go go))
+           (seen nil))
+      (cl-letf (((symbol-function 'redisplay)
+                 (lambda (&optional _force)
+                   (push (buffer-string) seen)
+                   (unless (file-exists-p go) (write-region "" nil go nil 'silent)))))
+        (with-temp-buffer
+          (let ((coding-system-for-read 'utf-8-unix))
+            (should (eql 0 (fastrevert-call-process "sh" nil t t "-c" script))))
+          (should (equal (buffer-string) "one\ntwo\n"))))
+      (should (equal (reverse seen) '("one\n" "one\ntwo\n")))
+      ;; Without DISPLAY nothing is redisplayed.
+      (setq seen nil)
+      (cl-letf (((symbol-function 'redisplay)
+                 (lambda (&optional _force) (push (buffer-string) seen))))
+        (with-temp-buffer
+          (fastrevert-call-process "sh" nil t nil "-c" "printf 'one\\n'; printf 'two\\n'")))
+      (should-not seen)))
+  ;; What is inserted is what stock inserts.
+  (fastrevert-call-process-test--same
+   (lambda (call) (funcall call "sh" nil t t "-c" "printf 'a\\nb'; sleep 0.1; printf 'c\\r\\nd\\n'"))))
+
 (ert-deftest fastrevert-call-process-waits-for-output-of-grandchildren ()
   "Like stock, the call ends when the output pipe closes, not when the child exits."
   (fastrevert-call-process-test--same
