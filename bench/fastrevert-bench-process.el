@@ -503,7 +503,11 @@ keep about a third of them live and drop the rest, then collect."
 
 (defun fastrevert-bench-process--buffer-rows (root)
   "Measure 50 MiB into a buffer with each method under ROOT.
-Return (LABEL TRIPLE) rows with mean triples."
+The runs are interleaved: each round runs every method once, stock
+`insert-file-contents' first, so that the machine's drift touches all
+methods alike.  Return (LABEL TRIPLE RATIO) rows: TRIPLE is the mean
+`benchmark-run' triple, RATIO the median over the rounds of the
+method's time divided by `insert-file-contents' time in that round."
   (let* ((size (fastrevert-bench-size :output-bytes))
          (runs (fastrevert-bench-size :output-runs))
          (file (expand-file-name "aged.txt" root))
@@ -528,47 +532,57 @@ Return (LABEL TRIPLE) rows with mean triples."
                             (lambda (_buffer)
                               (fastrevert-bench-process--call
                                #'fastrevert-call-process "cat" file)))))))
-         (rows nil))
+         ;; Label -> (TRIPLES RATIOS), newest first.
+         (results (mapcar (lambda (method) (list (car method) nil nil)) methods)))
     (fastrevert-bench--make-data-file file size)
     (unwind-protect
-        (dolist (method methods)
-          (fastrevert-bench--progress "buffer: %s" (car method))
-          (let* ((result (fastrevert-bench-measure-into-buffer runs size (cdr method)))
-                 (triples (plist-get result :triples))
-                 (n (float (length triples))))
-            (when (plist-get result :bad)
-              (fastrevert-bench--loud "SIZE MISMATCH: %s: %S" (car method)
-                                      (plist-get result :bad)))
-            (push (list (car method)
-                        (list (/ (apply #'+ (mapcar #'car triples)) n)
-                              (/ (apply #'+ (mapcar #'cadr triples)) n)
-                              (/ (apply #'+ (mapcar #'caddr triples)) n)))
-                  rows)))
+        (dotimes (round runs)
+          (fastrevert-bench--progress "buffer: round %d of %d" (1+ round) runs)
+          (let ((reference nil))
+            (dolist (method methods)
+              (let* ((result (fastrevert-bench-measure-into-buffer 1 size (cdr method)))
+                     (triple (car (plist-get result :triples)))
+                     (entry (assoc (car method) results)))
+                (when (plist-get result :bad)
+                  (fastrevert-bench--loud "SIZE MISMATCH: %s: %S" (car method)
+                                          (plist-get result :bad)))
+                (unless reference (setq reference (car triple)))
+                (push triple (nth 1 entry))
+                (when (> reference 0)
+                  (push (/ (car triple) reference) (nth 2 entry)))))))
       (delete-file file))
-    (nreverse rows)))
+    (mapcar (lambda (entry)
+              (let* ((triples (nth 1 entry))
+                     (n (float (length triples))))
+                (list (car entry)
+                      (list (/ (apply #'+ (mapcar #'car triples)) n)
+                            (/ (apply #'+ (mapcar #'cadr triples)) n)
+                            (/ (apply #'+ (mapcar #'caddr triples)) n))
+                      (and (nth 2 entry) (fastrevert-bench-process--median (nth 2 entry))))))
+            results)))
 
 (defun fastrevert-bench-process--print-buffer-rows (title rows &optional before)
   "Print the 50 MiB buffer ROWS under TITLE, with BEFORE for comparison."
-  (let ((baseline (cadr (assoc "stock insert-file-contents" rows))))
-    (fastrevert-bench--heading title)
-    (fastrevert-bench--out
-     "Means per run; x ifc = elapsed / stock insert-file-contents of the same \
-bytes.\n\n")
-    (fastrevert-bench--print-table
-     (append '("method" "elapsed s" "GCs" "GC s" "x ifc")
-             (and before '("before s" "after/before")))
-     (mapcar (lambda (row)
-               (let* ((triple (cadr row))
-                      (earlier (cadr (assoc (car row) before))))
-                 (append (list (car row)
-                               (fastrevert-bench--fmt "%.3f" (nth 0 triple))
-                               (fastrevert-bench--fmt "%.1f" (nth 1 triple))
-                               (fastrevert-bench--fmt "%.3f" (nth 2 triple))
-                               (fastrevert-bench-process--ratio-cell triple baseline))
-                         (and before
-                              (list (fastrevert-bench--fmt "%.3f" (car earlier))
-                                    (fastrevert-bench-process--ratio-cell triple earlier))))))
-             rows))))
+  (fastrevert-bench--heading title)
+  (fastrevert-bench--out
+   "Means per run over %d interleaved rounds; x ifc = the median over the rounds of
+elapsed / stock insert-file-contents of the same bytes in the same round.\n\n"
+   (fastrevert-bench-size :output-runs))
+  (fastrevert-bench--print-table
+   (append '("method" "elapsed s" "GCs" "GC s" "x ifc")
+           (and before '("before s" "after/before")))
+   (mapcar (lambda (row)
+             (let* ((triple (nth 1 row))
+                    (earlier (cadr (assoc (car row) before))))
+               (append (list (car row)
+                             (fastrevert-bench--fmt "%.3f" (nth 0 triple))
+                             (fastrevert-bench--fmt "%.1f" (nth 1 triple))
+                             (fastrevert-bench--fmt "%.3f" (nth 2 triple))
+                             (fastrevert-bench--fmt "%.2f" (nth 2 row)))
+                       (and before
+                            (list (fastrevert-bench--fmt "%.3f" (car earlier))
+                                  (fastrevert-bench-process--ratio-cell triple earlier))))))
+           rows)))
 
 ;;;; Entry point
 
