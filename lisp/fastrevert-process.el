@@ -185,7 +185,7 @@ executable), or a missing file."
           (fastrevert--process-file-error errno "Searching for program" program)))))
 
 (defvar fastrevert--environment-cache nil
-  "The last environment block made, as (COPY BLOCK DISPLAY-SET).
+  "The last environment block made, as (COPY BLOCK . DISPLAY-SET).
 COPY is a copy of the `process-environment' it was made from (the
 same strings, so comparing costs little), BLOCK its entries joined by
 NUL bytes, and DISPLAY-SET whether it defines DISPLAY.")
@@ -687,8 +687,9 @@ designating each graphic set, and whether SO is in effect."
 (defun fastrevert--iso-2022-cut (state bytes)
   "Return how many bytes at the end of BYTES must wait, in ISO 2022 STATE.
 STATE is the state at the start of BYTES.  An escape sequence not
-finished yet waits, and so does the first byte of a two-byte
-character when the set in use has two-byte characters."
+finished yet waits (a single shift with the character it shifts),
+and so does the first byte of a two-byte character when the set in
+use has two-byte characters."
   (let* ((len (length bytes))
          (escape (let ((at (max 0 (- len 4))) (found nil))
                    (while (< at len)
@@ -696,20 +697,24 @@ character when the set in use has two-byte characters."
                      (setq at (1+ at)))
                    found))
          (unfinished (and escape
-                          (not (string-match "\\`\e\\(?:\\$?[(-/]\\|\\$\\)?[0-~]"
-                                             (substring bytes escape))))))
+                          (let ((tail (substring bytes escape)))
+                            (or (not (string-match "\\`\e\\(?:\\$?[(-/]\\|\\$\\)?[0-~]" tail))
+                                (string-match "\\`\e[NO]\\'" tail))))))
     (if unfinished
         (- len escape)
-      ;; The graphic bytes after the last sequence or control character
-      ;; pair up when the set in use is a two-byte one.
-      (let* ((after (let ((at (1- len)))
-                      (while (and (>= at 0) (<= #x21 (aref bytes at) #x7E))
-                        (setq at (1- at)))
-                      (1+ at)))
-             (run (- len after))
-             (state (fastrevert--iso-2022-state state (substring bytes 0 after)))
-             (in-use (aref state (if (aref state 4) 1 0))))
-        (if (and in-use (eq (aref in-use 1) ?$) (cl-oddp run)) 1 0)))))
+      ;; The graphic bytes after the last designation or shift, and after
+      ;; the last control character, pair up when the set in use is a
+      ;; two-byte one.
+      (let ((sequence-end 0))
+        (while (string-match fastrevert--iso-2022-sequence bytes sequence-end)
+          (setq sequence-end (match-end 0)))
+        (let* ((after (let ((at (1- len)))
+                        (while (and (>= at sequence-end) (<= #x21 (aref bytes at) #x7E))
+                          (setq at (1- at)))
+                        (1+ at)))
+               (state (fastrevert--iso-2022-state state (substring bytes 0 after)))
+               (in-use (aref state (if (aref state 4) 1 0))))
+          (if (and in-use (eq (aref in-use 1) ?$) (cl-oddp (- len after))) 1 0))))))
 
 (defun fastrevert--process-decode (process stream data eof)
   "Return DATA, output of PROCESS on STREAM, decoded.

@@ -378,7 +378,7 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "CWD the encoded working directory.\n"
                  "INFILE is nil (/dev/null) or an encoded file name for stdin.\n"
                  "STDOUT is nil (/dev/null), an encoded file name, or a function\n"
-                 "INSERTER.  Output of up to 64 KiB is then handed over whole, once\n"
+                 "INSERTER.  Output of up to 1 KiB is then handed over whole, once\n"
                  "the child has closed its output, as (INSERTER BYTES nil nil) with\n"
                  "BYTES a unibyte string.  Longer output is copied into a memfd as it\n"
                  "arrives and INSERTER is called as (INSERTER FD BEG END) for each byte\n"
@@ -459,12 +459,13 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
     env.check();
   };
 
-  // Most children write little: their output reaches Lisp as one unibyte
-  // string, which costs less than a file to insert from.  Output that
-  // outgrows HEAD goes into a memfd, and Lisp inserts ranges of it with
-  // `insert-file-contents': Emacs decodes straight into the buffer gap,
-  // with no Lisp string, while the copy thread keeps reading the child.
-  constexpr std::size_t kStringLimit = 65536;
+  // Most children write little: up to kStringLimit bytes of output reach
+  // Lisp as one unibyte string, which costs less than a file to insert
+  // from.  Beyond that the strings would be garbage worth collecting, so
+  // output that outgrows HEAD goes into a memfd, and Lisp inserts ranges of
+  // it with `insert-file-contents': Emacs decodes straight into the buffer
+  // gap, with no Lisp string, while the copy thread keeps reading the child.
+  constexpr std::size_t kStringLimit = 1024;
   std::string head;
   OwnedFd output(-1);
   int memfd = -1;

@@ -413,6 +413,35 @@ dd if=%s bs=9973 skip=$i count=1 2>/dev/null; sleep 0.001; done"
   "Coding systems whose characters span several bytes, other than UTF-8,
 with text to print in them and the end-of-line conversion to read it with.")
 
+(defun fastrevert-process-test--decode-in-pieces (coding bytes cuts)
+  "Decode BYTES in CODING as process output cut at the offsets CUTS."
+  (let ((process (fastrevert--process-create :decoding coding))
+        (start 0)
+        (pieces nil))
+    (dolist (cut (append cuts (list (length bytes))))
+      (push (fastrevert--process-decode process 1 (substring bytes start cut)
+                                        (= cut (length bytes)))
+            pieces)
+      (setq start cut))
+    (apply #'concat (nreverse pieces))))
+
+(ert-deftest fastrevert-process-decode-gives-the-same-text-however-output-is-cut ()
+  "Cut at every offset, and into single bytes, output decodes as it does whole."
+  (dolist (case (append fastrevert-process-test--multibyte-cases
+                        '((iso-2022-jp "$B\x3042$(B \x6f22\n\x3042b" unix)
+                          (utf-8 "aé€😀b\r\n" dos)
+                          (latin-1 "café\r\n" dos))))
+    (let* ((coding (coding-system-change-eol-conversion (nth 0 case) (nth 2 case)))
+           (bytes (encode-coding-string (nth 1 case) (nth 0 case)))
+           (whole (decode-coding-string bytes coding)))
+      (ert-info ((format "%s %S" coding bytes))
+        (dotimes (cut (1+ (length bytes)))
+          (should (equal (fastrevert-process-test--decode-in-pieces coding bytes (list cut))
+                         whole)))
+        (should (equal (fastrevert-process-test--decode-in-pieces
+                        coding bytes (number-sequence 1 (1- (length bytes))))
+                       whole))))))
+
 (ert-deftest fastrevert-process-multibyte-codings-split-at-every-byte-match-stock ()
   "Each byte arrives on its own; filters and buffers get what stock gets."
   (dolist (case fastrevert-process-test--multibyte-cases)
