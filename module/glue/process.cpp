@@ -1,11 +1,12 @@
 // The process glue: `fastrevert-call-process' (a synchronous child whose
-// output lands in a memfd that Lisp then inserts with `insert-file-contents')
-// and `fastrevert-make-process' (asynchronous children run by the engine's
+// output reaches Lisp as a string when it is small, and otherwise lands in a
+// memfd that Lisp inserts with `insert-file-contents') and
+// `fastrevert-make-process' (asynchronous children run by the engine's
 // ProcessTable).
 //
-// Every function here runs on Emacs's main thread, except the copy thread of a
-// synchronous call with a large output, which only moves bytes from a pipe to
-// a memfd and never calls Emacs.  Children are spawned here,
+// Every function here runs on Emacs's main thread; the copy thread of a
+// synchronous call with a large output (core/copier.h) only moves bytes from
+// a pipe to a memfd and never calls Emacs.  Children are spawned here,
 // on the main thread, so that a spawn failure reaches Lisp synchronously; an
 // asynchronous child is then handed to the engine thread with a posted
 // `adopt' command, and from then on only the engine thread touches it.
@@ -16,7 +17,6 @@
 // what the stock primitives signal.
 #include <fcntl.h>
 #include <poll.h>
-#include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -29,7 +29,6 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <new>
 #include <optional>
 #include <string>
 #include <string_view>
