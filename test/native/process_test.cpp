@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <fstream>
 #include <cerrno>
 #include <chrono>
 #include <functional>
@@ -28,6 +29,7 @@
 
 using namespace fastrevert;
 
+using fastrevert::test::TempDir;
 using fastrevert::test::pattern_bytes;
 using fastrevert::test::shell;
 
@@ -454,13 +456,18 @@ TEST_CASE("process table pauses reading on request and loses nothing on resume",
 
 TEST_CASE("process table survives a child that exits without reading its stdin", "[process]") {
   EngineHarness harness;
-  SpawnSpec spec = shell("sleep 0.1; exit 9");
+  // The child exits, unread input queued, only once told to: a loaded
+  // machine must not let it go before the input is written.
+  TempDir dir;
+  std::string go = dir.file("go");
+  SpawnSpec spec = shell("while [ ! -e '" + go + "' ]; do sleep 0.01; done; exit 9");
   spec.stdin_mode = SpawnSpec::Stdin::pipe;
   harness.with_table([&](ProcessTable& table) {
     table.start(1, spec, {});
     CHECK(table.write_stdin(1, std::string(8u << 20, 's')));
     CHECK(table.queued_stdin_bytes(1) > 0);
   });
+  std::ofstream(go).put('\n');
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
   CHECK(WEXITSTATUS(harness.exit_of(1)->code) == 9);
 }
