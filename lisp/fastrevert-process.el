@@ -627,9 +627,18 @@ An odd byte, and a leading surrogate whose partner has not come."
          (whole (- len odd)))
     (if (< whole 2)
         odd
-      (let* ((big (not (eq (coding-system-get coding :endian) 'little)))
+      (let* ((big (fastrevert--utf-16-big-endian-p coding bytes))
              (high (aref bytes (if big (- whole 2) (1- whole)))))
         (if (= (logand high #xFC) #xD8) (+ odd 2) odd)))))
+
+(defun fastrevert--utf-16-big-endian-p (coding bytes)
+  "Return non-nil if BYTES, output in the UTF-16 CODING, are big-endian.
+A coding system that detects the byte order takes it from a byte
+order mark at the start of BYTES."
+  (let ((bom (coding-system-get coding :bom)))
+    (if (and (consp bom) (>= (length bytes) 2))
+        (not (and (eq (aref bytes 0) #xFF) (eq (aref bytes 1) #xFE)))
+      (not (eq (coding-system-get coding :endian) 'little)))))
 
 (defun fastrevert--process-held-back (coding bytes)
   "Return how many bytes at the end of BYTES must wait for more output.
@@ -650,7 +659,7 @@ here."
              (eql (coding-system-eol-type coding) 1)
              (let ((at (- len held cr)))
                (if (eq kind 'utf-16)
-                   (let ((big (not (eq (coding-system-get coding :endian) 'little))))
+                   (let ((big (fastrevert--utf-16-big-endian-p coding bytes)))
                      (and (eql (aref bytes (if big at (1+ at))) 0)
                           (eql (aref bytes (if big (1+ at) at)) ?\r)))
                  (eql (aref bytes at) ?\r))))
