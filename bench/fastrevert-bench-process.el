@@ -435,6 +435,26 @@ method's time divided by the C loop's time in the same round."
                      (and (cddr entry) (fastrevert-bench-process--median (cddr entry)))))
              results))))
 
+(defun fastrevert-bench-process--row-cells (rows before gc-format &optional extra)
+  "Return the table cells of ROWS, (LABEL TRIPLE RATIO) each.
+A row's cells are its label, the TRIPLE's elapsed seconds, GC count,
+formatted with GC-FORMAT, and GC seconds, the cells EXTRA returns
+for the TRIPLE, and RATIO; with BEFORE, the same rows measured
+earlier, then the earlier time and the after/before ratio."
+  (mapcar (lambda (row)
+            (let* ((triple (nth 1 row))
+                   (earlier (cadr (assoc (car row) before))))
+              (append (list (car row)
+                            (fastrevert-bench--fmt "%.3f" (nth 0 triple))
+                            (fastrevert-bench--fmt gc-format (nth 1 triple))
+                            (fastrevert-bench--fmt "%.3f" (nth 2 triple)))
+                      (and extra (funcall extra triple))
+                      (list (fastrevert-bench--fmt "%.2f" (nth 2 row)))
+                      (and before
+                           (list (fastrevert-bench--fmt "%.3f" (car earlier))
+                                 (fastrevert-bench-process--ratio-cell triple earlier))))))
+          rows))
+
 (defun fastrevert-bench-process--print-spawn-rows (title rows &optional before)
   "Print ROWS of `fastrevert-bench-process--spawn-rows' under TITLE.
 BEFORE, when given, are the same rows measured earlier: their time
@@ -450,19 +470,10 @@ over the rounds of elapsed / the C loop's elapsed in the same round (cbaseline.c
     (fastrevert-bench--print-table
      (append '("method" "elapsed s" "GCs" "GC s" "ms/process" "x C")
              (and before '("before s" "after/before")))
-     (mapcar (lambda (row)
-              (let* ((triple (nth 1 row))
-                     (earlier (cadr (assoc (car row) before))))
-                (append (list (car row)
-                              (fastrevert-bench--fmt "%.3f" (nth 0 triple))
-                              (fastrevert-bench--fmt "%d" (nth 1 triple))
-                              (fastrevert-bench--fmt "%.3f" (nth 2 triple))
-                              (fastrevert-bench--fmt "%.3f" (/ (* 1000 (nth 0 triple)) count))
-                              (fastrevert-bench--fmt "%.2f" (nth 2 row)))
-                        (and before
-                             (list (fastrevert-bench--fmt "%.3f" (car earlier))
-                                   (fastrevert-bench-process--ratio-cell triple earlier))))))
-             rows))))
+     (fastrevert-bench-process--row-cells
+      rows before "%d"
+      (lambda (triple)
+        (list (fastrevert-bench--fmt "%.3f" (/ (* 1000 (nth 0 triple)) count))))))))
 
 ;;;; Table 4: after aging
 
@@ -571,18 +582,7 @@ elapsed / stock insert-file-contents of the same bytes in the same round.\n\n"
   (fastrevert-bench--print-table
    (append '("method" "elapsed s" "GCs" "GC s" "x ifc")
            (and before '("before s" "after/before")))
-   (mapcar (lambda (row)
-             (let* ((triple (nth 1 row))
-                    (earlier (cadr (assoc (car row) before))))
-               (append (list (car row)
-                             (fastrevert-bench--fmt "%.3f" (nth 0 triple))
-                             (fastrevert-bench--fmt "%.1f" (nth 1 triple))
-                             (fastrevert-bench--fmt "%.3f" (nth 2 triple))
-                             (fastrevert-bench--fmt "%.2f" (nth 2 row)))
-                       (and before
-                            (list (fastrevert-bench--fmt "%.3f" (car earlier))
-                                  (fastrevert-bench-process--ratio-cell triple earlier))))))
-           rows)))
+   (fastrevert-bench-process--row-cells rows before "%.1f")))
 
 ;;;; Entry point
 

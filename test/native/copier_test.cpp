@@ -15,29 +15,9 @@
 
 using fastrevert::MemfdCopier;
 using fastrevert::test::pattern_bytes;
+using fastrevert::test::TestPipe;
 
 namespace {
-
-// A pipe whose read end is non-blocking, as a child's output pipe is.
-struct OutputPipe {
-  int read_fd = -1;
-  int write_fd = -1;
-  OutputPipe() {
-    int fds[2];
-    REQUIRE(pipe2(fds, O_CLOEXEC) == 0);
-    read_fd = fds[0];
-    write_fd = fds[1];
-    REQUIRE(fcntl(read_fd, F_SETFL, fcntl(read_fd, F_GETFL) | O_NONBLOCK) == 0);
-  }
-  ~OutputPipe() {
-    close(read_fd);
-    close_writer();
-  }
-  void close_writer() {
-    if (write_fd >= 0) close(write_fd);
-    write_fd = -1;
-  }
-};
 
 struct Memfd {
   int fd = memfd_create("fastrevert-copier-test", MFD_CLOEXEC);
@@ -94,16 +74,15 @@ TEST_CASE("MemfdCopier copies every byte in order, by splice and by read and pwr
   bool without_splice = GENERATE(false, true);
   INFO("without splice: " << without_splice);
   const std::string bytes = pattern_bytes(9 * 1024 * 1024 + 7, 42);
-  OutputPipe pipe;
+  TestPipe pipe;
   Memfd memfd;
   // Bytes already in the file stay, and the copy continues after them.
   const std::string head = "head";
   REQUIRE(pwrite(memfd.fd, head.data(), head.size(), 0) == static_cast<ssize_t>(head.size()));
   MemfdCopier::Options options;
   options.without_splice = without_splice;
-  MemfdCopier copier(pipe.read_fd, memfd.fd, head.size(), options);
-  int writer_fd = pipe.write_fd;
-  pipe.write_fd = -1;
+  MemfdCopier copier(pipe.read_end, memfd.fd, head.size(), options);
+  int writer_fd = pipe.release_writer();
   std::thread writer = write_then_close(writer_fd, bytes);
   std::uint64_t written = wait_until_done(copier);
   writer.join();
@@ -116,11 +95,10 @@ TEST_CASE("MemfdCopier copies every byte in order, by splice and by read and pwr
 TEST_CASE("MemfdCopier gives back the memory of released bytes and keeps the rest",
           "[copier]") {
   const std::string bytes = pattern_bytes(8 * 1024 * 1024, 7);
-  OutputPipe pipe;
+  TestPipe pipe;
   Memfd memfd;
-  MemfdCopier copier(pipe.read_fd, memfd.fd, 0);
-  int writer_fd = pipe.write_fd;
-  pipe.write_fd = -1;
+  MemfdCopier copier(pipe.read_end, memfd.fd, 0);
+  int writer_fd = pipe.release_writer();
   std::thread writer = write_then_close(writer_fd, bytes);
   REQUIRE(wait_until_done(copier) == bytes.size());
   writer.join();
@@ -151,10 +129,10 @@ TEST_CASE("MemfdCopier gives back the memory of released bytes and keeps the res
 }
 
 TEST_CASE("MemfdCopier stops without waiting for end of file", "[copier]") {
-  OutputPipe pipe;
+  TestPipe pipe;
   Memfd memfd;
-  MemfdCopier copier(pipe.read_fd, memfd.fd, 0);
-  REQUIRE(write(pipe.write_fd, "partial", 7) == 7);
+  MemfdCopier copier(pipe.read_end, memfd.fd, 0);
+  REQUIRE(write(pipe.write_end, "partial", 7) == 7);
   bool done = false;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   std::uint64_t written = 0;

@@ -23,30 +23,7 @@ using namespace fastrevert;
 
 using fastrevert::test::pattern_bytes;
 using fastrevert::test::shell;
-
-namespace {
-
-// A pipe whose read end is non-blocking, closed at scope exit.
-struct TestPipe {
-  int read_end = -1;
-  int write_end = -1;
-  TestPipe() {
-    int ends[2];
-    REQUIRE(pipe2(ends, O_CLOEXEC) == 0);
-    read_end = ends[0];
-    write_end = ends[1];
-    fcntl(read_end, F_SETFL, fcntl(read_end, F_GETFL) | O_NONBLOCK);
-  }
-  ~TestPipe() {
-    if (read_end >= 0) close(read_end);
-    if (write_end >= 0) close(write_end);
-  }
-  void write_all(const std::string& bytes) const {
-    REQUIRE(write(write_end, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
-  }
-};
-
-}  // namespace
+using fastrevert::test::TestPipe;
 
 TEST_CASE("adaptive reader doubles its read size while reads come back full, up to the cap",
           "[reader]") {

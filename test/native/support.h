@@ -1,7 +1,9 @@
 // Helpers shared by the native tests.
 #pragma once
 
+#include <fcntl.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstddef>
@@ -39,6 +41,35 @@ class TempDir {
 
  private:
   std::string path_;
+};
+
+// A pipe whose read end is non-blocking, as a child's output pipe is; both
+// ends are closed at scope exit unless released.
+struct TestPipe {
+  int read_end = -1;
+  int write_end = -1;
+  TestPipe() {
+    int ends[2];
+    REQUIRE(pipe2(ends, O_CLOEXEC) == 0);
+    read_end = ends[0];
+    write_end = ends[1];
+    fcntl(read_end, F_SETFL, fcntl(read_end, F_GETFL) | O_NONBLOCK);
+  }
+  ~TestPipe() {
+    if (read_end >= 0) close(read_end);
+    if (write_end >= 0) close(write_end);
+  }
+  TestPipe(const TestPipe&) = delete;
+  TestPipe& operator=(const TestPipe&) = delete;
+  void write_all(const std::string& bytes) const {
+    REQUIRE(write(write_end, bytes.data(), bytes.size()) == static_cast<ssize_t>(bytes.size()));
+  }
+  // Hands the write end over to the caller, who closes it.
+  int release_writer() {
+    int end = write_end;
+    write_end = -1;
+    return end;
+  }
 };
 
 // A child running SCRIPT under /bin/sh -c.
