@@ -430,6 +430,7 @@ with text to print in them and the end-of-line conversion to read it with.")
   (dolist (case (append fastrevert-process-test--multibyte-cases
                         '((iso-2022-jp "$B\x3042$(B \x6f22\n\x3042b" unix)
                           (utf-16le-with-signature "a€😀b\r\n" dos)
+                          (emacs-mule "aあ漢é€b\r\n" dos)
                           (utf-8 "aé€😀b\r\n" dos)
                           (latin-1 "café\r\n" dos))))
     (let* ((coding (coding-system-change-eol-conversion
