@@ -31,6 +31,7 @@ using namespace fastrevert;
 
 using fastrevert::test::TempDir;
 using fastrevert::test::pattern_bytes;
+using fastrevert::test::never_exiting;
 using fastrevert::test::shell;
 
 namespace {
@@ -130,13 +131,6 @@ class EngineHarness {
   std::unique_ptr<Engine> engine_;
   std::vector<Record> records_;
 };
-
-SpawnSpec never_exiting() {
-  SpawnSpec spec;
-  spec.program = "/bin/sleep";
-  spec.argv = {"sleep", "1000"};
-  return spec;
-}
 
 bool is_gone(pid_t pid) {
   errno = 0;

@@ -22,6 +22,7 @@
 using namespace fastrevert;
 
 using fastrevert::test::pattern_bytes;
+using fastrevert::test::never_exiting;
 using fastrevert::test::shell;
 using fastrevert::test::TestPipe;
 
@@ -169,10 +170,7 @@ TEST_CASE("run_to_completion returns the raw wait status of exit codes and signa
 }
 
 TEST_CASE("run_to_completion interrupts a never-ending child when asked to quit", "[reader]") {
-  SpawnSpec spec;
-  spec.program = "/bin/sleep";
-  spec.argv = {"sleep", "1000"};
-  Child child = spawn(spec);
+  Child child = spawn(never_exiting());
   pid_t pid = child.pid;
   auto start = std::chrono::steady_clock::now();
   int asked = 0;

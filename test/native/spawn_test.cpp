@@ -23,6 +23,7 @@
 using namespace fastrevert;
 
 using fastrevert::test::TempDir;
+using fastrevert::test::never_exiting;
 using fastrevert::test::shell;
 
 namespace {
@@ -338,10 +339,7 @@ TEST_CASE("first_executable picks the first executable non-directory like exec-p
 }
 
 TEST_CASE("kill_and_reap kills a running child and leaves no zombie", "[spawn]") {
-  SpawnSpec spec;
-  spec.program = "/bin/sleep";
-  spec.argv = {"sleep", "1000"};
-  Child child = spawn(spec);
+  Child child = spawn(never_exiting());
   pid_t pid = child.pid;
   int status = kill_and_reap(child);
   CHECK(WIFSIGNALED(status));

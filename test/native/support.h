@@ -72,6 +72,14 @@ struct TestPipe {
   }
 };
 
+// A child that runs until it is killed.
+inline SpawnSpec never_exiting() {
+  SpawnSpec spec;
+  spec.program = "/bin/sleep";
+  spec.argv = {"sleep", "1000"};
+  return spec;
+}
+
 // A child running SCRIPT under /bin/sh -c.
 inline SpawnSpec shell(const std::string& script) {
   SpawnSpec spec;
