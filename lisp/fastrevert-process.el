@@ -670,10 +670,12 @@ here."
   "\e\\(?:\\$?[(-/]\\|\\$\\)[0-~]\\|[\016\017]"
   "A designation or a locking shift of ISO 2022.")
 
-(defun fastrevert--iso-2022-state (state bytes)
+(defun fastrevert--iso-2022-scan (state bytes)
   "Return STATE updated by the designations and shifts in BYTES.
 STATE is a vector [G0 G1 G2 G3 SHIFTED]: the escape sequence last
-designating each graphic set, and whether SO is in effect."
+designating each graphic set, and whether SO is in effect.  The value
+is (NEW-STATE . END), END being where the last sequence in BYTES ends
+\(0 when there is none)."
   (let ((state (copy-sequence state))
         (start 0))
     (while (string-match fastrevert--iso-2022-sequence bytes start)
@@ -686,7 +688,7 @@ designating each graphic set, and whether SO is in effect."
                (let ((intermediate (cond ((not (eq (aref sequence 1) ?$)) (aref sequence 1))
                                          ((= (length sequence) 4) (aref sequence 2)))))
                  (aset state (if intermediate (% (- intermediate ?\() 4) 0) sequence))))))
-    state))
+    (cons state start)))
 
 (defun fastrevert--iso-2022-prefix (state)
   "Return the escape sequences that put a decoder in STATE."
@@ -694,11 +696,12 @@ designating each graphic set, and whether SO is in effect."
           (if (aref state 4) "\016" "")))
 
 (defun fastrevert--iso-2022-cut (state bytes)
-  "Return how many bytes at the end of BYTES must wait, in ISO 2022 STATE.
-STATE is the state at the start of BYTES.  An escape sequence not
-finished yet waits (a single shift with the character it shifts),
-and so does the first byte of a two-byte character when the set in
-use has two-byte characters."
+  "Return (HELD . NEW-STATE) for BYTES of output in ISO 2022 STATE.
+STATE is the state at the start of BYTES; HELD is how many bytes at
+their end must wait, and NEW-STATE the state after the others.  An
+escape sequence not finished yet waits (a single shift with the
+character it shifts), and so does the first byte of a two-byte
+character when the set in use has two-byte characters."
   (let* ((len (length bytes))
          (escape (let ((at (max 0 (- len 4))) (found nil))
                    (while (< at len)
@@ -710,20 +713,20 @@ use has two-byte characters."
                             (or (not (string-match "\\`\e\\(?:\\$?[(-/]\\|\\$\\)?[0-~]" tail))
                                 (string-match "\\`\e[NO]\\'" tail))))))
     (if unfinished
-        (- len escape)
+        (cons (- len escape) (car (fastrevert--iso-2022-scan state (substring bytes 0 escape))))
       ;; The graphic bytes after the last designation or shift, and after
       ;; the last control character, pair up when the set in use is a
-      ;; two-byte one.
-      (let ((sequence-end 0))
-        (while (string-match fastrevert--iso-2022-sequence bytes sequence-end)
-          (setq sequence-end (match-end 0)))
-        (let* ((after (let ((at (1- len)))
-                        (while (and (>= at sequence-end) (<= #x21 (aref bytes at) #x7E))
-                          (setq at (1- at)))
-                        (1+ at)))
-               (state (fastrevert--iso-2022-state state (substring bytes 0 after)))
-               (in-use (aref state (if (aref state 4) 1 0))))
-          (if (and in-use (eq (aref in-use 1) ?$) (cl-oddp (- len after))) 1 0))))))
+      ;; two-byte one.  No sequence follows them, so the state after all of
+      ;; BYTES is the state they are in.
+      (let* ((scan (fastrevert--iso-2022-scan state bytes))
+             (state (car scan))
+             (after (let ((at (1- len)))
+                      (while (and (>= at (cdr scan)) (<= #x21 (aref bytes at) #x7E))
+                        (setq at (1- at)))
+                      (1+ at)))
+             (in-use (aref state (if (aref state 4) 1 0))))
+        (cons (if (and in-use (eq (aref in-use 1) ?$) (cl-oddp (- len after))) 1 0)
+              state)))))
 
 (defun fastrevert--process-decode (process stream data eof)
   "Return DATA, output of PROCESS on STREAM, decoded.
@@ -732,25 +735,26 @@ batch, unless EOF; the coding system is then fixed to the one
 `undecided' detected, as Emacs does for a process.  For a stateful
 ISO 2022 coding, the designations and shifts in effect carry over."
   (let* ((cell (assq stream (fastrevert--process-tails process)))
-         (bytes (if (and cell (> (length (cdr cell)) 0)) (concat (cdr cell) data) data))
+         (all (if (and cell (> (length (cdr cell)) 0)) (concat (cdr cell) data) data))
          (coding (fastrevert--process-decoding process))
          (kind (fastrevert--process-split-kind coding))
          (state-cell (and (eq kind 'iso-2022) (assq stream (fastrevert--process-states process))))
          (state (if state-cell (cdr state-cell) (make-vector 5 nil)))
+         (cut (and (eq kind 'iso-2022) (not eof) (fastrevert--iso-2022-cut state all)))
          (held (cond (eof 0)
-                     ((eq kind 'iso-2022) (fastrevert--iso-2022-cut state bytes))
-                     (t (fastrevert--process-held-back coding bytes))))
+                     (cut (car cut))
+                     (t (fastrevert--process-held-back coding all))))
+         (bytes (if (> held 0) (substring all 0 (- held)) all))
          (text nil))
-    (when (> held 0)
-      (setq bytes (substring bytes 0 (- held))))
     (cond
      ((eq kind 'iso-2022)
       (setq text (decode-coding-string (concat (fastrevert--iso-2022-prefix state) bytes)
                                        coding t))
-      (let ((next (fastrevert--iso-2022-state state bytes)))
+      ;; At the end of output no state is needed any more.
+      (when cut
         (if state-cell
-            (setcdr state-cell next)
-          (push (cons stream next) (fastrevert--process-states process)))))
+            (setcdr state-cell (cdr cut))
+          (push (cons stream (cdr cut)) (fastrevert--process-states process)))))
      ((and (eq (coding-system-type coding) 'raw-text)
            (eql (coding-system-eol-type coding) 0))
       (setq text bytes))
@@ -772,11 +776,7 @@ ISO 2022 coding, the designations and shifts in effect carry over."
           (when (> raw 0)
             (setq text (substring text 0 (- raw))
                   held raw))))))
-    (let ((kept (and (> held 0)
-                     (let ((all (if (and cell (> (length (cdr cell)) 0))
-                                    (concat (cdr cell) data)
-                                  data)))
-                       (substring all (- held))))))
+    (let ((kept (and (> held 0) (substring all (- held)))))
       (if cell
           (setcdr cell kept)
         (when kept
