@@ -41,6 +41,8 @@
                   (program argv env cwd infile stdout stderr chunk))
 (declare-function fastrevert--mod-close-fd "fastrevert-module" (fd))
 (declare-function fastrevert--mod-memfd-release "fastrevert-module" (fd end close))
+(declare-function fastrevert--mod-memfd-read "fastrevert-module" (fd beg end))
+(declare-function fastrevert--mod-accessible-directory-p "fastrevert-module" (directory))
 (declare-function fastrevert--mod-process-start "fastrevert-module"
                   (id program argv env cwd stdin stdout stderr framing read-size))
 (declare-function fastrevert--mod-process-send "fastrevert-module" (id string))
@@ -78,15 +80,44 @@
   (signal (if (eq errno-name 'ENOENT) 'file-missing 'file-error)
           (list message (fastrevert--process-strerror errno-name) file)))
 
+(defvar fastrevert--directory-cache nil
+  "The last working directory worked out, as a vector.
+[DEFAULT-DIRECTORY HANDLERS CODING DIR ENCODED]: the first three are
+what DIR depends on (`default-directory', when it is absolute, the
+file name handlers and the file name coding).  ENCODED is DIR
+encoded when no file name handler applies to it, so that its check
+can be native; otherwise nil.")
+
 (defun fastrevert--process-directory ()
   "Return the child's working directory, checked, as `call-process' does.
 That is `default-directory', or \"~\" when a file name handler has no
 local equivalent, without a trailing slash.  Signal what stock
 signals when it is not an accessible directory."
-  (let* ((dir (or (unhandled-file-name-directory default-directory) "~"))
-         (dir (fastrevert--process-unquote
-               (directory-file-name (expand-file-name dir)))))
-    (unless (file-accessible-directory-p dir)
+  (let* ((coding (or file-name-coding-system default-file-name-coding-system))
+         (cache fastrevert--directory-cache)
+         (cache (if (and cache
+                         (eq (aref cache 1) file-name-handler-alist)
+                         (eq (aref cache 2) coding)
+                         (equal (aref cache 0) default-directory))
+                    cache
+                  (let* ((local (unhandled-file-name-directory default-directory))
+                         (dir (fastrevert--process-unquote
+                               (directory-file-name (expand-file-name (or local "~")))))
+                         (entry (vector (copy-sequence default-directory)
+                                        file-name-handler-alist coding dir
+                                        (and (not (find-file-name-handler
+                                                   dir 'file-accessible-directory-p))
+                                             (fastrevert--process-encode-file dir)))))
+                    ;; A relative name, or one resolved through a home
+                    ;; directory, depends on more: it is not kept.
+                    (when (and local (string-prefix-p "/" default-directory))
+                      (setq fastrevert--directory-cache entry))
+                    entry)))
+         (dir (aref cache 3))
+         (encoded (aref cache 4)))
+    (unless (if encoded
+                (fastrevert--mod-accessible-directory-p encoded)
+              (file-accessible-directory-p dir))
       (fastrevert--process-file-error
        (cond ((not (file-exists-p dir)) 'ENOENT)
              ((not (file-directory-p dir)) 'ENOTDIR)
@@ -509,9 +540,11 @@ Use the `fastrevert-process-*' functions rather than the slots."
   (states nil :documentation "Per stream, as (STREAM . STATE): the ISO 2022 state
 at the end of what was decoded, for a stateful ISO 2022 coding.")
   (memfd nil :documentation "The memfd that receives stdout, or nil.
-Set for a process with a buffer and no filter: its standard output
+For a process with a buffer and no filter, the engine makes one once
+the output is no longer small, and hands it over: its standard output
 is then inserted from there, by ranges.")
   (memfd-consumed 0 :documentation "How many bytes of MEMFD were delivered.")
+  (memfd-released 0 :documentation "How many bytes of MEMFD gave their memory back.")
   (memfd-end 0 :documentation "How many bytes the engine has written to MEMFD.")
   (memfd-tail "" :documentation "The last bytes written to MEMFD (up to 4).")
   (status 'run :documentation "One of `run', `exit' or `signal'.")
@@ -880,10 +913,18 @@ asks for the debugger, and the match data are preserved."
 
 (defun fastrevert--on-process-output (id code data)
   "Handle output DATA of engine process ID on stream CODE.
-CODE 3 means DATA tells how far the engine has written the process's
-memfd (see `fastrevert--process-memfd-ready')."
+CODE 4 hands over the process's memfd: DATA is the number of a
+descriptor of it, which is then the process's to close.  CODE 3 means
+DATA tells how far the engine has written that memfd (see
+`fastrevert--process-memfd-ready')."
   (let ((process (gethash id fastrevert--processes)))
-    (when process
+    (cond
+     ((eql code 4)
+      (let ((fd (string-to-number data)))
+        (if process
+            (setf (fastrevert--process-memfd process) fd)
+          (fastrevert--mod-close-fd fd))))
+     (process
       (if (eql code 3)
           (fastrevert--process-memfd-ready process data)
         (when (and (eql code 1) (fastrevert--process-memfd process))
@@ -891,7 +932,7 @@ memfd (see `fastrevert--process-memfd-ready')."
           ;; strings: what it wrote and Emacs has not delivered comes first.
           (fastrevert--process-memfd-to-tail process))
         (fastrevert--process-deliver process code
-                                     (fastrevert--process-decode process code data nil))))))
+                                     (fastrevert--process-decode process code data nil)))))))
 
 ;;;; Delivering output through a memfd
 
@@ -905,13 +946,15 @@ memfd (see `fastrevert--process-memfd-ready')."
 
 (defun fastrevert--process-memfd-bytes (fd beg end)
   "Return bytes [BEG, END) of the memfd FD as a unibyte string."
-  (with-temp-buffer
-    (set-buffer-multibyte nil)
-    (let ((file-name-handler-alist nil)
-          (after-insert-file-functions nil)
-          (format-alist nil))
-      (insert-file-contents-literally (fastrevert--process-memfd-file fd) nil beg end))
-    (buffer-string)))
+  (fastrevert--mod-memfd-read fd beg end))
+
+(defconst fastrevert--memfd-insert-threshold 4096
+  "Ranges of a memfd longer than this are inserted with `insert-file-contents'.
+Shorter ones are read as a string and decoded: for a few bytes that
+costs less than opening the file, and makes little garbage.")
+
+(defconst fastrevert--memfd-release-step (* 1024 1024)
+  "How many delivered bytes of a memfd wait before their memory is given back.")
 
 (defun fastrevert--process-insert-range (process fd beg end)
   "Insert bytes [BEG, END) of the memfd FD at point, decoded, before markers.
@@ -955,9 +998,11 @@ runs."
 The end of a character that has not arrived yet, and a carriage
 return that may begin a CRLF, wait for the next range, unless EOF.
 Into a live multibyte buffer, in a coding system whose unfinished
-characters the last bytes of the stream reveal, the bytes go straight
-from the memfd; otherwise (a unibyte or killed buffer, a multibyte
-coding system of another kind) they take the string road."
+characters the last bytes of the stream reveal, a range longer than
+`fastrevert--memfd-insert-threshold' goes straight from the memfd;
+otherwise (a short range, bytes held back from before, a unibyte or
+killed buffer, a multibyte coding system of another kind) the bytes
+take the string road."
   (let* ((fd (fastrevert--process-memfd process))
          (beg (fastrevert--process-memfd-consumed process))
          (written (fastrevert--process-memfd-end process))
@@ -975,6 +1020,10 @@ coding system of another kind) they take the string road."
              ;; The default filter drops output for a killed buffer.
              (fastrevert--process-count-output process))
             ((and direct
+                  (> (- end beg) fastrevert--memfd-insert-threshold)
+                  ;; Bytes held back from the strings before the memfd
+                  ;; took over must be decoded with the first range.
+                  (zerop (length (cdr (assq 1 (fastrevert--process-tails process)))))
                   (buffer-local-value 'enable-multibyte-characters buffer)
                   (not (fastrevert--process-filter process)))
              (fastrevert--process-count-output process)
@@ -986,9 +1035,12 @@ coding system of another kind) they take the string road."
               process 1 (fastrevert--process-decode
                          process 1 (fastrevert--process-memfd-bytes fd beg end)
                          (or eof direct)))))
-      ;; Give back the memory of what is delivered (on the engine thread);
+      ;; Give back the memory of what is delivered, a step at a time;
       ;; later offsets stay valid.
-      (fastrevert--mod-memfd-release fd end nil))))
+      (when (>= (- end (fastrevert--process-memfd-released process))
+                fastrevert--memfd-release-step)
+        (setf (fastrevert--process-memfd-released process) end)
+        (fastrevert--mod-memfd-release fd end nil)))))
 
 (defun fastrevert--process-memfd-ready (process data)
   "Deliver what the engine wrote to PROCESS's memfd, as DATA reports it.
@@ -1213,9 +1265,6 @@ a `fastrevert-process'.  The program is found through the variable
                     (max 4096 read-process-output-max))))
       (when (eq (car-safe result) :error)
         (fastrevert--process-raise result nil))
-      (when (consp result)
-        (setf (fastrevert--process-memfd process) (cdr result)
-              result (car result)))
       (setf (fastrevert--process-pid process) result)
       (puthash id process fastrevert--processes)
       (puthash (fastrevert--process-name process) process fastrevert--process-names)

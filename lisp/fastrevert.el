@@ -134,15 +134,9 @@ decoded here as UTF-8 for the kinds that carry text."
 
 (defun fastrevert--drain ()
   "Handle every result the engine has ready; return how many.
-The time spent counts in `fastrevert--main-thread-seconds', except
-when a handler exits non-locally (this runs for every batch, so it
-sets up no unwind handler)."
-  (let* ((start (float-time))
-         (handled (fastrevert--mod-drain #'fastrevert--dispatch)))
-    (when (> handled 0)
-      (setq fastrevert--main-thread-seconds
-            (+ fastrevert--main-thread-seconds (- (float-time) start))))
-    handled))
+The module counts the time spent (`:drain-ns' of its statistics),
+except when a handler exits non-locally."
+  (fastrevert--mod-drain #'fastrevert--dispatch))
 
 (defun fastrevert--wake-filter (_process _bytes)
   "Drain the engine when it writes its wake byte."
@@ -200,7 +194,8 @@ spent handling engine results."
     (setq stats (plist-put stats :reverts
                            (or (plist-get fastrevert--lisp-counters :reverts) 0)))
     (plist-put stats :main-thread-ms
-               (* 1000.0 fastrevert--main-thread-seconds))))
+               (+ (* 1000.0 fastrevert--main-thread-seconds)
+                  (/ (or (plist-get stats :drain-ns) 0) 1e6)))))
 
 ;;;; fastrevert-mode: auto-revert driven by the engine
 

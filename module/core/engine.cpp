@@ -31,9 +31,15 @@ Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
     prepare_wake_fd(wake_fd_);
     command_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (command_fd_ < 0) throw_errno("eventfd");
+    records_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (records_fd_ < 0) {
+      close(command_fd_);
+      throw_errno("eventfd");
+    }
     int status = uv_loop_init(&loop_);
     if (status < 0) {
       close(command_fd_);
+      close(records_fd_);
       throw SystemError(-status, "uv_loop_init");
     }
   } catch (...) {
@@ -46,6 +52,7 @@ Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
   if (status < 0) {
     uv_loop_close(&loop_);
     close(command_fd_);
+    close(records_fd_);
     close(wake_fd_);
     throw SystemError(-status, "uv_poll_init");
   }
@@ -61,6 +68,7 @@ Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
     uv_run(&loop_, UV_RUN_DEFAULT);
     uv_loop_close(&loop_);
     close(command_fd_);
+    close(records_fd_);
     close(wake_fd_);
     throw;
   }
@@ -107,20 +115,22 @@ bool Engine::stop_within(std::chrono::milliseconds timeout) {
   uv_loop_close(&loop_);
   close(command_fd_);
   std::lock_guard<std::mutex> lock(outbox_mutex_);
+  close(records_fd_);
+  records_fd_ = -1;
   close(wake_fd_);
   wake_fd_ = -1;
   joined_ = true;
   return true;
 }
 
-void Engine::emit(Record record) {
+void Engine::emit(Record record, Wake wake) {
   std::lock_guard<std::mutex> lock(outbox_mutex_);
   outbox_.push_back(std::move(record));
   stats_.records.fetch_add(1, std::memory_order_relaxed);
-  wake_locked();
+  wake_locked(wake);
 }
 
-void Engine::emit_coalesced(Record record) {
+void Engine::emit_coalesced(Record record, Wake wake) {
   std::lock_guard<std::mutex> lock(outbox_mutex_);
   StreamKey key{record.kind, record.id, record.code};
   auto open = open_streams_.find(key);
@@ -131,12 +141,29 @@ void Engine::emit_coalesced(Record record) {
   open_streams_.emplace(key, outbox_.size());
   outbox_.push_back(std::move(record));
   stats_.records.fetch_add(1, std::memory_order_relaxed);
-  wake_locked();
+  wake_locked(wake);
 }
 
-void Engine::wake_locked() {
+void Engine::wake_if_pending() {
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  if (!outbox_.empty()) wake_locked(Wake::yes);
+}
+
+bool Engine::watch_records(bool watching) {
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  records_watched_ = watching;
+  return !outbox_.empty();
+}
+
+void Engine::wake_locked(Wake wake) {
+  if (wake == Wake::no) return;
   // Without a waiter this costs no system call.
   outbox_filled_.notify_all();
+  if (records_watched_ && records_fd_ >= 0) {
+    std::uint64_t one = 1;
+    ssize_t ignored = write(records_fd_, &one, sizeof one);
+    (void)ignored;
+  }
   if (wake_pending_ || wake_fd_ < 0) return;
   wake_pending_ = true;
   char byte = '!';
@@ -170,7 +197,7 @@ void Engine::unread(std::deque<Record> records) {
   open_streams_.clear();
   // The drain that took these cleared the pending wake; ask for another so
   // the records are not left waiting for the next unrelated one.
-  wake_locked();
+  wake_locked(Wake::yes);
 }
 
 std::size_t Engine::pending() const {
@@ -180,6 +207,9 @@ std::size_t Engine::pending() const {
 
 bool Engine::wait_for_records(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(outbox_mutex_);
+  // A timed wait that has already expired still sleeps for the kernel's
+  // timer slack (50 us by default); a caller that only looks must not.
+  if (timeout <= std::chrono::milliseconds(0)) return !outbox_.empty();
   outbox_filled_.wait_for(lock, timeout, [this] {
     return !outbox_.empty() || stopping_.load(std::memory_order_acquire);
   });

@@ -59,6 +59,8 @@ struct Stats {
   std::atomic<std::uint64_t> overflows{0};
   std::atomic<std::uint64_t> processes{0};
   std::atomic<std::uint64_t> bytes_read{0};
+  // Nanoseconds the main thread spent handling drained records.
+  std::atomic<std::uint64_t> drain_ns{0};
 };
 
 class Engine;
@@ -106,16 +108,35 @@ class Engine {
 
   bool running() const noexcept { return !stopping_.load(std::memory_order_acquire); }
 
+  // Whether an emitted record wakes its consumers.  The main thread, when it
+  // emits records while it waits itself (see ProcessTable), has no one to
+  // wake: it drains them before it returns to Lisp.
+  enum class Wake : std::uint8_t { yes, no };
+
   // Any thread.  Appends RECORD to the outbox, writing a wake byte if the
   // outbox was empty and no wake is pending.
-  void emit(Record record);
+  void emit(Record record, Wake wake = Wake::yes);
 
   // Any thread.  Like emit(), but if the outbox still holds an undrained
   // record of the same kind, id and code, appends RECORD's data to it
   // instead, so a stream costs one record per drain however often it is
   // read.  Only the latest such record is extended, which keeps each stream
   // in order.
-  void emit_coalesced(Record record);
+  void emit_coalesced(Record record, Wake wake = Wake::yes);
+
+  // Main thread.  Writes a wake byte if records wait and none is pending:
+  // for records emitted with Wake::no that will not be drained at once.
+  void wake_if_pending();
+
+  // An eventfd that becomes readable when a record is emitted while the
+  // main thread watches it (see watch_records), for a main thread that
+  // polls descriptors of its own and must also learn of the engine's
+  // results.  The watcher reads it to reset it.
+  int records_fd() const noexcept { return records_fd_; }
+
+  // Main thread.  Starts or stops signalling records_fd() on every emitted
+  // record.  Starting returns whether records already wait.
+  bool watch_records(bool watching);
 
   // Main thread.  Takes every record in the outbox, in emission order.
   std::deque<Record> drain();
@@ -157,7 +178,7 @@ class Engine {
   void run_commands();
   // Signals waiters and writes a wake byte unless one is pending;
   // outbox_mutex_ must be held.
-  void wake_locked();
+  void wake_locked(Wake wake);
   void thread_main();
 
   uv_loop_t loop_{};
@@ -193,6 +214,9 @@ class Engine {
   std::condition_variable outbox_filled_;
   std::deque<Record> outbox_;
   bool wake_pending_ = false;
+  // Signalled on every record while records_watched_; see watch_records().
+  int records_fd_ = -1;
+  bool records_watched_ = false;
   // Index into outbox_ of the latest undrained record per (kind, id, code),
   // for emit_coalesced(); emptied whenever outbox_ is replaced.
   struct StreamKey {

@@ -1,6 +1,7 @@
 #include "core/process.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/nursery.h"
 
 namespace fastrevert {
 
@@ -34,10 +36,6 @@ void check_uv(int status, const char* function) {
   if (status < 0) throw SystemError(-status, function);
 }
 
-// Closes the memfd OPTIONS hand over, for the paths that never adopt it.
-void close_memfd(const ProcessTable::Options& options) noexcept {
-  if (options.stdout_memfd >= 0) close(options.stdout_memfd);
-}
 
 }  // namespace
 
@@ -60,9 +58,13 @@ struct ProcessTable::Stream {
   // capacity is reused between callbacks when a framer takes the bytes, or
   // when they go to the memfd.
   std::string raw;
-  // The file that receives the bytes instead of records (stdout only), or
-  // -1; memfd_size is how much of it is written, memfd_tail the last 4 bytes
-  // of the stream so far.
+  // Whether the bytes go to a memfd once more than the threshold was read
+  // (stdout only); bytes_read counts what was read so far.
+  bool memfd_wanted = false;
+  std::uint64_t bytes_read = 0;
+  // The file that receives the bytes instead of records, or -1; memfd_size
+  // is how much of it is written, memfd_tail the last 4 bytes of the stream
+  // so far.
   int memfd = -1;
   std::uint64_t memfd_size = 0;
   char memfd_tail[4] = {0, 0, 0, 0};
@@ -114,84 +116,113 @@ struct ProcessTable::Process {
   bool retired = false;
   // Handles initialized and whose close callback has not run yet.
   int open_handles = 0;
+  // Counted in Stats::processes (once, whichever table adopts it first).
+  bool counted = false;
 };
 
-ProcessTable::ProcessTable(Engine& engine)
-    : engine_(engine), read_scratch_(std::make_shared<ReadScratch>()) {}
+ProcessTable::ProcessTable(Engine& engine) : ProcessTable(engine, engine.loop(), Engine::Wake::yes) {}
+
+ProcessTable::ProcessTable(Engine& engine, uv_loop_t* loop, Engine::Wake wake)
+    : engine_(engine), loop_(loop), wake_(wake), read_scratch_(std::make_shared<ReadScratch>()) {}
 
 ProcessTable::~ProcessTable() = default;
 
 void ProcessTable::start(std::uint64_t id, const SpawnSpec& spec, const Options& options) {
-  if (processes_.count(id)) {
-    close_memfd(options);
-    throw std::invalid_argument("fastrevert: process id already in use");
-  }
-  Child child;
-  try {
-    child = spawn(spec);
-  } catch (...) {
-    close_memfd(options);
-    throw;
-  }
-  adopt(id, std::move(child), options);
+  if (processes_.count(id)) throw std::invalid_argument("fastrevert: process id already in use");
+  adopt(id, spawn(spec), options);
+}
+
+std::unique_ptr<ProcessTable::Process> ProcessTable::process_from_child(Child& child,
+                                                                      const Options& options) {
+  auto process = std::make_unique<Process>();
+  process->options = options;
+  process->pid = std::exchange(child.pid, -1);
+  process->out.fd = std::exchange(child.stdout_fd, -1);
+  process->err.fd = std::exchange(child.stderr_fd, -1);
+  process->stdin_fd = std::exchange(child.stdin_fd, -1);
+  process->pidfd = std::exchange(child.pidfd, -1);
+  process->out.memfd_wanted = options.stdout_to_memfd;
+  process->out.splice_failed = options.memfd_without_splice;
+  return process;
 }
 
 void ProcessTable::adopt(std::uint64_t id, Child child, const Options& options) {
-  if (shutting_down_) {
-    close_memfd(options);
-    kill_and_reap(child);
-    throw std::logic_error("fastrevert: the process table is shutting down");
-  }
-  if (processes_.count(id)) {
-    close_memfd(options);
-    kill_and_reap(child);
-    throw std::invalid_argument("fastrevert: process id already in use");
-  }
-  // Allocate everything that can fail before taking the child over, so that
-  // a failure here can still kill and reap it through CHILD.
-  Process* created = nullptr;
+  std::unique_ptr<Process> process;
   try {
-    auto owned = std::make_unique<Process>();
-    created = owned.get();
-    processes_.emplace(id, std::move(owned));
+    process = process_from_child(child, options);
   } catch (...) {
-    processes_.erase(id);
-    close_memfd(options);
     kill_and_reap(child);
     throw;
   }
-  Process& process = *created;
+  install(id, std::move(process));
+}
+
+void ProcessTable::adopt(std::uint64_t id, std::unique_ptr<ProcessHandover> handover) {
+  if (!handover || !handover->process_) throw std::invalid_argument("fastrevert: empty handover");
+  install(id, std::move(handover->process_));
+}
+
+void ProcessTable::adopt_or_report(std::uint64_t id, std::unique_ptr<ProcessHandover> handover) {
+  try {
+    adopt(id, std::move(handover));
+  } catch (const std::exception& error) {
+    // adopt() killed and reaped the child; tell its owner it is gone.
+    engine_.emit(Record{RecordKind::notice, id, 0, error.what()}, wake_);
+    engine_.emit(Record{RecordKind::process_exit, id, -1, {}}, wake_);
+  }
+}
+
+void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
+  if (shutting_down_) {
+    discard(*owned);
+    throw std::logic_error("fastrevert: the process table is shutting down");
+  }
+  if (processes_.count(id)) {
+    discard(*owned);
+    throw std::invalid_argument("fastrevert: process id already in use");
+  }
+  // The slot is made before the Process moves in, so that a failed
+  // allocation still leaves it here to discard.
+  try {
+    processes_.emplace(id, nullptr);
+  } catch (...) {
+    discard(*owned);
+    throw;
+  }
+  Process& process = *owned;
+  processes_[id] = std::move(owned);
   process.table = this;
   process.id = id;
-  process.options = options;
-  process.pid = std::exchange(child.pid, -1);
-  process.out.fd = std::exchange(child.stdout_fd, -1);
-  process.err.fd = std::exchange(child.stderr_fd, -1);
-  process.stdin_fd = std::exchange(child.stdin_fd, -1);
-  process.pidfd = std::exchange(child.pidfd, -1);
-  // From here on the memfd belongs to the stream, closed with it.
-  process.out.memfd = std::exchange(process.options.stdout_memfd, -1);
-  process.out.splice_failed = options.memfd_without_splice;
-  if (process.out.fd < 0) close_fd(process.out.memfd);
-  engine_.stats().processes.fetch_add(1, std::memory_order_relaxed);
+  if (!process.counted) {
+    process.counted = true;
+    engine_.stats().processes.fetch_add(1, std::memory_order_relaxed);
+  }
 
   try {
-    uv_loop_t* loop = engine_.loop();
     for (Stream* stream : {&process.out, &process.err}) {
       if (stream->fd < 0) continue;
-      Framing framing = stream == &process.out ? options.framing : options.stderr_framing;
-      stream->reader = std::make_unique<AdaptiveReader>(options.initial_read_size,
-                                                        options.max_read_size, read_scratch_);
-      if (framing != Framing::none) stream->framer = make_framer(framing);
-      check_uv(uv_poll_init(loop, &stream->poll, stream->fd), "uv_poll_init");
+      Framing framing =
+          stream == &process.out ? process.options.framing : process.options.stderr_framing;
+      if (!stream->reader) {
+        stream->reader = std::make_unique<AdaptiveReader>(process.options.initial_read_size,
+                                                          process.options.max_read_size,
+                                                          read_scratch_);
+      }
+      if (!stream->framer && framing != Framing::none) stream->framer = make_framer(framing);
+      if (!loop_) continue;
+      check_uv(uv_poll_init(loop_, &stream->poll, stream->fd), "uv_poll_init");
       stream->poll.data = &process;
       stream->poll_open = true;
       ++process.open_handles;
       check_uv(uv_poll_start(&stream->poll, UV_READABLE, &ProcessTable::on_stream_readable),
                "uv_poll_start");
     }
-    if (process.pidfd >= 0 && !options.poll_exit_with_waitpid) {
-      check_uv(uv_poll_init(loop, &process.exit_poll, process.pidfd), "uv_poll_init");
+    if (process.reaped) {
+      close_fd(process.pidfd);
+    } else if (!loop_) {
+      // Watched by the table's thread; see watched() and serve().
+    } else if (process.pidfd >= 0 && !process.options.poll_exit_with_waitpid) {
+      check_uv(uv_poll_init(loop_, &process.exit_poll, process.pidfd), "uv_poll_init");
       process.exit_poll.data = &process;
       process.exit_poll_open = true;
       ++process.open_handles;
@@ -199,7 +230,7 @@ void ProcessTable::adopt(std::uint64_t id, Child child, const Options& options) 
                "uv_poll_start");
     } else {
       close_fd(process.pidfd);
-      check_uv(uv_timer_init(loop, &process.exit_timer), "uv_timer_init");
+      check_uv(uv_timer_init(loop_, &process.exit_timer), "uv_timer_init");
       process.exit_timer.data = &process;
       process.exit_timer_open = true;
       ++process.open_handles;
@@ -210,15 +241,175 @@ void ProcessTable::adopt(std::uint64_t id, Child child, const Options& options) 
   } catch (...) {
     // Leave nothing behind: no child, no zombie, no descriptor, no handle.
     process.removed = true;
-    send_signal(process, SIGKILL);
-    int status;
-    while (waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
+    if (!process.reaped) {
+      send_signal(process, SIGKILL);
+      int status;
+      while (waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
+      }
+      process.reaped = true;
     }
-    process.reaped = true;
     retire(process);
     free_if_closed(process);
     throw;
   }
+  // A handed-over child may bring input still to write, or a close of its
+  // stdin still to do.
+  if (!process.stdin_queue.empty()) {
+    write_queued_stdin(process);
+  } else if (process.stdin_close_requested) {
+    close_stdin_now(process);
+  }
+  // Or it may be finished but for its exit record.
+  maybe_finish(process);
+}
+
+void ProcessTable::move_state(Process& from, Process& to) noexcept {
+  to.options = from.options;
+  to.pid = std::exchange(from.pid, -1);
+  to.counted = from.counted;
+  auto move_stream = [](Stream& source, Stream& target) {
+    target.fd = std::exchange(source.fd, -1);
+    target.reader = std::move(source.reader);
+    target.framer = std::move(source.framer);
+    target.broken_framing_reported = source.broken_framing_reported;
+    target.raw = std::move(source.raw);
+    source.raw.clear();
+    target.memfd_wanted = source.memfd_wanted;
+    target.bytes_read = source.bytes_read;
+    target.memfd = std::exchange(source.memfd, -1);
+    target.memfd_size = source.memfd_size;
+    std::memcpy(target.memfd_tail, source.memfd_tail, sizeof target.memfd_tail);
+    target.splice_failed = source.splice_failed;
+    target.pipe_grown = source.pipe_grown;
+  };
+  move_stream(from.out, to.out);
+  move_stream(from.err, to.err);
+  to.stdin_fd = std::exchange(from.stdin_fd, -1);
+  to.stdin_pipe_grown = from.stdin_pipe_grown;
+  to.stdin_queue = std::move(from.stdin_queue);
+  from.stdin_queue.clear();
+  to.stdin_front_offset = std::exchange(from.stdin_front_offset, 0);
+  to.stdin_queued_bytes = std::exchange(from.stdin_queued_bytes, 0);
+  to.stdin_close_requested = from.stdin_close_requested;
+  to.pidfd = std::exchange(from.pidfd, -1);
+  to.exit_poll_delay_ms = from.exit_poll_delay_ms;
+  to.reaped = from.reaped;
+  to.wait_status = from.wait_status;
+}
+
+void ProcessTable::discard(Process& process) noexcept {
+  if (!process.reaped && process.pid > 0) {
+    kill(process.options.signal_process_group ? -process.pid : process.pid, SIGKILL);
+    int status;
+    while (waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    process.reaped = true;
+  }
+  for (int* fd : {&process.out.fd, &process.err.fd, &process.out.memfd, &process.err.memfd,
+                  &process.stdin_fd, &process.pidfd}) {
+    close_fd(*fd);
+  }
+}
+
+std::unique_ptr<ProcessHandover> ProcessTable::hand_over(std::uint64_t id) {
+  auto found = processes_.find(id);
+  if (found == processes_.end()) return nullptr;
+  Process& old = *found->second;
+  std::unique_ptr<ProcessHandover> handover(new ProcessHandover());
+  handover->process_ = std::make_unique<Process>();
+  move_state(old, *handover->process_);
+  // What is left here is handles, closed now; the child is no longer this
+  // table's to signal, reap or report.
+  old.removed = true;
+  old.reaped = true;
+  stop_exit_watch(old);
+  retire(old);
+  free_if_closed(old);
+  return handover;
+}
+
+void ProcessTable::watched(std::vector<pollfd>& fds,
+                           std::vector<std::pair<std::uint64_t, Watch>>& owners) const {
+  for (const auto& entry : processes_) {
+    const Process& process = *entry.second;
+    auto add = [&](int fd, Watch what) {
+      if (fd < 0) return;
+      fds.push_back(pollfd{fd, POLLIN, 0});
+      owners.emplace_back(entry.first, what);
+    };
+    add(process.out.fd, Watch::out);
+    add(process.err.fd, Watch::err);
+    if (!process.reaped) add(process.pidfd, Watch::exit);
+  }
+}
+
+void ProcessTable::serve(const std::vector<pollfd>& fds,
+                         const std::vector<std::pair<std::uint64_t, Watch>>& owners) {
+  for (std::size_t i = 0; i < fds.size() && i < owners.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    // A child may have finished, and been freed, while an earlier event
+    // was served; and a descriptor it closed may have been reused.
+    auto found = processes_.find(owners[i].first);
+    if (found == processes_.end()) continue;
+    Process& process = *found->second;
+    switch (owners[i].second) {
+      case Watch::out:
+        if (process.out.fd == fds[i].fd) read_stream(process, process.out);
+        break;
+      case Watch::err:
+        if (process.err.fd == fds[i].fd) read_stream(process, process.err);
+        break;
+      case Watch::exit:
+        if (process.pidfd == fds[i].fd) try_reap(process);
+        break;
+    }
+  }
+  // Without a pidfd, an exit is only seen by looking.
+  std::vector<std::uint64_t> blind;
+  for (const auto& entry : processes_) {
+    if (entry.second->pidfd < 0 && !entry.second->reaped) blind.push_back(entry.first);
+  }
+  for (std::uint64_t id : blind) {
+    auto found = processes_.find(id);
+    if (found != processes_.end()) try_reap(*found->second);
+  }
+}
+
+std::vector<std::uint64_t> ProcessTable::ids() const {
+  std::vector<std::uint64_t> all;
+  all.reserve(processes_.size());
+  for (const auto& entry : processes_) all.push_back(entry.first);
+  return all;
+}
+
+void ProcessTable::attend(std::shared_ptr<Nursery> nursery) {
+  if (nursery_ || shutting_down_ || !nursery || !loop_) return;
+  check_uv(uv_poll_init(loop_, &nursery_poll_, nursery->timer_fd()), "uv_poll_init");
+  nursery_ = std::move(nursery);
+  nursery_poll_.data = this;
+  nursery_poll_open_ = true;
+  uv_poll_start(&nursery_poll_, UV_READABLE, &ProcessTable::on_nursery_due);
+}
+
+void ProcessTable::on_nursery_due(uv_poll_t* handle, int, int) {
+  auto& table = *static_cast<ProcessTable*>(handle->data);
+  table.nursery_->acknowledge();
+  for (auto& entry : table.nursery_->take_all()) {
+    table.adopt_or_report(entry.first, std::move(entry.second));
+  }
+}
+
+ProcessHandover::ProcessHandover(Child child, const ProcessTable::Options& options) {
+  try {
+    process_ = ProcessTable::process_from_child(child, options);
+  } catch (...) {
+    kill_and_reap(child);
+    throw;
+  }
+}
+
+ProcessHandover::~ProcessHandover() {
+  if (process_) ProcessTable::discard(*process_);
 }
 
 bool ProcessTable::write_stdin(std::uint64_t id, std::string data) {
@@ -291,6 +482,14 @@ std::size_t ProcessTable::queued_stdin_bytes(std::uint64_t id) const {
 
 void ProcessTable::shutdown() {
   shutting_down_ = true;
+  if (nursery_) {
+    // Children nobody adopted die with their handovers.
+    nursery_->take_all();
+    if (nursery_poll_open_) {
+      nursery_poll_open_ = false;
+      uv_close(reinterpret_cast<uv_handle_t*>(&nursery_poll_), nullptr);
+    }
+  }
   std::vector<Process*> all;
   for (auto& entry : processes_) all.push_back(entry.second.get());
   for (auto& entry : retiring_) all.push_back(entry.first);
@@ -350,7 +549,7 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
     // buffer, and are announced after every read rather than once per
     // callback: a range costs no allocation, coalesces with an undrained
     // one, and lets Emacs insert while the next reads run.
-    bool to_memfd = stream.memfd >= 0 && !stream.framer;
+    bool to_memfd = (stream.memfd >= 0 || start_memfd(process, stream)) && !stream.framer;
     if (to_memfd && !stream.splice_failed && !process.removed) {
       int spliced = splice_to_memfd(process, stream);
       if (spliced > 0) continue;
@@ -363,6 +562,7 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
     ReadResult result = to_memfd ? stream.reader->read(stream.fd)
                                  : stream.reader->read_append(stream.fd, stream.raw);
     if (result.status == ReadResult::Status::data) {
+      stream.bytes_read += result.bytes.size();
       engine_.stats().bytes_read.fetch_add(result.bytes.size(), std::memory_order_relaxed);
       if (to_memfd && !process.removed && !append_to_memfd(process, stream, result.bytes)) {
         stream.raw.append(result.bytes.data(), result.bytes.size());
@@ -397,12 +597,14 @@ void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
       stream.broken_framing_reported = true;
       engine_.emit(Record{RecordKind::notice, process.id, stream.code,
                           "fastrevert: process output framing failed (" + stream.framer->error() +
-                              "); passing the rest through raw"});
+                              "); passing the rest through raw"},
+                   wake_);
     }
   }
   if (chunk.empty() || process.removed) return;
   if (stream.memfd >= 0 && append_to_memfd(process, stream, chunk)) return;
-  engine_.emit_coalesced(Record{RecordKind::process_output, process.id, stream.code, std::move(chunk)});
+  engine_.emit_coalesced(
+      Record{RecordKind::process_output, process.id, stream.code, std::move(chunk)}, wake_);
 }
 
 int ProcessTable::splice_to_memfd(Process& process, Stream& stream) {
@@ -424,6 +626,7 @@ int ProcessTable::splice_to_memfd(Process& process, Stream& stream) {
     grow_pipe(stream.fd, pipe_max_size());
     stream.pipe_grown = true;
   }
+  stream.bytes_read += static_cast<std::uint64_t>(moved);
   engine_.stats().bytes_read.fetch_add(static_cast<std::uint64_t>(moved),
                                        std::memory_order_relaxed);
   char tail[4];
@@ -434,6 +637,31 @@ int ProcessTable::splice_to_memfd(Process& process, Stream& stream) {
   if (got != static_cast<ssize_t>(want)) std::memset(tail, 0, sizeof tail);
   announce_memfd(process, stream, std::string_view(tail, want), static_cast<std::uint64_t>(moved));
   return 1;
+}
+
+bool ProcessTable::start_memfd(Process& process, Stream& stream) {
+  if (!stream.memfd_wanted || stream.framer || process.removed ||
+      stream.bytes_read < process.options.memfd_threshold)
+    return false;
+  stream.memfd_wanted = false;
+  // What was read before goes out first, in order.
+  deliver(process, stream, false);
+  int memfd = memfd_create("fastrevert-process", MFD_CLOEXEC);
+  int theirs = memfd >= 0 ? fcntl(memfd, F_DUPFD_CLOEXEC, 0) : -1;
+  if (theirs < 0) {
+    int error = errno;
+    if (memfd >= 0) close(memfd);
+    engine_.emit(Record{RecordKind::notice, process.id, stream.code,
+                        std::string("fastrevert: cannot make a memfd for process output (") +
+                            std::strerror(error) + "); passing it as strings"},
+                 wake_);
+    return false;
+  }
+  stream.memfd = memfd;
+  engine_.emit(
+      Record{RecordKind::process_output, process.id, kStdoutMemfdCode, std::to_string(theirs)},
+      wake_);
+  return true;
 }
 
 bool ProcessTable::append_to_memfd(Process& process, Stream& stream, std::string_view bytes) {
@@ -449,7 +677,8 @@ bool ProcessTable::append_to_memfd(Process& process, Stream& stream, std::string
       // twice: all of BYTES goes out as a record.
       engine_.emit(Record{RecordKind::notice, process.id, stream.code,
                           std::string("fastrevert: cannot write process output to memory (") +
-                              std::strerror(error) + "); passing it as strings"});
+                              std::strerror(error) + "); passing it as strings"},
+                   wake_);
       return false;
     }
     done += static_cast<std::size_t>(written);
@@ -476,7 +705,7 @@ void ProcessTable::announce_memfd(Process& process, Stream& stream, std::string_
   }
   std::memcpy(&entry[8], stream.memfd_tail, sizeof stream.memfd_tail);
   engine_.emit_coalesced(
-      Record{RecordKind::process_output, process.id, kStdoutRangeCode, std::move(entry)});
+      Record{RecordKind::process_output, process.id, kStdoutRangeCode, std::move(entry)}, wake_);
 }
 
 void ProcessTable::close_stream(Process& process, Stream& stream) {
@@ -518,12 +747,15 @@ void ProcessTable::write_queued_stdin(Process& process) {
     if (process.stdin_close_requested) close_stdin_now(process);
     return;
   }
+  // Without a loop, the rest waits for the next table.
+  if (!loop_) return;
   if (!process.stdin_poll_open) {
-    int status = uv_poll_init(engine_.loop(), &process.stdin_poll, process.stdin_fd);
+    int status = uv_poll_init(loop_, &process.stdin_poll, process.stdin_fd);
     if (status < 0) {
       engine_.emit(
           Record{RecordKind::notice, process.id, 0,
-                 std::string("fastrevert: cannot watch process stdin: ") + uv_strerror(status)});
+                 std::string("fastrevert: cannot watch process stdin: ") + uv_strerror(status)},
+          wake_);
       close_stdin_now(process);
       return;
     }
@@ -590,7 +822,7 @@ void ProcessTable::maybe_finish(Process& process) {
   if (!process.reaped || process.out.fd >= 0 || process.err.fd >= 0) return;
   process.finished = true;
   if (!process.removed) {
-    engine_.emit(Record{RecordKind::process_exit, process.id, process.wait_status, {}});
+    engine_.emit(Record{RecordKind::process_exit, process.id, process.wait_status, {}}, wake_);
   }
   retire(process);
 }

@@ -1,10 +1,11 @@
 // The process table: asynchronous children whose output the engine reads.
 //
-// Every method runs on the engine thread (post a command to reach it).  The
-// table watches each child's stdout and stderr with uv_poll, its exit with a
-// uv_poll on its pidfd (or, on kernels without pidfd_open, a uv_timer that
-// calls waitpid(pid, WNOHANG) on that pid only), and feeds its stdin without
-// ever blocking.  It installs no signal handler and never waits on any pid but
+// Every method runs on the thread that runs the table: the engine thread for
+// the engine's table (post a command to reach it).  The table watches each
+// child's stdout and stderr with uv_poll, its exit with a uv_poll on its
+// pidfd (or, on kernels without pidfd_open, a uv_timer that calls
+// waitpid(pid, WNOHANG) on that pid only), and feeds its stdin without ever
+// blocking; a table without a loop leaves the watching to its thread.  It installs no signal handler and never waits on any pid but
 // its own children's, so Emacs keeps SIGCHLD and its own subprocesses.
 //
 // Records, per process ID:
@@ -18,21 +19,35 @@
 //   however small its writes, and a burst that outruns the reader arrives in
 //   large records.  Records go out with Engine::emit_coalesced, so a record
 //   the main thread has not drained yet is extended instead.
-// - process_output with code kStdoutRangeCode, instead of code 1, when
-//   Options::stdout_memfd is set: stdout's bytes (framed as Options say) are
-//   appended to that file, and the record says how far it is now written.
-//   Its data is one or more 12-byte entries, the newest last (coalescing
+// - With Options::stdout_to_memfd, once more than Options::memfd_threshold
+//   bytes of stdout were read, stdout goes to a memfd (an anonymous
+//   in-memory file) instead: first a process_output record with code
+//   kStdoutMemfdCode, whose data is the decimal number of a descriptor of
+//   that memfd that the consumer owns from then on; then, with code
+//   kStdoutRangeCode instead of code 1, records that say how far the memfd
+//   is written.  Bytes before the switch came as code 1 records; the memfd
+//   holds the stream from the switch on, at offset 0.  A range record's
+//   data is one or more 12-byte entries, the newest last (coalescing
 //   appends): the file's new size as 8 bytes little-endian, then the last 4
 //   bytes of the stream so far (zeros in front while it is shorter), so that
 //   the reader can tell an unfinished character at the end without reading
-//   the file.  If a write to the file fails, a notice says so and the rest
-//   of stdout comes as ordinary code 1 records.
+//   the file.  If the memfd cannot be made or written, a notice says so and
+//   the rest of stdout comes as ordinary code 1 records.  A small output
+//   thus never costs a file.
 // - process_exit (code: the raw wait status, or -1 when someone else reaped
 //   the child): exactly one, after both output pipes reached end of file (or
 //   were closed) and the child was reaped, so it follows all output.
 // A removed process emits nothing more.
+//
+// A table runs on one loop and one thread at a time.  The engine's table runs
+// on the engine thread; the main thread may run a table of its own while it
+// waits (see glue/process.cpp).  A child moves between them as a
+// ProcessHandover, which carries everything read and framed so far, so that
+// no byte is lost or reordered on the way; a Nursery holds handovers that
+// wait for the engine's table.
 #pragma once
 
+#include <poll.h>
 #include <sys/types.h>
 #include <uv.h>
 
@@ -43,6 +58,8 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "core/engine.h"
 #include "core/framing.h"
@@ -50,6 +67,9 @@
 #include "core/spawn.h"
 
 namespace fastrevert {
+
+class Nursery;
+class ProcessHandover;
 
 class ProcessTable : public Service {
  public:
@@ -67,24 +87,45 @@ class ProcessTable : public Service {
     // Watch the exit with the waitpid timer even when a pidfd exists.  For
     // tests of the fallback path.
     bool poll_exit_with_waitpid = false;
-    // When >= 0, a file (a memfd) that receives stdout instead of records,
-    // see above.  The table owns it from the call to start() or adopt() on,
-    // whether that succeeds or throws, and closes it once stdout has reached
-    // end of file or the process is removed; the caller keeps a descriptor
-    // of its own (a dup) to read it.  Writes go at explicit offsets, so the
-    // shared file offset is never used.
-    int stdout_memfd = -1;
+    // Unframed stdout goes to a memfd once more than memfd_threshold bytes
+    // of it were read, see above.  The table closes its own descriptor of
+    // the memfd once stdout has reached end of file or the process is
+    // removed.  Writes go at explicit offsets, so the shared file offset is
+    // never used.
+    bool stdout_to_memfd = false;
+    std::size_t memfd_threshold = 0;
     // Fill the memfd with read and pwrite from the start, as after a failed
     // splice.  For tests of that path.
     bool memfd_without_splice = false;
   };
 
-  // The record code of stdout ranges written to Options::stdout_memfd.
+  // The record code that hands the consumer its descriptor of the memfd.
+  static constexpr int kStdoutMemfdCode = 4;
+  // The record code of stdout ranges written to the memfd.
   static constexpr int kStdoutRangeCode = 3;
   // The size of one entry of such a record's data.
   static constexpr std::size_t kRangeEntrySize = 12;
 
+  // The engine's table: on the engine's loop, its records wake Emacs.
   explicit ProcessTable(Engine& engine);
+  // A table on LOOP, run by whichever thread runs LOOP, whose records go to
+  // ENGINE's outbox; WAKE says whether they wake the consumer (see
+  // Engine::Wake).  With LOOP null the table has no loop and no handle: its
+  // thread polls the descriptors that watched() names and hands what is
+  // ready to serve().  Such a table writes a child's queued input only as
+  // far as the pipe takes it at once; the rest waits for the next table.
+  ProcessTable(Engine& engine, uv_loop_t* loop, Engine::Wake wake);
+
+  // What a descriptor of a table without a loop stands for.
+  enum class Watch : std::uint8_t { out, err, exit };
+  // Appends to FDS a pollfd (POLLIN) for every descriptor of the table's
+  // children that waits for an event, and to OWNERS who it is for.
+  void watched(std::vector<pollfd>& fds,
+               std::vector<std::pair<std::uint64_t, Watch>>& owners) const;
+  // Serves the events poll(2) reported in FDS, as watched() filled them and
+  // OWNERS.  A child without a pidfd is looked at each time.
+  void serve(const std::vector<pollfd>& fds,
+             const std::vector<std::pair<std::uint64_t, Watch>>& owners);
   ~ProcessTable() override;
 
   ProcessTable(const ProcessTable&) = delete;
@@ -92,7 +133,7 @@ class ProcessTable : public Service {
 
   // Spawns SPEC and adopts the child as ID.  Throws SystemError when the
   // spawn fails (nothing is recorded then), or std::invalid_argument when ID
-  // is in use.  Either way OPTIONS.stdout_memfd is closed.
+  // is in use.
   void start(std::uint64_t id, const SpawnSpec& spec, const Options& options);
 
   // Takes over CHILD, already spawned (for example by the main thread, so
@@ -101,6 +142,26 @@ class ProcessTable : public Service {
   // when ID is in use, or std::logic_error after shutdown(), having killed
   // and reaped CHILD, so that nothing leaks.
   void adopt(std::uint64_t id, Child child, const Options& options);
+
+  // Takes over the child in HANDOVER as ID, going on from where its last
+  // table left it.  On failure throws as adopt() above, having killed and
+  // reaped the child.
+  void adopt(std::uint64_t id, std::unique_ptr<ProcessHandover> handover);
+
+  // Like adopt(), but reports a failure as records instead of throwing: a
+  // notice, then the child's process_exit with code -1, so that its owner
+  // learns that it is gone.
+  void adopt_or_report(std::uint64_t id, std::unique_ptr<ProcessHandover> handover);
+
+  // Takes ID out of the table, alive and with all it has not yet emitted
+  // (framed bytes held back, its stdin queue, whether it was reaped), for
+  // another table to adopt.  Reading resumes there, even if set_reading()
+  // stopped it here.  Returns nullptr when ID is unknown.
+  std::unique_ptr<ProcessHandover> hand_over(std::uint64_t id);
+
+  // From now on, adopts NURSERY's children whenever its timer is due.
+  // Shutting down kills and reaps those still waiting.
+  void attend(std::shared_ptr<Nursery> nursery);
 
   // Queues DATA for the child's stdin and writes what the pipe takes now; the
   // rest goes out as the child reads.  Never blocks.  Returns false (dropping
@@ -130,6 +191,8 @@ class ProcessTable : public Service {
   bool contains(std::uint64_t id) const { return processes_.count(id) != 0; }
   // The number of processes in the table.
   std::size_t size() const noexcept { return processes_.size(); }
+  // The ids in the table.
+  std::vector<std::uint64_t> ids() const;
   // The child's pid (for `process-id'), or -1 when ID is unknown.
   pid_t pid(std::uint64_t id) const;
   // The number of stdin bytes queued for ID, or 0.
@@ -148,9 +211,25 @@ class ProcessTable : public Service {
   static void on_pidfd_readable(uv_poll_t* handle, int status, int events);
   static void on_exit_timer(uv_timer_t* handle);
   static void on_handle_closed(uv_handle_t* handle);
+  static void on_nursery_due(uv_poll_t* handle, int status, int events);
+
+  friend class ProcessHandover;
+  // A Process for CHILD, which gives it its descriptors, with no handle yet.
+  static std::unique_ptr<Process> process_from_child(Child& child, const Options& options);
+  // Moves the child and all state but the handles from FROM to TO.
+  static void move_state(Process& from, Process& to) noexcept;
+  // Kills and reaps the child of a Process that no table runs, and closes its
+  // descriptors.
+  static void discard(Process& process) noexcept;
+  // Puts PROCESS in the table as ID and starts watching it.
+  void install(std::uint64_t id, std::unique_ptr<Process> owned);
 
   void read_stream(Process& process, Stream& stream);
   void deliver(Process& process, Stream& stream, bool at_eof);
+  // Makes STREAM's memfd once more than the threshold was read, having
+  // delivered what was read before, and hands the consumer its descriptor.
+  // Returns whether the stream now writes to a memfd.
+  bool start_memfd(Process& process, Stream& stream);
   // Appends BYTES to STREAM's memfd and emits the range record.  Returns
   // false, having closed the memfd and emitted a notice, when the write
   // fails; BYTES must then go out as an ordinary record.
@@ -178,6 +257,8 @@ class ProcessTable : public Service {
   void free_if_closed(Process& process);
 
   Engine& engine_;
+  uv_loop_t* loop_;
+  Engine::Wake wake_;
   // One scratch buffer for every stream's reads: the engine thread reads one
   // stream at a time and copies the bytes out before the next read.
   std::shared_ptr<ReadScratch> read_scratch_;
@@ -187,6 +268,28 @@ class ProcessTable : public Service {
   // (or, once removed, a child not yet reaped).  Engine thread only.
   std::unordered_map<Process*, std::unique_ptr<Process>> retiring_;
   bool shutting_down_ = false;
+  // The nursery attended, and the poll on its timer.
+  std::shared_ptr<Nursery> nursery_;
+  uv_poll_t nursery_poll_{};
+  bool nursery_poll_open_ = false;
+};
+
+// A child between tables (see above): made from a freshly spawned Child, or
+// by ProcessTable::hand_over().  Destroying one that no table adopted kills
+// and reaps its child and closes its descriptors.
+class ProcessHandover {
+ public:
+  // Takes CHILD's descriptors, whatever happens.
+  ProcessHandover(Child child, const ProcessTable::Options& options);
+  ~ProcessHandover();
+
+  ProcessHandover(const ProcessHandover&) = delete;
+  ProcessHandover& operator=(const ProcessHandover&) = delete;
+
+ private:
+  friend class ProcessTable;
+  ProcessHandover() = default;
+  std::unique_ptr<ProcessTable::Process> process_;
 };
 
 }  // namespace fastrevert

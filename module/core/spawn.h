@@ -13,6 +13,7 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,8 +31,9 @@ struct SpawnSpec {
   // { program }.
   std::vector<std::string> argv;
   // The child's whole environment as "NAME=VALUE" strings (Emacs passes
-  // `process-environment').  std::nullopt inherits the caller's environ.
-  std::optional<std::vector<std::string>> env;
+  // `process-environment').  Null inherits the caller's environ.  Shared, so
+  // that a caller starting many children builds it once.
+  std::shared_ptr<const std::vector<std::string>> env;
   // The child's working directory; empty keeps the caller's.
   std::string cwd;
 

@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -76,6 +77,12 @@ FASTREVERT_DEFUN("fastrevert--mod-start", mod_start, 1, 1,
   int wake_fd = env.raw()->open_channel(env.raw(), args[0]);
   env.check();
   running_engine = std::make_unique<Engine>(wake_fd);
+  try {
+    processes_attach(*running_engine);
+  } catch (...) {
+    running_engine.reset();
+    throw;
+  }
   return env.t();
 }
 
@@ -88,6 +95,7 @@ FASTREVERT_DEFUN("fastrevert--mod-stop", mod_stop, 0, 1,
   if (!running_engine) return env.nil();
   auto timeout = std::chrono::milliseconds::max();
   if (nargs > 0 && env.truthy(args[0])) timeout = env.to_duration(args[0]);
+  processes_detach();
   if (!running_engine->stop_within(timeout)) {
     // The detached thread still uses the engine, so it must outlive this
     // call; it is left to the end of the process.
@@ -109,10 +117,14 @@ FASTREVERT_DEFUN("fastrevert--mod-wait", mod_wait, 1, 1,
                  "nil when the time ran out, the engine is not running, or the user\n"
                  "quit; a quit is then signalled as this function returns.  The wait\n"
                  "happens here, not in Emacs's event loop: no timer or process filter\n"
-                 "runs meanwhile, so callers keep SECONDS short.\n\n(fn SECONDS)") {
+                 "runs meanwhile, so callers keep SECONDS short.  Children of\n"
+                 "`fastrevert--mod-process-start' that the engine has not adopted yet\n"
+                 "are read and reaped by this thread while it waits.\n\n(fn SECONDS)") {
   std::chrono::milliseconds timeout = env.to_duration(args[0]);
   Engine* current = engine_if_running();
   if (current == nullptr) return env.nil();
+  // Children not yet adopted by the engine are served right here.
+  if (std::optional<bool> served = serve_children(env, timeout)) return env.boolean(*served);
   // Quit is checked between slices, so C-g is seen within one.
   constexpr std::chrono::milliseconds kSlice(10);
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -134,6 +146,7 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
                  "handling stay queued and the exit propagates.\n\n(fn HANDLER)") {
   Engine* current = engine_if_running();
   if (current == nullptr) return env.integer(0);
+  auto start = std::chrono::steady_clock::now();
   std::deque<Record> records = current->drain();
   std::int64_t handled = 0;
   try {
@@ -150,6 +163,13 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
   } catch (const PendingExit&) {
     current->unread(std::move(records));
     throw;
+  }
+  if (handled > 0) {
+    auto spent = std::chrono::steady_clock::now() - start;
+    current->stats().drain_ns.fetch_add(
+        static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count()),
+        std::memory_order_relaxed);
   }
   return env.integer(handled);
 }
@@ -185,7 +205,8 @@ FASTREVERT_DEFUN("fastrevert--mod-stats", mod_stats, 0, 0,
                    env.intern(":commands"), count(stats.commands),
                    env.intern(":records"), count(stats.records),
                    env.intern(":wakes"), count(stats.wakes),
-                   env.intern(":drains"), count(stats.drains)});
+                   env.intern(":drains"), count(stats.drains),
+                   env.intern(":drain-ns"), count(stats.drain_ns)});
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-test-throw", mod_test_throw, 1, 1,

@@ -7,9 +7,17 @@
 // Every function here runs on Emacs's main thread; the copy thread of a
 // synchronous call with a large output (core/copier.h) only moves bytes from
 // a pipe to a memfd and never calls Emacs.  Children are spawned here,
-// on the main thread, so that a spawn failure reaches Lisp synchronously; an
-// asynchronous child is then handed to the engine thread with a posted
-// `adopt' command, and from then on only the engine thread touches it.
+// on the main thread, so that a spawn failure reaches Lisp synchronously.
+//
+// An asynchronous child then waits in the nursery (core/nursery.h).  When
+// Lisp waits for output (`fastrevert--mod-wait'), the main thread takes the
+// nursery's children into a process table of its own and serves them while
+// it waits: a short-lived child is read and reaped there, and its output and
+// exit reach Lisp without crossing threads.  Children still running when the
+// wait ends go back to the nursery.  The engine adopts every child that
+// stays in the nursery for kAdoptionDelay, and, before any command for a
+// child is posted, the child is handed to it first; from then on only the
+// engine thread touches it.
 //
 // Policy (which coding system, which buffer, which error to signal) lives in
 // lisp/fastrevert-process.el.  These functions take file names and arguments
@@ -19,9 +27,11 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cctype>
 #include <cerrno>
 #include <chrono>
@@ -40,6 +50,7 @@
 #include "core/engine.h"
 #include "core/errors.h"
 #include "core/framing.h"
+#include "core/nursery.h"
 #include "core/process.h"
 #include "core/reader.h"
 #include "core/spawn.h"
@@ -180,33 +191,52 @@ Framing framing_arg(Env& env, emacs_value value) {
   env.signal("wrong-type-argument", env.list({env.intern("fastrevert-framing-p"), value}));
 }
 
-// The entries of the Lisp list VALUE, whose strings each hold one or more
-// "NAME=VALUE" entries separated by NUL bytes, in order.
-std::vector<std::string> environment_entries(Env& env, emacs_value value) {
+// The child's environment from the Lisp list VALUE, whose strings each hold
+// one or more "NAME=VALUE" entries separated by NUL bytes, in
+// `process-environment' order.  The last one made is kept: a run of
+// children in the same environment costs one comparison each.
+std::shared_ptr<const std::vector<std::string>> environment_from(Env& env, emacs_value value) {
+  static std::string last_key;
+  static std::shared_ptr<const std::vector<std::string>> last_environment;
   emacs_value car = env.intern("car-safe");
   emacs_value cdr = env.intern("cdr-safe");
-  std::vector<std::string> entries;
+  // Each string, preceded by its length, so that no two lists share a key.
+  std::string key;
   for (;;) {
     emacs_value item = env.funcall(car, {value});
     if (!env.is_string(item)) break;
     std::string block = string_bytes(env, item);
+    key += std::to_string(block.size());
+    key += ':';
+    key += block;
+    value = env.funcall(cdr, {value});
+  }
+  if (last_environment && key == last_key) return last_environment;
+  std::vector<std::string> entries;
+  std::size_t at = 0;
+  while (at < key.size()) {
+    std::size_t colon = key.find(':', at);
+    std::size_t size = std::stoul(key.substr(at, colon - at));
+    std::string_view block(key.data() + colon + 1, size);
     std::size_t start = 0;
     for (;;) {
       std::size_t end = block.find('\0', start);
-      entries.emplace_back(block, start, end == std::string::npos ? end : end - start);
-      if (end == std::string::npos) break;
+      entries.emplace_back(block.substr(start, end == std::string_view::npos ? end : end - start));
+      if (end == std::string_view::npos) break;
       start = end + 1;
     }
-    value = env.funcall(cdr, {value});
+    at = colon + 1 + size;
   }
-  return entries;
+  last_environment = std::make_shared<const std::vector<std::string>>(child_environment(entries));
+  last_key = std::move(key);
+  return last_environment;
 }
 
 // Fills the common part of SPEC from PROGRAM ARGV ENV CWD.
 void fill_spec(Env& env, emacs_value* args, SpawnSpec& spec) {
   spec.program = string_bytes(env, args[0]);
   spec.argv = string_vector(env, args[1]);
-  spec.env = child_environment(environment_entries(env, args[2]));
+  spec.env = environment_from(env, args[2]);
   spec.cwd = string_bytes(env, args[3]);
 }
 
@@ -366,7 +396,136 @@ emacs_value finish_call(Env& env, Child& child, std::uint64_t written,
   return how_it_ended(env, status);
 }
 
+// How many bytes of a child's output go to Lisp as strings before a memfd
+// takes over (see core/process.h): a small output is cheaper as a string
+// than as a file, and a large one makes no garbage through the file.
+constexpr std::size_t kMemfdThreshold = 16384;
+
+// How long a child may wait in the nursery before the engine adopts it: long
+// enough for Lisp to get from `fastrevert-make-process' to its first wait,
+// short enough that the output of a child nobody waits for is read at once.
+constexpr std::chrono::microseconds kAdoptionDelay(2000);
+
+// How long a wait that has results for Lisp goes on serving children that
+// are still running: a child that has just written its output is usually
+// about to exit, and its exit then comes with the same return to Lisp
+// instead of another round.  Only children that were never sent anything
+// wait this way (a command hands a child to the engine for good), and the
+// wait's own deadline still ends it.
+constexpr std::chrono::microseconds kLinger(3000);
+
+// The nursery, and the table (without a loop) the main thread serves its
+// children with while it waits; they exist while the engine runs.
+struct Nearby {
+  Engine* engine = nullptr;
+  std::shared_ptr<Nursery> nursery;
+  std::unique_ptr<ProcessTable> table;
+  // Reused from wait to wait.
+  std::vector<pollfd> fds;
+  std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> owners;
+};
+std::unique_ptr<Nearby> nearby;
+
+// Hands child ID to the engine if it waits in the nursery, so that a command
+// posted next finds it in the engine's table.
+void hand_to_engine(Engine& running, std::uint64_t id) {
+  if (!nearby) return;
+  std::unique_ptr<ProcessHandover> child = nearby->nursery->take(id);
+  if (!child) return;
+  // A Command must be copyable; if this one never runs, the handover dies
+  // with it and kills its child.
+  auto shared = std::make_shared<std::unique_ptr<ProcessHandover>>(std::move(child));
+  running.post(
+      [id, shared](Engine& e) { e.service<ProcessTable>().adopt_or_report(id, std::move(*shared)); });
+}
+
+// Posts COMMAND for process ID, after handing the child to the engine.
+void post_for_process(Env& env, std::uint64_t id, Engine::Command command) {
+  hand_to_engine(engine(env), id);
+  post_or_signal(env, std::move(command));
+}
+
 }  // namespace
+
+namespace fastrevert::glue {
+
+void processes_attach(Engine& running) {
+  auto near = std::make_unique<Nearby>();
+  near->engine = &running;
+  near->nursery = std::make_shared<Nursery>(kAdoptionDelay);
+  near->table = std::make_unique<ProcessTable>(running, nullptr, Engine::Wake::no);
+  std::shared_ptr<Nursery> nursery = near->nursery;
+  nearby = std::move(near);
+  running.post([nursery](Engine& e) { e.service<ProcessTable>().attend(nursery); });
+}
+
+void processes_detach() noexcept {
+  if (!nearby) return;
+  // Between waits the main thread's table holds no child.
+  nearby->table->shutdown();
+  nearby->table.reset();
+  // The engine's table keeps the nursery until it shuts down and kills the
+  // children left in it.
+  nearby.reset();
+}
+
+std::optional<bool> serve_children(Env& env, std::chrono::microseconds timeout) {
+  if (!nearby || nearby->nursery->size() == 0) return std::nullopt;
+  Nearby& near = *nearby;
+  Engine& running = *near.engine;
+  for (auto& entry : near.nursery->take_all()) {
+    near.table->adopt_or_report(entry.first, std::move(entry.second));
+  }
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point deadline = Clock::now() + timeout;
+  std::optional<Clock::time_point> linger_end;
+  // The engine's results (other children, files) end the wait too.
+  running.watch_records(true);
+  bool ready = false;
+  bool quit = false;
+  for (;;) {
+    ready = running.pending() > 0;
+    Clock::time_point now = Clock::now();
+    if (ready) {
+      if (near.table->size() == 0) break;
+      if (!linger_end) linger_end = now + kLinger;
+      if (now >= *linger_end) break;
+    }
+    if (now >= deadline) break;
+    if (env.quit_requested()) {
+      quit = true;
+      break;
+    }
+    // Quit is looked at least this often.
+    Clock::time_point until = std::min({deadline, now + std::chrono::milliseconds(10),
+                                        linger_end.value_or(deadline)});
+    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now);
+    timespec span{static_cast<time_t>(left.count() / 1000000000),
+                  static_cast<long>(left.count() % 1000000000)};
+    near.fds.clear();
+    near.owners.clear();
+    near.table->watched(near.fds, near.owners);
+    near.fds.push_back(pollfd{running.records_fd(), POLLIN, 0});
+    if (ppoll(near.fds.data(), near.fds.size(), &span, nullptr) > 0 &&
+        (near.fds.back().revents & POLLIN)) {
+      std::uint64_t count;
+      ssize_t ignored = read(running.records_fd(), &count, sizeof count);
+      (void)ignored;
+    }
+    near.table->serve(near.fds, near.owners);
+  }
+  running.watch_records(false);
+  // Children still running go back, to be served by the next wait or
+  // adopted by the engine.
+  for (std::uint64_t id : near.table->ids()) {
+    near.nursery->put(id, near.table->hand_over(id));
+  }
+  // Results Lisp will not drain now must wake it later.
+  if (!ready || quit) running.wake_if_pending();
+  return ready && !quit;
+}
+
+}  // namespace fastrevert::glue
 
 FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "Run PROGRAM synchronously and return how it ended.\n"
@@ -582,6 +741,39 @@ FASTREVERT_DEFUN("fastrevert--mod-first-executable", mod_first_executable, 1, 1,
   return value;
 }
 
+FASTREVERT_DEFUN("fastrevert--mod-accessible-directory-p", mod_accessible_directory_p, 1, 1,
+                 "Return non-nil if DIRECTORY, an encoded local file name, can be entered.\n"
+                 "That is what `file-accessible-directory-p' decides when no file name\n"
+                 "handler is involved: DIRECTORY/. exists for the effective user.\n\n"
+                 "(fn DIRECTORY)") {
+  std::string directory = string_bytes(env, args[0]);
+  directory += "/.";
+  return env.boolean(faccessat(AT_FDCWD, directory.c_str(), F_OK, AT_EACCESS) == 0);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-memfd-read", mod_memfd_read, 3, 3,
+                 "Return bytes [BEG, END) of the memfd FD as a unibyte string.\n"
+                 "Bytes past the end of the file are missing from the string.\n\n"
+                 "(fn FD BEG END)") {
+  std::int64_t fd = integer_arg(env, args[0]);
+  std::int64_t beg = integer_arg(env, args[1]);
+  std::int64_t end = integer_arg(env, args[2]);
+  if (fd < 0 || fd > INT32_MAX) env.signal("args-out-of-range", env.list({args[0]}));
+  if (beg < 0 || end < beg) env.signal("args-out-of-range", env.list({args[1], args[2]}));
+  std::string bytes(static_cast<std::size_t>(end - beg), '\0');
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t got = pread(static_cast<int>(fd), bytes.data() + done, bytes.size() - done,
+                        static_cast<off_t>(beg) + static_cast<off_t>(done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw_errno("pread");
+    if (got == 0) break;
+    done += static_cast<std::size_t>(got);
+  }
+  bytes.resize(done);
+  return env.unibyte(bytes);
+}
+
 FASTREVERT_DEFUN("fastrevert--mod-close-fd", mod_close_fd, 1, 1,
                  "Close the file descriptor FD returned by a fastrevert primitive.\n\n"
                  "(fn FD)") {
@@ -594,12 +786,12 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
                  "Spawn a child for the engine to run as process ID; return its pid.\n"
                  "PROGRAM, ARGV, ENV and CWD are as for `fastrevert--mod-call-process'.\n"
                  "STDIN is t (a pipe), nil (/dev/null) or an encoded file name.\n"
-                 "STDOUT is t (a pipe), nil (/dev/null) or `memfd': a pipe whose bytes\n"
-                 "the engine appends to a memfd instead of handing them over, reporting\n"
-                 "with `process-output' results of code 3 how far it has written (see\n"
-                 "core/process.h); the value is then (PID . FD), FD being a descriptor\n"
-                 "of that memfd for Lisp to read, and to close with\n"
-                 "`fastrevert--mod-memfd-release'.  STDERR is t (with stdout),\n"
+                 "STDOUT is t (a pipe), nil (/dev/null) or `memfd': a pipe whose bytes,\n"
+                 "once more than `fastrevert--mod-memfd-threshold' of them were read, go\n"
+                 "to a memfd instead of results: a `process-output' result of code 4\n"
+                 "then gives Lisp the number of a descriptor of that memfd, to read and\n"
+                 "to close with `fastrevert--mod-memfd-release', and results of code 3\n"
+                 "tell how far it is written (see core/process.h).  STDERR is t (with stdout),\n"
                  "`pipe' (a pipe of its own), nil (/dev/null) or an encoded file name.\n"
                  "FRAMING is nil, `lines' or `lsp', for stdout.  READ-SIZE is the first\n"
                  "read size.  A spawn failure returns (:error CONDITION FUNCTION\n"
@@ -610,7 +802,6 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
   fill_spec(env, args + 1, spec);
   spec.stdin_mode = stdin_mode(env, args[5], spec.stdin_file);
   spec.stdout_mode = is_nil(env, args[6]) ? SpawnSpec::Stdout::null : SpawnSpec::Stdout::pipe;
-  bool to_memfd = env.eq(args[6], env.intern("memfd"));
   spec.stderr_mode = stderr_mode(env, args[7], spec.stderr_file);
   // As Emacs does for its asynchronous children: a session of its own, so
   // that signals go to its whole process group and the terminal's job
@@ -621,6 +812,8 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
   std::int64_t read_size = integer_arg(env, args[9]);
   options.initial_read_size = read_size > 0 ? static_cast<std::size_t>(read_size) : 4096;
   options.signal_process_group = true;
+  options.stdout_to_memfd = env.eq(args[6], env.intern("memfd"));
+  options.memfd_threshold = kMemfdThreshold;
 
   // Checked before spawning, so that no child is started that nobody runs.
   Engine& running = engine(env);
@@ -628,13 +821,6 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
     env.signal("fastrevert-not-running",
                env.list({env.string("The fastrevert engine is stopping")}));
   }
-  // Lisp's descriptor and the engine's (a dup, so that each side closes
-  // its own when done); both close-on-exec, so no child inherits them.
-  OwnedFd lisp_memfd(to_memfd ? memfd_create("fastrevert-process", MFD_CLOEXEC) : -1);
-  if (to_memfd && lisp_memfd.get() < 0) throw_errno("memfd_create");
-  auto engine_memfd =
-      std::make_shared<OwnedFd>(to_memfd ? fcntl(lisp_memfd.get(), F_DUPFD_CLOEXEC, 0) : -1);
-  if (to_memfd && engine_memfd->get() < 0) throw_errno("fcntl", "F_DUPFD_CLOEXEC");
   Child child;
   try {
     child = spawn_like_emacs(env, spec);
@@ -642,59 +828,66 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
     return error_data(env, error);
   }
   pid_t pid = child.pid;
-  // A Command must be copyable, so the child travels in a shared_ptr; if the
-  // command never runs (the engine stopped in between), its destructor
-  // closes the descriptors and the engine's shutdown cannot reap it, so
-  // reap it here instead.
-  auto moved = std::make_shared<Child>(std::move(child));
   auto identifier = static_cast<std::uint64_t>(id);
-  // The engine's memfd descriptor also travels in a shared_ptr: a command
-  // that never runs closes it.
-  bool posted = running.post([moved, identifier, options, engine_memfd](Engine& e) mutable {
-    try {
-      options.stdout_memfd = engine_memfd->release();
-      e.service<ProcessTable>().adopt(identifier, std::move(*moved), options);
-    } catch (const std::exception& error) {
-      // adopt() killed and reaped the child; tell Lisp it is gone.
-      e.emit(Record{RecordKind::notice, identifier, 0, error.what()});
-      e.emit(Record{RecordKind::process_exit, identifier, -1, {}});
+  auto handover = std::make_unique<ProcessHandover>(std::move(child), options);
+  if (nearby) {
+    nearby->nursery->put(identifier, std::move(handover));
+  } else {
+    auto shared = std::make_shared<std::unique_ptr<ProcessHandover>>(std::move(handover));
+    if (!running.post([identifier, shared](Engine& e) {
+          e.service<ProcessTable>().adopt_or_report(identifier, std::move(*shared));
+        })) {
+      env.signal("fastrevert-not-running",
+                 env.list({env.string("The fastrevert engine is stopping")}));
     }
-  });
-  if (!posted) {
-    kill_and_reap(*moved);
-    env.signal("fastrevert-not-running",
-               env.list({env.string("The fastrevert engine is stopping")}));
   }
-  if (!to_memfd) return env.integer(pid);
-  emacs_value value = env.call("cons", {env.integer(pid), env.integer(lisp_memfd.get())});
-  lisp_memfd.release();
-  return value;
+  return env.integer(pid);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-memfd-threshold", mod_memfd_threshold, 0, 0,
+                 "Return how many bytes of output go as strings before a memfd takes over.\n"
+                 "See `fastrevert--mod-process-start'.") {
+  return env.integer(static_cast<std::int64_t>(kMemfdThreshold));
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-memfd-release", mod_memfd_release, 3, 3,
                  "Give back the memory of bytes [0, END) of the memfd FD; with CLOSE, close FD.\n"
-                 "The file keeps its size, so later offsets stay valid.  The work is\n"
-                 "done on the engine thread, in order with earlier calls, so that Emacs\n"
-                 "does not wait while the kernel frees the pages; here, when the engine\n"
-                 "is not running.  After a call with CLOSE non-nil, FD must not be used.\n\n"
+                 "The file keeps its size, so later offsets stay valid.  When the file\n"
+                 "holds more than a few pages, the work is done on the engine thread,\n"
+                 "in order with earlier calls, so that Emacs does not wait while the\n"
+                 "kernel frees them; otherwise, and when the engine is not running,\n"
+                 "here.  After a call with CLOSE non-nil, FD must not be used.\n\n"
                  "(fn FD END CLOSE)") {
   std::int64_t fd = integer_arg(env, args[0]);
   std::int64_t end = integer_arg(env, args[1]);
   if (fd < 0 || fd > INT32_MAX) env.signal("args-out-of-range", env.list({args[0]}));
   if (end < 0) env.signal("args-out-of-range", env.list({args[1]}));
+  auto descriptor = static_cast<int>(fd);
+  auto length = static_cast<off_t>(end);
   bool close_it = env.truthy(args[2]);
-  auto release = [descriptor = static_cast<int>(fd), length = static_cast<off_t>(end),
-                  close_it](Engine&) {
+  auto release = [descriptor, length, close_it] {
     if (length > 0) fallocate(descriptor, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, length);
     if (close_it) close(descriptor);
   };
+  // Freeing a few pages costs less than waking the engine for it.  Calls
+  // posted earlier must run first, though: a close here could otherwise
+  // hand the number to a new file before the engine punches holes in it.
+  constexpr blkcnt_t kInlineBlocks = (256 * 1024) / 512;
+  static std::atomic<int> releases_posted{0};
+  struct stat status;
   Engine* running = engine_if_running();
-  if (!running || !running->post(release)) {
-    if (end > 0)
-      fallocate(static_cast<int>(fd), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-                static_cast<off_t>(end));
-    if (close_it) close(static_cast<int>(fd));
+  bool small = fstat(descriptor, &status) == 0 && status.st_blocks <= kInlineBlocks;
+  if (running && !(small && releases_posted.load(std::memory_order_acquire) == 0)) {
+    releases_posted.fetch_add(1, std::memory_order_acq_rel);
+    if (running->post([release](Engine&) {
+          release();
+          releases_posted.fetch_sub(1, std::memory_order_acq_rel);
+        })) {
+      return env.nil();
+    }
+    releases_posted.fetch_sub(1, std::memory_order_acq_rel);
   }
+  release();
   return env.nil();
 }
 
@@ -704,7 +897,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-send", mod_process_send, 2, 2,
                  "(fn ID STRING)") {
   auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
   std::string data = string_bytes(env, args[1]);
-  post_or_signal(env, [id, data = std::move(data)](Engine& e) mutable {
+  post_for_process(env, id, [id, data = std::move(data)](Engine& e) mutable {
     if (!e.service<ProcessTable>().write_stdin(id, std::move(data))) {
       e.emit(Record{RecordKind::notice, id, 0,
                     "fastrevert: process " + std::to_string(id) + " no longer reads its input"});
@@ -717,7 +910,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-eof", mod_process_eof, 1, 1,
                  "Close the stdin of engine process ID once its queued input is written.\n\n"
                  "(fn ID)") {
   auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
-  post_or_signal(env, [id](Engine& e) { e.service<ProcessTable>().close_stdin(id); });
+  post_for_process(env, id, [id](Engine& e) { e.service<ProcessTable>().close_stdin(id); });
   return env.nil();
 }
 
@@ -727,7 +920,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-signal", mod_process_signal, 2, 2,
   auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
   std::int64_t number = integer_arg(env, args[1]);
   if (number < 0 || number > 64) env.signal("args-out-of-range", env.list({args[1]}));
-  post_or_signal(env, [id, number](Engine& e) {
+  post_for_process(env, id, [id, number](Engine& e) {
     e.service<ProcessTable>().signal(id, static_cast<int>(number));
   });
   return env.nil();
@@ -739,6 +932,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-remove", mod_process_remove, 1, 1,
                  "(fn ID)") {
   auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
   if (Engine* running = engine_if_running()) {
+    hand_to_engine(*running, id);
     running->post([id](Engine& e) { e.service<ProcessTable>().remove(id); });
   }
   return env.nil();

@@ -1,6 +1,9 @@
 // The engine as the glue sees it: one per Emacs, owned by the main thread.
 #pragma once
 
+#include <chrono>
+#include <optional>
+
 #include "core/engine.h"
 #include "glue/env.h"
 
@@ -15,5 +18,17 @@ Engine* engine_if_running() noexcept;
 // Posts COMMAND to the engine; signals `fastrevert-not-running' if the engine
 // is absent or stopping.
 void post_or_signal(Env& env, Engine::Command command);
+
+// The process glue's part in the engine's life (glue/process.cpp): attach
+// after the engine starts (throws SystemError when it cannot), detach before
+// it stops.
+void processes_attach(Engine& engine);
+void processes_detach() noexcept;
+
+// Serves the children that wait for the engine on this thread, for up to
+// TIMEOUT or until results are ready for Lisp, whichever comes first (see
+// glue/process.cpp).  Returns whether results are ready, or std::nullopt
+// without waiting when no child waits.  Returns false when the user quits.
+std::optional<bool> serve_children(Env& env, std::chrono::microseconds timeout);
 
 }  // namespace fastrevert::glue

@@ -10,6 +10,8 @@
 ;;; Code:
 
 (require 'fastrevert-test-helpers)
+
+(declare-function fastrevert--mod-memfd-threshold "fastrevert-module" ())
 (require 'fastrevert-process)
 
 (defun fastrevert-process-test--run (&rest args)
@@ -337,34 +339,76 @@ a window showing the buffer."
     ours))
 
 (ert-deftest fastrevert-process-buffer-output-goes-through-a-memfd ()
-  ;; A buffer and no filter: a memfd, closed once the process is gone.
+  ;; A buffer and no filter: past the threshold, a memfd, closed once the
+  ;; process is gone, and never inherited by a child.
   (let* ((buffer (generate-new-buffer " *fastrevert-memfd*"))
          (done nil)
+         (size (* 4 (fastrevert--mod-memfd-threshold)))
          (process (fastrevert-make-process
                    :name "memfd" :buffer buffer :noquery t
-                   :command '("sh" "-c" "ls -l /proc/$$/fd; sleep 0.2")
+                   :command (list "sh" "-c" (format "head -c %d /dev/zero; sleep 0.3" size))
                    :sentinel (lambda (_p _e) (setq done t))))
-         (fd (fastrevert--process-memfd process))
-         (link (format "/proc/self/fd/%d" fd)))
+         (fd nil))
     (unwind-protect
         (progn
-          (should (integerp fd))
-          (should (string-match-p "memfd:fastrevert-process" (file-symlink-p link)))
-          (should (fastrevert-test-wait-for (lambda () done) 30))
-          ;; Close-on-exec: the child never saw it.
-          (should (string-match-p "total" (with-current-buffer buffer (buffer-string))))
-          (should-not (string-match-p "memfd" (with-current-buffer buffer (buffer-string))))
-          (should-not (fastrevert--process-memfd process))
           (should (fastrevert-test-wait-for
-                   (lambda () (not (string-match-p "memfd:fastrevert-process"
-                                                   (or (file-symlink-p link) ""))))
-                   10)))
+                   (lambda () (setq fd (fastrevert--process-memfd process))) 30))
+          (let ((link (format "/proc/self/fd/%d" fd))
+                (listing (with-temp-buffer
+                           (call-process "sh" nil t nil "-c" "ls -l /proc/$$/fd")
+                           (buffer-string))))
+            (should (string-match-p "memfd:fastrevert-process" (file-symlink-p link)))
+            (should (string-match-p "total" listing))
+            (should-not (string-match-p "memfd" listing))
+            (should (fastrevert-test-wait-for (lambda () done) 30))
+            (should (= (buffer-size buffer) size))
+            (should-not (fastrevert--process-memfd process))
+            (should (fastrevert-test-wait-for
+                     (lambda () (not (string-match-p "memfd:fastrevert-process"
+                                                     (or (file-symlink-p link) ""))))
+                     10))))
+      (kill-buffer buffer)))
+  ;; A small output costs no memfd.
+  (let* ((buffer (generate-new-buffer " *fastrevert-memfd-small*"))
+         (done nil)
+         (memfds nil)
+         (process (fastrevert-make-process
+                   :name "small" :buffer buffer :noquery t :command '("printf" "abc")
+                   :sentinel (lambda (_p _e) (setq done t)))))
+    (unwind-protect
+        (progn
+          (while (not done)
+            (fastrevert-accept-process-output process 1)
+            (push (fastrevert--process-memfd process) memfds))
+          (should-not (delq nil memfds))
+          (should (equal (with-current-buffer buffer (buffer-string)) "abc")))
       (kill-buffer buffer)))
   ;; A filter keeps the string road.
   (let ((state (fastrevert-process-test--finish
                 (fastrevert-process-test--run :name "strings" :command '("printf" "abc")))))
     (should-not (fastrevert--process-memfd (plist-get state :process)))
     (should (equal (fastrevert-process-test--output state) "abc"))))
+
+(ert-deftest fastrevert-process-buffer-text-survives-the-switch-to-the-memfd ()
+  ;; The output's first bytes come as strings, the rest through the memfd.
+  ;; Characters and CRLF pairs that straddle the switch, wherever the
+  ;; reads put it, decode as stock decodes them.
+  (let* ((threshold (fastrevert--mod-memfd-threshold))
+         (unit "é€😀\r\n")
+         (count (/ (* 3 threshold) (string-bytes unit))))
+    (fastrevert-test-with-temp-dir dir
+      (dotimes (prefix 4)
+        (let ((file (expand-file-name (format "switch-%d.txt" prefix) dir)))
+          (with-temp-file file
+            (set-buffer-multibyte nil)
+            (insert (make-string prefix ?a))
+            (dotimes (_ count) (insert (encode-coding-string unit 'utf-8))))
+          (dolist (coding '(utf-8-unix utf-8-dos))
+            (let ((command (list "cat" file)))
+              (should (equal (car (fastrevert-process-test--capture
+                                   #'fastrevert-make-process command coding #'ignore))
+                             (car (fastrevert-process-test--capture
+                                   #'make-process command coding #'ignore)))))))))))
 
 (ert-deftest fastrevert-process-buffer-large-output-equals-the-bytes ()
   (fastrevert-test-with-temp-dir dir
@@ -522,7 +566,7 @@ with text to print in them and the end-of-line conversion to read it with.")
          (process (fastrevert-make-process
                    :name "punch" :buffer buffer :noquery t
                    :command '("sh" "-c" "head -c 8388608 /dev/zero | tr '\\0' a; sleep 30")))
-         (path (format "/proc/%d/fd/%d" (emacs-pid) (fastrevert--process-memfd process)))
+         (path nil)
          (blocks (lambda ()
                    (with-temp-buffer
                      (call-process "stat" nil t nil "-L" "-c" "%b" path)
@@ -531,6 +575,7 @@ with text to print in them and the end-of-line conversion to read it with.")
         (progn
           (should (fastrevert-test-wait-for
                    (lambda () (= (buffer-size buffer) 8388608)) 30))
+          (setq path (format "/proc/%d/fd/%d" (emacs-pid) (fastrevert--process-memfd process)))
           ;; Under 1 MiB of the 8 MiB still held (blocks of 512 bytes).
           (should (fastrevert-test-wait-for (lambda () (< (funcall blocks) 2048)) 10)))
       (fastrevert-delete-process process)
@@ -604,6 +649,56 @@ with text to print in them and the end-of-line conversion to read it with.")
       (should (eq (nth 0 result) 'quit))
       (should (< (nth 1 result) 30))
       (should (nth 2 result)))))
+
+;; A child starts out waiting for its first `fastrevert-accept-process-output',
+;; which serves it on the waiting thread; one that nobody waits for that
+;; way is adopted by the engine a moment later.  A child still running
+;; when a wait ends can go either way next.
+(defun fastrevert-process-test--served (command style)
+  "Run COMMAND into a buffer, waiting in STYLE; return (TEXT . EVENTS).
+STYLE `native' waits with `fastrevert-accept-process-output' only,
+`stock' with `accept-process-output' only, and `mixed' alternates
+native waits with pauses long enough for the engine to adopt the child."
+  (let* ((buffer (generate-new-buffer " *fastrevert-served*"))
+         (events nil)
+         (process (fastrevert-make-process
+                   :name "served" :buffer buffer :noquery t :command command
+                   :sentinel (lambda (_p event) (push event events))))
+         (deadline (+ (float-time) 30)))
+    (unwind-protect
+        (progn
+          (while (and (not events) (< (float-time) deadline))
+            (pcase style
+              ('native (fastrevert-accept-process-output process 1))
+              ('stock (accept-process-output nil 0.02))
+              ('mixed (fastrevert-accept-process-output process 0.01)
+                      (sleep-for 0.01))))
+          (cons (with-current-buffer buffer (buffer-string)) events))
+      (kill-buffer buffer))))
+
+(ert-deftest fastrevert-process-output-arrives-however-the-child-is-waited-for ()
+  (fastrevert-test-with-temp-dir dir
+    (let* ((file (expand-file-name "big.txt" dir))
+           (small "for i in 1 2 3 4 5; do echo $i; sleep 0.03; done")
+           ;; Past the memfd threshold, in pieces, with pauses between.
+           (expected (with-temp-buffer
+                       (dotimes (i 6000) (insert (format "%05d é€😀\n" i)))
+                       (buffer-string)))
+           (big (format "for i in $(seq 0 %d); do \
+dd if=%s bs=10007 skip=$i count=1 2>/dev/null; sleep 0.02; done"
+                        (/ (string-bytes expected) 10007) (shell-quote-argument file))))
+      (let ((coding-system-for-write 'utf-8-unix))
+        (write-region expected nil file nil 'silent))
+      (should (> (string-bytes expected) (* 4 (fastrevert--mod-memfd-threshold))))
+      (dolist (style '(native stock mixed))
+        (should (equal (fastrevert-process-test--served (list "sh" "-c" small) style)
+                       '("1\n2\n3\n4\n5\n" "finished\n")))
+        (let ((result (fastrevert-process-test--served (list "sh" "-c" big) style)))
+          (should (equal (cdr result) '("finished\n")))
+          ;; Compared outside `should', whose explanation of a difference
+          ;; would print both texts.
+          (let ((same (string= (car result) expected)))
+            (should same)))))))
 
 (ert-deftest fastrevert-process-counts-processes-and-bytes ()
   (let ((before (fastrevert-stats)))

@@ -25,6 +25,7 @@
 
 #include "core/engine.h"
 #include "core/errors.h"
+#include "core/nursery.h"
 #include "support.h"
 
 using namespace fastrevert;
@@ -497,33 +498,37 @@ TEST_CASE("process table frames stderr separately from stdout", "[process]") {
 
 namespace {
 
-// The memfd for a process and the dup the table is handed (and closes).
-struct MemfdPair {
-  int mine = -1;
-  int table = -1;
-  MemfdPair() {
-    mine = memfd_create("fastrevert-test", MFD_CLOEXEC);
-    REQUIRE(mine >= 0);
-    table = fcntl(mine, F_DUPFD_CLOEXEC, 0);
-    REQUIRE(table >= 0);
+// The whole contents of the file behind FD.
+std::string file_contents(int fd) {
+  std::string bytes;
+  char buffer[65536];
+  off_t offset = 0;
+  for (;;) {
+    ssize_t got = pread(fd, buffer, sizeof buffer, offset);
+    if (got <= 0) break;
+    bytes.append(buffer, static_cast<std::size_t>(got));
+    offset += got;
   }
-  ~MemfdPair() { close(mine); }
-  std::string contents() const {
-    std::string bytes;
-    char buffer[65536];
-    off_t offset = 0;
-    for (;;) {
-      ssize_t got = pread(mine, buffer, sizeof buffer, offset);
-      if (got <= 0) break;
-      bytes.append(buffer, static_cast<std::size_t>(got));
-      offset += got;
-    }
-    return bytes;
-  }
-};
+  return bytes;
+}
 
-bool is_closed(int fd) {
-  return fcntl(fd, F_GETFD) == -1 && errno == EBADF;
+// The descriptors of the memfds handed over for ID, in order; each is the
+// test's to close.
+std::vector<int> memfds_of(const std::vector<Record>& records, std::uint64_t id) {
+  std::vector<int> fds;
+  for (const auto& record : records) {
+    if (record.kind == RecordKind::process_output && record.id == id &&
+        record.code == ProcessTable::kStdoutMemfdCode)
+      fds.push_back(std::stoi(record.data));
+  }
+  return fds;
+}
+
+// The number of descriptors open in this process.
+int open_descriptors() {
+  int count = 0;
+  for (int fd = 0; fd < 4096; ++fd) count += fcntl(fd, F_GETFD) != -1;
+  return count;
 }
 
 // The (end, tail) entries of ID's range records, in order.
@@ -550,7 +555,6 @@ std::vector<std::pair<std::uint64_t, std::string>> range_entries(const std::vect
 
 TEST_CASE("process table writes stdout to a memfd and reports ranges of it", "[process]") {
   EngineHarness harness;
-  MemfdPair memfd;
   std::string expected = pattern_bytes(3 << 20, 7);
   char file[] = "/tmp/fastrevert-memfd-test-XXXXXX";
   int file_fd = mkstemp(file);
@@ -559,7 +563,7 @@ TEST_CASE("process table writes stdout to a memfd and reports ranges of it", "[p
           static_cast<ssize_t>(expected.size()));
   close(file_fd);
   ProcessTable::Options options;
-  options.stdout_memfd = memfd.table;
+  options.stdout_to_memfd = true;
   // splice(2), and the read and pwrite it falls back to.
   options.memfd_without_splice = GENERATE(false, true);
   harness.with_table([&](ProcessTable& table) {
@@ -570,61 +574,287 @@ TEST_CASE("process table writes stdout to a memfd and reports ranges of it", "[p
   unlink(file);
   CHECK(harness.output_of(1, 1).empty());
   CHECK(harness.output_of(1, 2) == "err\n");
-  CHECK(memfd.contents() == expected);
+  std::vector<int> memfds = memfds_of(harness.records(), 1);
+  REQUIRE(memfds.size() == 1);
+  CHECK(file_contents(memfds[0]) == expected);
+  close(memfds[0]);
   auto entries = range_entries(harness.records(), 1);
   REQUIRE_FALSE(entries.empty());
   for (std::size_t i = 1; i < entries.size(); ++i) CHECK(entries[i - 1].first < entries[i].first);
   CHECK(entries.back().first == expected.size());
   CHECK(entries.back().second == expected.substr(expected.size() - 4));
-  // The table closed its descriptor once stdout ended.
-  CHECK(is_closed(memfd.table));
   // Without a memfd, nothing changes.
   CHECK(harness.output_of(2, 1) == "ab");
+  CHECK(memfds_of(harness.records(), 2).empty());
   CHECK(range_entries(harness.records(), 2).empty());
 }
 
-TEST_CASE("process table pads a short memfd tail and closes the memfd on every path", "[process]") {
+TEST_CASE("process table pads a short memfd tail and closes its memfd on every path", "[process]") {
   EngineHarness harness;
+  ProcessTable::Options options;
+  options.stdout_to_memfd = true;
   {
-    MemfdPair memfd;
-    ProcessTable::Options options;
-    options.stdout_memfd = memfd.table;
+    int before = open_descriptors();
     harness.with_table([&](ProcessTable& table) { table.start(1, shell("printf ab"), options); });
     REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
     auto entries = range_entries(harness.records(), 1);
     REQUIRE(entries.size() == 1);
     CHECK(entries[0].first == 2);
     CHECK(entries[0].second == std::string("\0\0ab", 4));
-    CHECK(memfd.contents() == "ab");
-    CHECK(is_closed(memfd.table));
+    std::vector<int> memfds = memfds_of(harness.records(), 1);
+    REQUIRE(memfds.size() == 1);
+    CHECK(file_contents(memfds[0]) == "ab");
+    // The table closes its own descriptors as the child finishes: only the
+    // consumer's is left.
+    CHECK(harness.wait_until([&] { return open_descriptors() == before + 1; }));
+    close(memfds[0]);
   }
   {
-    // A spawn failure.
-    MemfdPair memfd;
-    ProcessTable::Options options;
-    options.stdout_memfd = memfd.table;
+    // A removal while the child runs, after the memfd took over.
+    int before = open_descriptors();
     harness.with_table([&](ProcessTable& table) {
-      SpawnSpec spec;
-      spec.program = "/nonexistent/program";
-      CHECK_THROWS_AS(table.start(2, spec, options), SystemError);
+      table.start(3, shell("printf x; exec sleep 600"), options);
     });
-    CHECK(is_closed(memfd.table));
-  }
-  {
-    // A duplicate id, then a removal while the child runs.
-    MemfdPair first;
-    MemfdPair second;
-    ProcessTable::Options options;
-    options.stdout_memfd = first.table;
-    ProcessTable::Options duplicate;
-    duplicate.stdout_memfd = second.table;
-    harness.with_table([&](ProcessTable& table) {
-      table.start(3, never_exiting(), options);
-      CHECK_THROWS_AS(table.start(3, never_exiting(), duplicate), std::invalid_argument);
-    });
-    CHECK(is_closed(second.table));
-    CHECK_FALSE(is_closed(first.table));
+    REQUIRE(harness.wait_until([&] { return !range_entries(harness.records(), 3).empty(); }));
     harness.with_table([&](ProcessTable& table) { table.remove(3); });
-    CHECK(is_closed(first.table));
+    std::vector<int> memfds = memfds_of(harness.records(), 3);
+    REQUIRE(memfds.size() == 1);
+    CHECK(harness.wait_until([&] { return open_descriptors() == before + 1; }));
+    close(memfds[0]);
   }
+}
+
+TEST_CASE("process table sends a small output as strings and the rest through the memfd",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable::Options options;
+  options.stdout_to_memfd = true;
+  options.memfd_threshold = 1000;
+  // Below the threshold: strings only, and no memfd is made.
+  harness.with_table([&](ProcessTable& table) { table.start(1, shell("printf abc"), options); });
+  // Past it: the first bytes as strings, the rest in the memfd, in order.
+  std::string expected = pattern_bytes(200000, 3);
+  char file[] = "/tmp/fastrevert-memfd-test-XXXXXX";
+  int file_fd = mkstemp(file);
+  REQUIRE(file_fd >= 0);
+  REQUIRE(write(file_fd, expected.data(), expected.size()) ==
+          static_cast<ssize_t>(expected.size()));
+  close(file_fd);
+  harness.with_table([&](ProcessTable& table) {
+    table.start(2, shell(std::string("cat ") + file), options);
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0 && harness.exits_of(2) > 0; }));
+  unlink(file);
+  CHECK(harness.output_of(1, 1) == "abc");
+  CHECK(memfds_of(harness.records(), 1).empty());
+  std::string strings = harness.output_of(2, 1);
+  CHECK(strings.size() >= 1000);
+  std::vector<int> memfds = memfds_of(harness.records(), 2);
+  REQUIRE(memfds.size() == 1);
+  CHECK(strings + file_contents(memfds[0]) == expected);
+  auto entries = range_entries(harness.records(), 2);
+  REQUIRE_FALSE(entries.empty());
+  CHECK(entries.back().first == expected.size() - strings.size());
+  // The hand-over comes after the last string and before the first range.
+  std::size_t last_string = 0;
+  std::size_t handover = 0;
+  std::size_t first_range = 0;
+  for (std::size_t i = 0; i < harness.records().size(); ++i) {
+    const Record& record = harness.records()[i];
+    if (record.id != 2 || record.kind != RecordKind::process_output) continue;
+    if (record.code == 1) last_string = i;
+    if (record.code == ProcessTable::kStdoutMemfdCode) handover = i;
+    if (record.code == ProcessTable::kStdoutRangeCode && first_range == 0) first_range = i;
+  }
+  CHECK(last_string < handover);
+  CHECK(handover < first_range);
+  close(memfds[0]);
+}
+
+namespace {
+
+// Serves NEAR, a table without a loop, on this thread until PREDICATE holds
+// or TIMEOUT passes; returns whether it held.
+bool serve_until(ProcessTable& near, const std::function<bool()>& predicate,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto deadline = Clock::now() + timeout;
+  std::vector<pollfd> fds;
+  std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> owners;
+  while (!predicate()) {
+    if (Clock::now() >= deadline) return false;
+    fds.clear();
+    owners.clear();
+    near.watched(fds, owners);
+    poll(fds.data(), fds.size(), 10);
+    near.serve(fds, owners);
+  }
+  return true;
+}
+
+// Hands child ID of NEAR to the engine's table of HARNESS.
+void hand_to_engine(EngineHarness& harness, ProcessTable& near, std::uint64_t id) {
+  auto handover = std::make_shared<std::unique_ptr<ProcessHandover>>(near.hand_over(id));
+  REQUIRE(*handover);
+  harness.with_table([&](ProcessTable& table) { table.adopt(id, std::move(*handover)); });
+}
+
+}  // namespace
+
+TEST_CASE("a child handed from table to table mid-output keeps every byte, in order",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
+  ProcessTable::Options options;
+  Framing framing = GENERATE(Framing::none, Framing::lines);
+  options.framing = framing;
+  // Each line in two writes, so that a handover can fall inside a line.
+  std::string expected;
+  for (int i = 0; i < 3000; ++i) expected += "line " + std::to_string(i) + " end\n";
+  near.start(1, shell("i=0; while [ $i -lt 3000 ]; do printf 'line %d ' $i; printf 'end\\n'; "
+                      "i=$((i+1)); done; echo done >&2"),
+             options);
+  // Served here until some output came.
+  REQUIRE(serve_until(near, [&] { return harness.engine().pending() > 0; }));
+  hand_to_engine(harness, near, 1);
+  CHECK(near.size() == 0);
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  CHECK(harness.output_of(1, 1) == expected);
+  CHECK(harness.output_of(1, 2) == "done\n");
+  CHECK(harness.exits_of(1) == 1);
+  REQUIRE(harness.exit_of(1));
+  CHECK(WIFEXITED(harness.exit_of(1)->code));
+  if (framing == Framing::lines) {
+    for (const auto& record : harness.records()) {
+      if (record.kind == RecordKind::process_output && record.code == 1)
+        CHECK(record.data.back() == '\n');
+    }
+  }
+}
+
+TEST_CASE("a child reaped before its output ended is handed over with its exit status",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
+  // The shell exits at once with status 3; a grandchild holds stdout open.
+  near.start(1, shell("(sleep 0.3; echo late) & echo early; exit 3"), {});
+  REQUIRE(serve_until(near, [&] {
+    harness.wait_until([] { return true; }, std::chrono::milliseconds(0));
+    return harness.output_of(1, 1) == "early\n";
+  }));
+  // Long enough for the pidfd to have fired and the shell to be reaped here.
+  serve_until(near, [] { return false; }, std::chrono::milliseconds(100));
+  hand_to_engine(harness, near, 1);
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  CHECK(harness.output_of(1, 1) == "early\nlate\n");
+  CHECK(harness.exits_of(1) == 1);
+  REQUIRE(harness.exit_of(1));
+  CHECK(WEXITSTATUS(harness.exit_of(1)->code) == 3);
+}
+
+TEST_CASE("a table without a loop runs a child to its end on the thread that polls it",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
+  ProcessTable::Options options;
+  options.stdout_to_memfd = true;
+  options.memfd_threshold = 4096;
+  near.start(1, shell("printf small; echo err >&2"), {});
+  near.start(2, shell("head -c 100000 /dev/zero"), options);
+  std::vector<Record> records;
+  REQUIRE(serve_until(near, [&] {
+    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
+    int exits = 0;
+    for (const auto& record : records) exits += record.kind == RecordKind::process_exit;
+    return exits == 2;
+  }));
+  CHECK(near.size() == 0);
+  std::string out;
+  std::string err;
+  std::uint64_t in_memfd = 0;
+  for (const auto& record : records) {
+    if (record.kind != RecordKind::process_output) continue;
+    if (record.id == 1 && record.code == 1) out += record.data;
+    if (record.id == 1 && record.code == 2) err += record.data;
+    if (record.id == 2 && record.code == ProcessTable::kStdoutMemfdCode)
+      close(std::stoi(record.data));
+    if (record.id == 2 && record.code == ProcessTable::kStdoutRangeCode) {
+      for (int i = 0; i < 8; ++i)
+        in_memfd = (in_memfd & ~(0xffull << (8 * i))) |
+                   static_cast<std::uint64_t>(static_cast<unsigned char>(
+                       record.data[record.data.size() - ProcessTable::kRangeEntrySize + i]))
+                       << (8 * i);
+    }
+  }
+  CHECK(out == "small");
+  CHECK(err == "err\n");
+  CHECK(in_memfd > 0);
+  CHECK(in_memfd <= 100000);
+}
+
+TEST_CASE("nursery hands out each child once and arms its timer only while it holds one",
+          "[process]") {
+  Nursery nursery(std::chrono::milliseconds(20));
+  auto due = [&](int timeout_ms) {
+    pollfd timer = {nursery.timer_fd(), POLLIN, 0};
+    return poll(&timer, 1, timeout_ms) == 1;
+  };
+  CHECK_FALSE(due(50));
+  Child first = spawn(never_exiting());
+  pid_t first_pid = first.pid;
+  nursery.put(1, std::make_unique<ProcessHandover>(std::move(first), ProcessTable::Options{}));
+  nursery.put(2, std::make_unique<ProcessHandover>(spawn(never_exiting()), ProcessTable::Options{}));
+  CHECK(nursery.size() == 2);
+  CHECK(nursery.take(3) == nullptr);
+  std::unique_ptr<ProcessHandover> taken = nursery.take(1);
+  CHECK(taken != nullptr);
+  CHECK(nursery.take(1) == nullptr);
+  // A child still waits: the timer comes due.
+  CHECK(due(5000));
+  nursery.acknowledge();
+  CHECK_FALSE(due(0));
+  auto rest = nursery.take_all();
+  REQUIRE(rest.size() == 1);
+  CHECK(rest[0].first == 2);
+  CHECK(nursery.size() == 0);
+  // A child taken before the delay leaves the timer disarmed.
+  nursery.put(4, std::make_unique<ProcessHandover>(spawn(never_exiting()), ProcessTable::Options{}));
+  CHECK(nursery.take(4) != nullptr);
+  CHECK_FALSE(due(100));
+  // A handover nobody adopts kills and reaps its child.
+  taken.reset();
+  CHECK(is_gone(first_pid));
+  // So does a nursery dropped with children in it.
+  pid_t left_pid;
+  {
+    Nursery dropped(std::chrono::seconds(10));
+    Child left = spawn(never_exiting());
+    left_pid = left.pid;
+    dropped.put(1, std::make_unique<ProcessHandover>(std::move(left), ProcessTable::Options{}));
+  }
+  CHECK(is_gone(left_pid));
+}
+
+TEST_CASE("the engine's table adopts the children the nursery keeps past its delay",
+          "[process]") {
+  pid_t waiting_pid;
+  {
+    EngineHarness harness;
+    auto nursery = std::make_shared<Nursery>(std::chrono::milliseconds(5));
+    harness.with_table([&](ProcessTable& table) { table.attend(nursery); });
+    nursery->put(1, std::make_unique<ProcessHandover>(spawn(shell("echo hi")),
+                                                      ProcessTable::Options{}));
+    REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+    CHECK(harness.output_of(1, 1) == "hi\n");
+    CHECK(nursery->size() == 0);
+  }
+  {
+    // Children still in the nursery when the engine stops die with it.
+    EngineHarness harness;
+    auto nursery = std::make_shared<Nursery>(std::chrono::seconds(60));
+    harness.with_table([&](ProcessTable& table) { table.attend(nursery); });
+    Child waiting = spawn(never_exiting());
+    waiting_pid = waiting.pid;
+    nursery->put(1, std::make_unique<ProcessHandover>(std::move(waiting), ProcessTable::Options{}));
+  }
+  CHECK(is_gone(waiting_pid));
 }

@@ -95,10 +95,11 @@ TEST_CASE("spawn gives the child exactly the environment it is given", "[spawn]"
   SpawnSpec spec;
   spec.program = "/usr/bin/env";
   spec.argv = {"env"};
-  spec.env = std::vector<std::string>{"FOO=bar", "EMPTY="};
+  spec.env = std::make_shared<const std::vector<std::string>>(
+      std::vector<std::string>{"FOO=bar", "EMPTY="});
   CHECK(run(spec).out == "FOO=bar\nEMPTY=\n");
 
-  spec.env = std::vector<std::string>{};
+  spec.env = std::make_shared<const std::vector<std::string>>();
   CHECK(run(spec).out.empty());
 }
 
