@@ -375,6 +375,12 @@ void ProcessTable::serve(const std::vector<pollfd>& fds,
   }
 }
 
+std::uint64_t ProcessTable::bytes_read(std::uint64_t id) const {
+  auto found = processes_.find(id);
+  if (found == processes_.end()) return 0;
+  return found->second->out.bytes_read + found->second->err.bytes_read;
+}
+
 std::vector<std::uint64_t> ProcessTable::ids() const {
   std::vector<std::uint64_t> all;
   all.reserve(processes_.size());

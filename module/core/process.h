@@ -193,6 +193,8 @@ class ProcessTable : public Service {
   std::size_t size() const noexcept { return processes_.size(); }
   // The ids in the table.
   std::vector<std::uint64_t> ids() const;
+  // How many bytes of ID's stdout and stderr were read so far, or 0.
+  std::uint64_t bytes_read(std::uint64_t id) const;
   // The child's pid (for `process-id'), or -1 when ID is unknown.
   pid_t pid(std::uint64_t id) const;
   // The number of stdin bytes queued for ID, or 0.

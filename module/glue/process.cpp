@@ -428,15 +428,19 @@ std::unique_ptr<Nearby> nearby;
 
 // Hands child ID to the engine if it waits in the nursery, so that a command
 // posted next finds it in the engine's table.
+// Posts CHILD to the engine's table as ID; returns whether it was posted.  A
+// Command must be copyable, so the handover travels in a shared_ptr; if the
+// command never runs, the handover dies with it and kills its child.
+bool post_adoption(Engine& running, std::uint64_t id, std::unique_ptr<ProcessHandover> child) {
+  auto shared = std::make_shared<std::unique_ptr<ProcessHandover>>(std::move(child));
+  return running.post(
+      [id, shared](Engine& e) { e.service<ProcessTable>().adopt_or_report(id, std::move(*shared)); });
+}
+
 void hand_to_engine(Engine& running, std::uint64_t id) {
   if (!nearby) return;
   std::unique_ptr<ProcessHandover> child = nearby->nursery->take(id);
-  if (!child) return;
-  // A Command must be copyable; if this one never runs, the handover dies
-  // with it and kills its child.
-  auto shared = std::make_shared<std::unique_ptr<ProcessHandover>>(std::move(child));
-  running.post(
-      [id, shared](Engine& e) { e.service<ProcessTable>().adopt_or_report(id, std::move(*shared)); });
+  if (child) post_adoption(running, id, std::move(child));
 }
 
 // Posts COMMAND for process ID, after handing the child to the engine.
@@ -516,9 +520,16 @@ std::optional<bool> serve_children(Env& env, std::chrono::microseconds timeout) 
   }
   running.watch_records(false);
   // Children still running go back, to be served by the next wait or
-  // adopted by the engine.
+  // adopted by the engine; a child that streams goes to the engine at once,
+  // which reads it while Lisp handles what came.
   for (std::uint64_t id : near.table->ids()) {
-    near.nursery->put(id, near.table->hand_over(id));
+    bool streams = near.table->bytes_read(id) >= kMemfdThreshold;
+    std::unique_ptr<ProcessHandover> child = near.table->hand_over(id);
+    if (streams) {
+      post_adoption(running, id, std::move(child));
+    } else {
+      near.nursery->put(id, std::move(child));
+    }
   }
   // Results Lisp will not drain now must wake it later.
   if (!ready || quit) running.wake_if_pending();
@@ -832,14 +843,9 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
   auto handover = std::make_unique<ProcessHandover>(std::move(child), options);
   if (nearby) {
     nearby->nursery->put(identifier, std::move(handover));
-  } else {
-    auto shared = std::make_shared<std::unique_ptr<ProcessHandover>>(std::move(handover));
-    if (!running.post([identifier, shared](Engine& e) {
-          e.service<ProcessTable>().adopt_or_report(identifier, std::move(*shared));
-        })) {
-      env.signal("fastrevert-not-running",
-                 env.list({env.string("The fastrevert engine is stopping")}));
-    }
+  } else if (!post_adoption(running, identifier, std::move(handover))) {
+    env.signal("fastrevert-not-running",
+               env.list({env.string("The fastrevert engine is stopping")}));
   }
   return env.integer(pid);
 }
