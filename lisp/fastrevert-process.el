@@ -140,11 +140,15 @@ two variables, and `file-name-handler-alist' and the file name coding
 system themselves.")
 
 (defvar fastrevert--program-candidates (make-hash-table :test #'equal)
-  "Program name -> vector of the encoded file names its search tries.
-The value is `lisp' for a program whose candidates cannot be kept.")
+  "Program name -> the encoded file names its search tries, or `lisp'.
+The names come as (VECTOR . JOINED): a vector, and the same names
+each ended by a NUL byte for the module (a name with a NUL byte of
+its own names no file, and is left empty there).  The value is
+`lisp' for a program whose candidates cannot be kept.")
 
 (defun fastrevert--process-compute-candidates (program)
-  "Return the vector of encoded file names searched for PROGRAM, or `lisp'.
+  "Return the encoded file names searched for PROGRAM, or `lisp'.
+See `fastrevert--program-candidates' for the form of the names.
 `lisp' means the names depend on more than PROGRAM and the search
 settings: an absolute or empty PROGRAM, an entry of the variable
 `exec-path' that is not an absolute local directory name, a suffix
@@ -169,7 +173,11 @@ that is not a string, or a file name handler for any of the names."
               (push (fastrevert--process-encode-file
                      (concat (fastrevert--process-unquote base) suffix))
                     candidates))))
-        (vconcat (nreverse candidates))))))
+        (setq candidates (nreverse candidates))
+        (cons (vconcat candidates)
+              (mapconcat (lambda (name)
+                           (concat (if (string-search "\0" name) "" name) "\0"))
+                         candidates ""))))))
 
 (defun fastrevert--process-candidates (program)
   "Return the encoded file names searched for PROGRAM, or `lisp'.
@@ -199,9 +207,10 @@ The search uses the variables `exec-path' and `exec-suffixes'.  When nothing is
 found, signal the error stock signals, errno included: the last
 problem seen with a candidate (a directory, a file that is not
 executable), or a missing file."
-  (let ((candidates (fastrevert--process-candidates program)))
-    (or (and (vectorp candidates)
-             (fastrevert--mod-first-executable candidates))
+  (let* ((candidates (fastrevert--process-candidates program))
+         (index (and (consp candidates)
+                     (fastrevert--mod-first-executable (cdr candidates)))))
+    (or (and index (aref (car candidates) index))
         (let ((found (locate-file program exec-path exec-suffixes 1)))
           (and found (fastrevert--process-encode-file (fastrevert--process-unquote found))))
         (let ((errno 'ENOENT))

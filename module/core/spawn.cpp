@@ -300,15 +300,18 @@ Child spawn(const SpawnSpec& spec) {
   return child;
 }
 
-std::optional<std::size_t> first_executable(const std::vector<std::string>& candidates) {
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    const std::string& candidate = candidates[i];
-    // A name with a NUL byte names no file the system can look up.
-    if (candidate.find('\0') != std::string::npos) continue;
-    if (faccessat(AT_FDCWD, candidate.c_str(), X_OK, AT_EACCESS) != 0) continue;
+std::optional<std::size_t> first_executable(const std::string& candidates) {
+  std::size_t index = 0;
+  // Each name is read in place: its NUL byte, or the string's own, ends it.
+  for (std::size_t start = 0; start < candidates.size(); ++index) {
+    const char* candidate = candidates.c_str() + start;
+    std::size_t end = candidates.find('\0', start);
+    start = end == std::string::npos ? candidates.size() : end + 1;
+    if (*candidate == '\0') continue;
+    if (faccessat(AT_FDCWD, candidate, X_OK, AT_EACCESS) != 0) continue;
     struct stat status;
-    if (stat(candidate.c_str(), &status) == 0 && S_ISDIR(status.st_mode)) continue;
-    return i;
+    if (stat(candidate, &status) == 0 && S_ISDIR(status.st_mode)) continue;
+    return index;
   }
   return std::nullopt;
 }

@@ -105,10 +105,13 @@ struct Child {
 // function "open" and that file.
 Child spawn(const SpawnSpec& spec);
 
-// The index of the first of CANDIDATES (file names, in search order) that
-// the effective user may execute and that is not a directory, as Emacs's
-// program search decides with an X_OK predicate; std::nullopt when none is.
-std::optional<std::size_t> first_executable(const std::vector<std::string>& candidates);
+// The index of the first of CANDIDATES that the effective user may execute
+// and that is not a directory, as Emacs's program search decides with an X_OK
+// predicate; std::nullopt when none is.  CANDIDATES holds file names in
+// search order, each ended by a NUL byte (the last one may end with the
+// string), so that a caller keeps one string per search; an empty name is
+// never executable.
+std::optional<std::size_t> first_executable(const std::string& candidates);
 
 // SIGKILLs CHILD (if it has not been reaped) and waits for it, returning the
 // raw wait status, or -1 when someone else reaped it.  Closes its descriptors.

@@ -738,18 +738,14 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-first-executable", mod_first_executable, 1, 1,
-                 "Return the first of CANDIDATES that can be executed, or nil.\n"
-                 "CANDIDATES is a vector of encoded file names in search order; the\n"
-                 "value is one of its elements: a file the effective user may execute\n"
-                 "that is not a directory, as the program search of `call-process'\n"
-                 "decides.\n\n"
+                 "Return the index of the first of CANDIDATES that can be executed, or nil.\n"
+                 "CANDIDATES is a unibyte string of encoded file names in search order,\n"
+                 "each ended by a NUL byte; an empty name is never executable.  The\n"
+                 "one found is a file the effective user may execute that is not a\n"
+                 "directory, as the program search of `call-process' decides.\n\n"
                  "(fn CANDIDATES)") {
-  emacs_value candidates = args[0];
-  std::optional<std::size_t> found = first_executable(string_vector(env, candidates));
-  if (!found) return env.nil();
-  emacs_value value = env.raw()->vec_get(env.raw(), candidates, static_cast<std::ptrdiff_t>(*found));
-  env.check();
-  return value;
+  std::optional<std::size_t> found = first_executable(string_bytes(env, args[0]));
+  return found ? env.integer(static_cast<std::int64_t>(*found)) : env.nil();
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-accessible-directory-p", mod_accessible_directory_p, 1, 1,

@@ -326,17 +326,26 @@ TEST_CASE("first_executable picks the first executable non-directory like exec-p
   write_file(second.file("tool"), "#!/bin/sh\n", 0755);
   write_file(second.file("dir-tool"), "#!/bin/sh\n", 0755);
   symlink(first.file("dir-tool").c_str(), second.file("link-to-dir").c_str());
-  std::vector<std::string> tools = {"/nonexistent/tool", first.file("tool"), second.file("tool")};
-  std::vector<std::string> dir_tools = {first.file("dir-tool"), second.file("dir-tool")};
+  // The names, each ended by a NUL byte.
+  auto joined = [](std::initializer_list<std::string> names) {
+    std::string all;
+    for (const std::string& name : names) all += name + '\0';
+    return all;
+  };
 
-  CHECK(first_executable(tools) == std::optional<std::size_t>(2));
-  CHECK(first_executable(dir_tools) == std::optional<std::size_t>(1));
+  CHECK(first_executable(joined({"/nonexistent/tool", first.file("tool"), second.file("tool")})) ==
+        std::optional<std::size_t>(2));
+  CHECK(first_executable(joined({first.file("dir-tool"), second.file("dir-tool")})) ==
+        std::optional<std::size_t>(1));
   // A symlink to a directory counts as the directory it names.
-  CHECK(first_executable({second.file("link-to-dir")}) == std::nullopt);
-  CHECK(first_executable({first.file("no-such-tool"), std::string("/bin/sh\0x", 9)}) ==
-        std::nullopt);
-  CHECK(first_executable({}) == std::nullopt);
-  CHECK(first_executable({"/nonexistent/sh", "/bin/sh"}) == std::optional<std::size_t>(1));
+  CHECK(first_executable(joined({second.file("link-to-dir")})) == std::nullopt);
+  // An empty name is never executable, and counts in the index.
+  CHECK(first_executable(joined({"", first.file("no-such-tool"), "/bin/sh"})) ==
+        std::optional<std::size_t>(2));
+  CHECK(first_executable("") == std::nullopt);
+  // The last name may end with the string.
+  CHECK(first_executable(std::string("/nonexistent/sh") + '\0' + "/bin/sh") ==
+        std::optional<std::size_t>(1));
 }
 
 TEST_CASE("kill_and_reap kills a running child and leaves no zombie", "[spawn]") {
