@@ -528,6 +528,11 @@ for DESTINATION 0."
 
 (cl-defstruct (fastrevert-process
                (:constructor fastrevert--process-create)
+               ;; Positional, for `fastrevert-make-process': keyword
+               ;; arguments would cost a list and a search per call.
+               (:constructor fastrevert--process-start-record
+                             (id name command buffer mark stderr-buffer stderr-mark
+                                 filter sentinel decoding encoding query-on-exit engine))
                (:conc-name fastrevert--process-)
                (:predicate fastrevert-process-p)
                (:copier nil))
@@ -1251,20 +1256,12 @@ a `fastrevert-process'.  The program is found through the variable
                           (cons 'start-process (cons name (cons buffer command)))
                           (cdr command)))
            (id (fastrevert--process-new-id))
-           (process (fastrevert--process-create
-                     :id id
-                     :name (fastrevert--process-unique-name name)
-                     :command command
-                     :buffer buffer
-                     :mark (fastrevert--process-new-mark buffer)
-                     :stderr-buffer stderr-buffer
-                     :stderr-mark (fastrevert--process-new-mark stderr-buffer)
-                     :filter filter
-                     :sentinel sentinel
-                     :decoding (car coding)
-                     :encoding (cdr coding)
-                     :query-on-exit (not (plist-get args :noquery))
-                     :engine fastrevert--wake-process))
+           (process (fastrevert--process-start-record
+                     id (fastrevert--process-unique-name name) command
+                     buffer (fastrevert--process-new-mark buffer)
+                     stderr-buffer (fastrevert--process-new-mark stderr-buffer)
+                     filter sentinel (car coding) (cdr coding)
+                     (not (plist-get args :noquery)) fastrevert--wake-process))
            (result (fastrevert--mod-process-start
                     id encoded-path (vconcat (list encoded-path) encoded-args)
                     (fastrevert--process-environment dir)

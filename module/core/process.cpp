@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -118,6 +119,8 @@ struct ProcessTable::Process {
   int open_handles = 0;
   // Counted in Stats::processes (once, whichever table adopts it first).
   bool counted = false;
+  // When the child was spawned (near enough: when its Process was made).
+  ProcessTable::Clock::time_point born = ProcessTable::Clock::now();
 };
 
 ProcessTable::ProcessTable(Engine& engine) : ProcessTable(engine, engine.loop(), Engine::Wake::yes) {}
@@ -267,6 +270,7 @@ void ProcessTable::move_state(Process& from, Process& to) noexcept {
   to.options = from.options;
   to.pid = std::exchange(from.pid, -1);
   to.counted = from.counted;
+  to.born = from.born;
   auto move_stream = [](Stream& source, Stream& target) {
     target.fd = std::exchange(source.fd, -1);
     target.reader = std::move(source.reader);
@@ -328,8 +332,10 @@ std::unique_ptr<ProcessHandover> ProcessTable::hand_over(std::uint64_t id) {
   return handover;
 }
 
-void ProcessTable::watched(std::vector<pollfd>& fds,
-                           std::vector<std::pair<std::uint64_t, Watch>>& owners) const {
+ProcessTable::Clock::time_point ProcessTable::watched(
+    std::vector<pollfd>& fds, std::vector<std::pair<std::uint64_t, Watch>>& owners,
+    Clock::time_point now, Clock::duration quiet) const {
+  Clock::time_point next = Clock::time_point::max();
   for (const auto& entry : processes_) {
     const Process& process = *entry.second;
     auto add = [&](int fd, Watch what) {
@@ -337,10 +343,17 @@ void ProcessTable::watched(std::vector<pollfd>& fds,
       fds.push_back(pollfd{fd, POLLIN, 0});
       owners.emplace_back(entry.first, what);
     };
+    bool exit_watched = !process.reaped && process.pidfd >= 0;
+    if (exit_watched) add(process.pidfd, Watch::exit);
+    Clock::time_point of_age = process.born + quiet;
+    if (exit_watched && now < of_age) {
+      next = std::min(next, of_age);
+      continue;
+    }
     add(process.out.fd, Watch::out);
     add(process.err.fd, Watch::err);
-    if (!process.reaped) add(process.pidfd, Watch::exit);
   }
+  return next;
 }
 
 void ProcessTable::serve(const std::vector<pollfd>& fds,
@@ -360,7 +373,13 @@ void ProcessTable::serve(const std::vector<pollfd>& fds,
         if (process.err.fd == fds[i].fd) read_stream(process, process.err);
         break;
       case Watch::exit:
-        if (process.pidfd == fds[i].fd) try_reap(process);
+        if (process.pidfd != fds[i].fd) break;
+        try_reap(process);
+        // What the child wrote is all in its pipes now, unless it left
+        // them to a child of its own; the reads end where they are empty.
+        for (Stream* stream : {&process.out, &process.err}) {
+          if (!process.finished && stream->fd >= 0) read_stream(process, *stream);
+        }
         break;
     }
   }
@@ -372,6 +391,11 @@ void ProcessTable::serve(const std::vector<pollfd>& fds,
   for (std::uint64_t id : blind) {
     auto found = processes_.find(id);
     if (found != processes_.end()) try_reap(*found->second);
+  }
+  // Without handles, nothing else frees a finished child; here no
+  // reference to one is held any more.
+  for (auto it = retiring_.begin(); it != retiring_.end();) {
+    it = it->second->open_handles == 0 ? retiring_.erase(it) : std::next(it);
   }
 }
 
@@ -471,6 +495,13 @@ bool ProcessTable::remove(std::uint64_t id) {
   Process& process = *found->second;
   process.removed = true;
   if (!process.reaped) send_signal(process, SIGKILL);
+  if (!loop_ && !process.reaped) {
+    // No exit watch will reap it later: a SIGKILLed child dies at once.
+    int status;
+    while (waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    process.reaped = true;
+  }
   retire(process);
   free_if_closed(process);
   return true;

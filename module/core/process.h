@@ -51,6 +51,7 @@
 #include <sys/types.h>
 #include <uv.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -118,12 +119,21 @@ class ProcessTable : public Service {
 
   // What a descriptor of a table without a loop stands for.
   enum class Watch : std::uint8_t { out, err, exit };
+  using Clock = std::chrono::steady_clock;
   // Appends to FDS a pollfd (POLLIN) for every descriptor of the table's
-  // children that waits for an event, and to OWNERS who it is for.
-  void watched(std::vector<pollfd>& fds,
-               std::vector<std::pair<std::uint64_t, Watch>>& owners) const;
+  // children that waits for an event, and to OWNERS who it is for.  The
+  // output of a child younger than QUIET (since it was spawned) is not
+  // watched, only its exit: a child that ends that soon is then read and
+  // reaped after one wake-up instead of one per event, and any other has its
+  // first output read QUIET after its start at the latest.  Returns when
+  // the set of watched descriptors changes next (a child coming of age), or
+  // Clock::time_point::max().
+  Clock::time_point watched(std::vector<pollfd>& fds,
+                            std::vector<std::pair<std::uint64_t, Watch>>& owners,
+                            Clock::time_point now, Clock::duration quiet) const;
   // Serves the events poll(2) reported in FDS, as watched() filled them and
-  // OWNERS.  A child without a pidfd is looked at each time.
+  // OWNERS; an exit also reads what the child left in its pipes.  A child
+  // without a pidfd is looked at each time.
   void serve(const std::vector<pollfd>& fds,
              const std::vector<std::pair<std::uint64_t, Watch>>& owners);
   ~ProcessTable() override;
@@ -183,8 +193,9 @@ class ProcessTable : public Service {
   bool set_reading(std::uint64_t id, bool reading);
 
   // Forgets ID: SIGKILLs the child if it is still running, closes its pipes,
-  // and reaps it in the background.  No further record is emitted for it, and
-  // ID may be reused at once.  Returns false when ID is unknown.
+  // and reaps it in the background (a table without a loop: at once).  No
+  // further record is emitted for it, and ID may be reused at once.  Returns
+  // false when ID is unknown.
   bool remove(std::uint64_t id);
 
   // Whether ID is in the table (started and its exit record not yet emitted).

@@ -414,6 +414,11 @@ constexpr std::chrono::microseconds kAdoptionDelay(2000);
 // wait's own deadline still ends it.
 constexpr std::chrono::microseconds kLinger(3000);
 
+// How long after its start a child served here has only its exit watched
+// (see ProcessTable::watched): a child that ends within that time costs one
+// wake-up, and the first output of one that lives on comes at most that late.
+constexpr std::chrono::microseconds kQuietStart(2000);
+
 // The nursery, and the table (without a loop) the main thread serves its
 // children with while it waits; they exist while the engine runs.
 struct Nearby {
@@ -500,16 +505,16 @@ std::optional<bool> serve_children(Env& env, std::chrono::microseconds timeout) 
       quit = true;
       break;
     }
+    near.fds.clear();
+    near.owners.clear();
+    Clock::time_point changes = near.table->watched(near.fds, near.owners, now, kQuietStart);
+    near.fds.push_back(pollfd{running.records_fd(), POLLIN, 0});
     // Quit is looked at least this often.
     Clock::time_point until = std::min({deadline, now + std::chrono::milliseconds(10),
-                                        linger_end.value_or(deadline)});
+                                        linger_end.value_or(deadline), changes});
     auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now);
     timespec span{static_cast<time_t>(left.count() / 1000000000),
                   static_cast<long>(left.count() % 1000000000)};
-    near.fds.clear();
-    near.owners.clear();
-    near.table->watched(near.fds, near.owners);
-    near.fds.push_back(pollfd{running.records_fd(), POLLIN, 0});
     if (ppoll(near.fds.data(), near.fds.size(), &span, nullptr) > 0 &&
         (near.fds.back().revents & POLLIN)) {
       std::uint64_t count;

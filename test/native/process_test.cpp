@@ -684,7 +684,7 @@ bool serve_until(ProcessTable& near, const std::function<bool()>& predicate,
     if (Clock::now() >= deadline) return false;
     fds.clear();
     owners.clear();
-    near.watched(fds, owners);
+    near.watched(fds, owners, Clock::now(), Clock::duration::zero());
     poll(fds.data(), fds.size(), 10);
     near.serve(fds, owners);
   }
@@ -857,4 +857,52 @@ TEST_CASE("the engine's table adopts the children the nursery keeps past its del
     nursery->put(1, std::make_unique<ProcessHandover>(std::move(waiting), ProcessTable::Options{}));
   }
   CHECK(is_gone(waiting_pid));
+}
+
+TEST_CASE("a young child's exit alone is watched, and its output is read with it",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
+  near.start(1, never_exiting(), {});
+  near.start(2, shell("printf abc; echo def >&2"), {});
+  std::vector<pollfd> fds;
+  std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> owners;
+  auto now = Clock::now();
+  // Young: exits only, until the first comes of age.
+  auto changes = near.watched(fds, owners, now, std::chrono::hours(1));
+  CHECK(changes > now + std::chrono::minutes(59));
+  CHECK(changes <= now + std::chrono::hours(1));
+  REQUIRE(owners.size() == 2);
+  for (const auto& owner : owners) CHECK(owner.second == ProcessTable::Watch::exit);
+  // Of age: output too.
+  std::vector<pollfd> all;
+  std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> all_owners;
+  CHECK(near.watched(all, all_owners, now, Clock::duration::zero()) ==
+        Clock::time_point::max());
+  CHECK(all_owners.size() == 6);
+  // The one wake-up for child 2's exit brings its output and its end.
+  int woken = 0;
+  std::vector<Record> records;
+  while (records.empty()) {
+    REQUIRE(poll(fds.data(), fds.size(), 20000) > 0);
+    ++woken;
+    near.serve(fds, owners);
+    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
+  }
+  CHECK(woken == 1);
+  std::string out;
+  std::string err;
+  int exits = 0;
+  for (const auto& record : records) {
+    CHECK(record.id == 2);
+    if (record.kind == RecordKind::process_output) (record.code == 1 ? out : err) += record.data;
+    exits += record.kind == RecordKind::process_exit;
+  }
+  CHECK(out == "abc");
+  CHECK(err == "def\n");
+  CHECK(exits == 1);
+  CHECK(near.size() == 1);
+  pid_t pid = near.pid(1);
+  near.remove(1);
+  CHECK(is_gone(pid));
 }
