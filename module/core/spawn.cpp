@@ -73,9 +73,10 @@ int open_cloexec(const std::string& path, int flags) {
   return above_stdio(fd);
 }
 
+// Makes FD, one end of a pipe made here and so with no other status flag
+// than its access mode (which F_SETFL ignores), non-blocking.
 void set_nonblocking(int fd) {
-  int flags = fcntl(fd, F_GETFL);
-  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) throw_errno("fcntl");
+  if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0) throw_errno("fcntl");
 }
 
 // A pipe whose both ends are close-on-exec.  The parent's end is made
