@@ -405,6 +405,13 @@ std::uint64_t ProcessTable::bytes_read(std::uint64_t id) const {
   return found->second->out.bytes_read + found->second->err.bytes_read;
 }
 
+bool ProcessTable::streams(std::uint64_t bytes) const {
+  for (const auto& entry : processes_) {
+    if (entry.second->out.bytes_read + entry.second->err.bytes_read > bytes) return true;
+  }
+  return false;
+}
+
 std::vector<std::uint64_t> ProcessTable::ids() const {
   std::vector<std::uint64_t> all;
   all.reserve(processes_.size());

@@ -206,6 +206,8 @@ class ProcessTable : public Service {
   std::vector<std::uint64_t> ids() const;
   // How many bytes of ID's stdout and stderr were read so far, or 0.
   std::uint64_t bytes_read(std::uint64_t id) const;
+  // Whether some child has had more than BYTES of output read.
+  bool streams(std::uint64_t bytes) const;
   // The child's pid (for `process-id'), or -1 when ID is unknown.
   pid_t pid(std::uint64_t id) const;
   // The number of stdin bytes queued for ID, or 0.

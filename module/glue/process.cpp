@@ -410,14 +410,16 @@ constexpr std::chrono::microseconds kAdoptionDelay(2000);
 // are still running: a child that has just written its output is usually
 // about to exit, and its exit then comes with the same return to Lisp
 // instead of another round.  Only children that were never sent anything
-// wait this way (a command hands a child to the engine for good), and the
-// wait's own deadline still ends it.
+// wait this way (a command hands a child to the engine for good); the wait's
+// own deadline still ends it, and so does a child whose output streams,
+// which goes to the engine to be read while Lisp inserts.
 constexpr std::chrono::microseconds kLinger(3000);
 
 // How long after its start a child served here has only its exit watched
 // (see ProcessTable::watched): a child that ends within that time costs one
-// wake-up, and the first output of one that lives on comes at most that late.
-constexpr std::chrono::microseconds kQuietStart(2000);
+// wake-up, and the first output of one that lives on comes at most that
+// late.  Short, since a child that streams stalls meanwhile on a full pipe.
+constexpr std::chrono::microseconds kQuietStart(1000);
 
 // The nursery, and the table (without a loop) the main thread serves its
 // children with while it waits; they exist while the engine runs.
@@ -496,7 +498,7 @@ std::optional<bool> serve_children(Env& env, std::chrono::microseconds timeout) 
     ready = running.pending() > 0;
     Clock::time_point now = Clock::now();
     if (ready) {
-      if (near.table->size() == 0) break;
+      if (near.table->size() == 0 || near.table->streams(kMemfdThreshold)) break;
       if (!linger_end) linger_end = now + kLinger;
       if (now >= *linger_end) break;
     }
