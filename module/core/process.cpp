@@ -593,7 +593,7 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
     // buffer, and are announced after every read rather than once per
     // callback: a range costs no allocation, coalesces with an undrained
     // one, and lets Emacs insert while the next reads run.
-    bool to_memfd = (stream.memfd >= 0 || start_memfd(process, stream)) && !stream.framer;
+    bool to_memfd = stream.memfd >= 0 && !stream.framer;
     if (to_memfd && !stream.splice_failed && !process.removed) {
       int spliced = splice_to_memfd(process, stream);
       if (spliced > 0) continue;
@@ -610,6 +610,8 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
       engine_.stats().bytes_read.fetch_add(result.bytes.size(), std::memory_order_relaxed);
       if (to_memfd && !process.removed && !append_to_memfd(process, stream, result.bytes)) {
         stream.raw.append(result.bytes.data(), result.bytes.size());
+      } else if (!to_memfd && stream.memfd_wanted) {
+        start_memfd(process, stream);
       }
     } else if (result.status == ReadResult::Status::would_block) {
       break;
@@ -685,11 +687,9 @@ int ProcessTable::splice_to_memfd(Process& process, Stream& stream) {
 
 bool ProcessTable::start_memfd(Process& process, Stream& stream) {
   if (!stream.memfd_wanted || stream.framer || process.removed ||
-      stream.bytes_read < process.options.memfd_threshold)
+      stream.bytes_read <= process.options.memfd_threshold)
     return false;
   stream.memfd_wanted = false;
-  // What was read before goes out first, in order.
-  deliver(process, stream, false);
   int memfd = memfd_create("fastrevert-process", MFD_CLOEXEC);
   int theirs = memfd >= 0 ? fcntl(memfd, F_DUPFD_CLOEXEC, 0) : -1;
   if (theirs < 0) {
@@ -705,7 +705,11 @@ bool ProcessTable::start_memfd(Process& process, Stream& stream) {
   engine_.emit(
       Record{RecordKind::process_output, process.id, kStdoutMemfdCode, std::to_string(theirs)},
       wake_);
-  return true;
+  // What this wake-up read so far, the read that crossed the threshold
+  // included, goes in first; only earlier wake-ups' bytes went as strings.
+  // If the write fails, the bytes stay to go out as a string.
+  if (!stream.raw.empty() && append_to_memfd(process, stream, stream.raw)) stream.raw.clear();
+  return stream.memfd >= 0;
 }
 
 bool ProcessTable::append_to_memfd(Process& process, Stream& stream, std::string_view bytes) {

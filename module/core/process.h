@@ -25,8 +25,9 @@
 //   kStdoutMemfdCode, whose data is the decimal number of a descriptor of
 //   that memfd that the consumer owns from then on; then, with code
 //   kStdoutRangeCode instead of code 1, records that say how far the memfd
-//   is written.  Bytes before the switch came as code 1 records; the memfd
-//   holds the stream from the switch on, at offset 0.  A range record's
+//   is written.  The memfd holds the stream, at offset 0, from the start of
+//   the wake-up whose reads crossed the threshold; only bytes read in earlier
+//   wake-ups came as code 1 records.  A range record's
 //   data is one or more 12-byte entries, the newest last (coalescing
 //   appends): the file's new size as 8 bytes little-endian, then the last 4
 //   bytes of the stream so far (zeros in front while it is shorter), so that
@@ -241,8 +242,8 @@ class ProcessTable : public Service {
 
   void read_stream(Process& process, Stream& stream);
   void deliver(Process& process, Stream& stream, bool at_eof);
-  // Makes STREAM's memfd once more than the threshold was read, having
-  // delivered what was read before, and hands the consumer its descriptor.
+  // Makes STREAM's memfd once more than the threshold was read, hands the
+  // consumer its descriptor and moves there what this wake-up has read.
   // Returns whether the stream now writes to a memfd.
   bool start_memfd(Process& process, Stream& stream);
   // Appends BYTES to STREAM's memfd and emits the range record.  Returns

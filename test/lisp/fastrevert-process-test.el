@@ -390,21 +390,26 @@ a window showing the buffer."
     (should (equal (fastrevert-process-test--output state) "abc"))))
 
 (ert-deftest fastrevert-process-buffer-text-survives-the-switch-to-the-memfd ()
-  ;; The output's first bytes come as strings, the rest through the memfd.
-  ;; Characters and CRLF pairs that straddle the switch, wherever the
-  ;; reads put it, decode as stock decodes them.
+  ;; Output that comes in two bursts: the first, under the memfd threshold,
+  ;; as a string; the second, past it, through the memfd.  Whatever byte of
+  ;; a character or of a CRLF pair the first burst ends on, the text decodes
+  ;; as stock decodes it.
   (let* ((threshold (fastrevert--mod-memfd-threshold))
          (unit "é€😀\r\n")
-         (count (/ (* 3 threshold) (string-bytes unit))))
+         (size (string-bytes unit))
+         (count (/ (* 3 threshold) size)))
     (fastrevert-test-with-temp-dir dir
-      (dotimes (prefix 4)
-        (let ((file (expand-file-name (format "switch-%d.txt" prefix) dir)))
-          (with-temp-file file
-            (set-buffer-multibyte nil)
-            (insert (make-string prefix ?a))
-            (dotimes (_ count) (insert (encode-coding-string unit 'utf-8))))
-          (dolist (coding '(utf-8-unix utf-8-dos))
-            (let ((command (list "cat" file)))
+      (let ((file (expand-file-name "switch.txt" dir)))
+        (with-temp-file file
+          (set-buffer-multibyte nil)
+          (dotimes (_ count) (insert (encode-coding-string unit 'utf-8))))
+        (dotimes (cut size)
+          (let* ((first (+ (* 10 size) cut))
+                 (command (list "sh" "-c" (format "head -c %d %s; sleep 0.05; tail -c +%d %s"
+                                                  first (shell-quote-argument file)
+                                                  (1+ first) (shell-quote-argument file)))))
+            (should (< first threshold))
+            (dolist (coding '(utf-8-unix utf-8-dos))
               (should (equal (car (fastrevert-process-test--capture
                                    #'fastrevert-make-process command coding #'ignore))
                              (car (fastrevert-process-test--capture

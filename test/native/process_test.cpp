@@ -632,7 +632,8 @@ TEST_CASE("process table sends a small output as strings and the rest through th
   options.memfd_threshold = 1000;
   // Below the threshold: strings only, and no memfd is made.
   harness.with_table([&](ProcessTable& table) { table.start(1, shell("printf abc"), options); });
-  // Past it: the first bytes as strings, the rest in the memfd, in order.
+  // Past it: what came before as strings, the rest in the memfd, in order;
+  // the read that crossed the threshold is in the memfd.
   std::string expected = pattern_bytes(200000, 3);
   char file[] = "/tmp/fastrevert-memfd-test-XXXXXX";
   int file_fd = mkstemp(file);
@@ -641,14 +642,25 @@ TEST_CASE("process table sends a small output as strings and the rest through th
           static_cast<ssize_t>(expected.size()));
   close(file_fd);
   harness.with_table([&](ProcessTable& table) {
-    table.start(2, shell(std::string("cat ") + file), options);
+    table.start(2,
+                shell(std::string("head -c 600 ") + file + "; sleep 0.2; tail -c +601 " + file),
+                options);
+    table.start(3, shell(std::string("cat ") + file), options);
   });
-  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0 && harness.exits_of(2) > 0; }));
+  REQUIRE(harness.wait_until([&] {
+    return harness.exits_of(1) > 0 && harness.exits_of(2) > 0 && harness.exits_of(3) > 0;
+  }));
   unlink(file);
   CHECK(harness.output_of(1, 1) == "abc");
   CHECK(memfds_of(harness.records(), 1).empty());
+  // One burst past the threshold: all of it through the memfd.
+  CHECK(harness.output_of(3, 1).empty());
+  std::vector<int> burst = memfds_of(harness.records(), 3);
+  REQUIRE(burst.size() == 1);
+  CHECK(file_contents(burst[0]) == expected);
+  close(burst[0]);
   std::string strings = harness.output_of(2, 1);
-  CHECK(strings.size() >= 1000);
+  CHECK(strings == expected.substr(0, 600));
   std::vector<int> memfds = memfds_of(harness.records(), 2);
   REQUIRE(memfds.size() == 1);
   CHECK(strings + file_contents(memfds[0]) == expected);
