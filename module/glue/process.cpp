@@ -433,8 +433,6 @@ struct Nearby {
 };
 std::unique_ptr<Nearby> nearby;
 
-// Hands child ID to the engine if it waits in the nursery, so that a command
-// posted next finds it in the engine's table.
 // Posts CHILD to the engine's table as ID; returns whether it was posted.  A
 // Command must be copyable, so the handover travels in a shared_ptr; if the
 // command never runs, the handover dies with it and kills its child.
@@ -444,6 +442,8 @@ bool post_adoption(Engine& running, std::uint64_t id, std::unique_ptr<ProcessHan
       [id, shared](Engine& e) { e.service<ProcessTable>().adopt_or_report(id, std::move(*shared)); });
 }
 
+// Hands child ID to the engine if it waits in the nursery, so that a command
+// posted next finds it in the engine's table.
 void hand_to_engine(Engine& running, std::uint64_t id) {
   if (!nearby) return;
   std::unique_ptr<ProcessHandover> child = nearby->nursery->take(id);
