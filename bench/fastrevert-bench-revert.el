@@ -284,13 +284,15 @@ entry points Emacs's event loop calls (`auto-revert-buffers',
        (file-writable-p "/proc/sys/vm/drop_caches")
        (zerop (call-process "sh" nil nil nil "-c" "sync && echo 3 > /proc/sys/vm/drop_caches"))))
 
+(defun fastrevert-bench-revert--stale-p (buffer)
+  "Return non-nil if BUFFER differs from its file's new contents."
+  (with-current-buffer buffer
+    (not (equal (buffer-substring-no-properties (point-min) (point-max))
+                (fastrevert-bench-revert--contents buffer-file-name)))))
+
 (defun fastrevert-bench-revert--stale (buffers)
   "Return how many of BUFFERS differ from their files' new contents."
-  (cl-count-if (lambda (buffer)
-                 (with-current-buffer buffer
-                   (not (equal (buffer-substring-no-properties (point-min) (point-max))
-                               (fastrevert-bench-revert--contents buffer-file-name)))))
-               buffers))
+  (cl-count-if #'fastrevert-bench-revert--stale-p buffers))
 
 (defun fastrevert-bench-revert--burst-once (impl buffers dir cold deadline)
   "Rewrite DIR's files and time IMPL until BUFFERS match; give up after DEADLINE s.
@@ -310,12 +312,25 @@ stale then, and seconds until the VC refreshes were done as well."
                ;; fastrevert refreshes VC state only once every pending text
                ;; is reverted and redisplayed; the first refresh with no stale
                ;; buffer left marks the moment the texts all matched.
-               (advice-add 'fastrevert--refresh-vc-of :before
-                           (lambda (&rest _)
-                             (unless (or matched-at
-                                         (> (fastrevert-bench-revert--stale buffers) 0))
-                               (setq matched-at (float-time))))
-                           '((name . fastrevert-bench-matched))))
+               ;; The check resumes at the buffer last seen stale, since a
+               ;; buffer once up to date stays so: comparing every buffer on
+               ;; every refresh made garbage enough for a GC every few
+               ;; refreshes when the changes came in two batches.
+               (let ((tail buffers)
+                     (count (length buffers)))
+                 (advice-add 'fastrevert--refresh-vc-of :before
+                             (lambda (&rest _)
+                               (unless matched-at
+                                 (let ((checked 0)
+                                       (found nil))
+                                   (while (and (not found) (< checked count))
+                                     (unless tail (setq tail buffers))
+                                     (if (fastrevert-bench-revert--stale-p (car tail))
+                                         (setq found t)
+                                       (setq tail (cdr tail)
+                                             checked (1+ checked))))
+                                   (unless found (setq matched-at (float-time))))))
+                             '((name . fastrevert-bench-matched)))))
              (if (memq impl '(reread reread-vc))
                  (dolist (buffer buffers)
                    (with-current-buffer buffer
