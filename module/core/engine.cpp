@@ -149,10 +149,9 @@ void Engine::wake_if_pending() {
   if (!outbox_.empty()) wake_locked(Wake::yes);
 }
 
-bool Engine::watch_records(bool watching) {
+void Engine::watch_records(bool watching) {
   std::lock_guard<std::mutex> lock(outbox_mutex_);
   records_watched_ = watching;
-  return !outbox_.empty();
 }
 
 void Engine::wake_locked(Wake wake) {

@@ -135,8 +135,8 @@ class Engine {
   int records_fd() const noexcept { return records_fd_; }
 
   // Main thread.  Starts or stops signalling records_fd() on every emitted
-  // record.  Starting returns whether records already wait.
-  bool watch_records(bool watching);
+  // record.
+  void watch_records(bool watching);
 
   // Main thread.  Takes every record in the outbox, in emission order.
   std::deque<Record> drain();

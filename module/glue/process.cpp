@@ -530,7 +530,7 @@ std::optional<bool> serve_children(Env& env, std::chrono::microseconds timeout) 
   // adopted by the engine; a child that streams goes to the engine at once,
   // which reads it while Lisp handles what came.
   for (std::uint64_t id : near.table->ids()) {
-    bool streams = near.table->bytes_read(id) >= kMemfdThreshold;
+    bool streams = near.table->bytes_read(id) > kMemfdThreshold;
     std::unique_ptr<ProcessHandover> child = near.table->hand_over(id);
     if (streams) {
       post_adoption(running, id, std::move(child));
