@@ -34,6 +34,7 @@ using fastrevert::test::TempDir;
 using fastrevert::test::pattern_bytes;
 using fastrevert::test::never_exiting;
 using fastrevert::test::shell;
+using fastrevert::test::write_file;
 
 namespace {
 
@@ -556,12 +557,9 @@ std::vector<std::pair<std::uint64_t, std::string>> range_entries(const std::vect
 TEST_CASE("process table writes stdout to a memfd and reports ranges of it", "[process]") {
   EngineHarness harness;
   std::string expected = pattern_bytes(3 << 20, 7);
-  char file[] = "/tmp/fastrevert-memfd-test-XXXXXX";
-  int file_fd = mkstemp(file);
-  REQUIRE(file_fd >= 0);
-  REQUIRE(write(file_fd, expected.data(), expected.size()) ==
-          static_cast<ssize_t>(expected.size()));
-  close(file_fd);
+  TempDir dir;
+  std::string file = dir / "output";
+  write_file(file, expected);
   ProcessTable::Options options;
   options.stdout_to_memfd = true;
   // splice(2), and the read and pwrite it falls back to.
@@ -571,7 +569,6 @@ TEST_CASE("process table writes stdout to a memfd and reports ranges of it", "[p
     table.start(2, shell("printf ab"), {});
   });
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0 && harness.exits_of(2) > 0; }));
-  unlink(file);
   CHECK(harness.output_of(1, 1).empty());
   CHECK(harness.output_of(1, 2) == "err\n");
   std::vector<int> memfds = memfds_of(harness.records(), 1);
@@ -635,12 +632,9 @@ TEST_CASE("process table sends a small output as strings and the rest through th
   // Past it: what came before as strings, the rest in the memfd, in order;
   // the read that crossed the threshold is in the memfd.
   std::string expected = pattern_bytes(200000, 3);
-  char file[] = "/tmp/fastrevert-memfd-test-XXXXXX";
-  int file_fd = mkstemp(file);
-  REQUIRE(file_fd >= 0);
-  REQUIRE(write(file_fd, expected.data(), expected.size()) ==
-          static_cast<ssize_t>(expected.size()));
-  close(file_fd);
+  TempDir dir;
+  std::string file = dir / "output";
+  write_file(file, expected);
   harness.with_table([&](ProcessTable& table) {
     table.start(2,
                 shell(std::string("head -c 600 ") + file + "; sleep 0.2; tail -c +601 " + file),
@@ -650,7 +644,6 @@ TEST_CASE("process table sends a small output as strings and the rest through th
   REQUIRE(harness.wait_until([&] {
     return harness.exits_of(1) > 0 && harness.exits_of(2) > 0 && harness.exits_of(3) > 0;
   }));
-  unlink(file);
   CHECK(harness.output_of(1, 1) == "abc");
   CHECK(memfds_of(harness.records(), 1).empty());
   // One burst past the threshold: all of it through the memfd.

@@ -25,13 +25,9 @@ using namespace fastrevert;
 using fastrevert::test::TempDir;
 using fastrevert::test::never_exiting;
 using fastrevert::test::shell;
+using fastrevert::test::write_file;
 
 namespace {
-
-void write_file(const std::string& path, const std::string& content, mode_t mode = 0644) {
-  std::ofstream(path, std::ios::binary) << content;
-  chmod(path.c_str(), mode);
-}
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

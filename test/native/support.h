@@ -3,12 +3,14 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -42,6 +44,15 @@ class TempDir {
  private:
   std::string path_;
 };
+
+// Writes CONTENT to the file PATH, created or truncated, with MODE.
+inline void write_file(const std::string& path, const std::string& content, mode_t mode = 0644) {
+  std::ofstream out(path, std::ios::binary);
+  out << content;
+  out.close();
+  REQUIRE(out.good());
+  REQUIRE(chmod(path.c_str(), mode) == 0);
+}
 
 // A pipe whose read end is non-blocking, as a child's output pipe is; both
 // ends are closed at scope exit unless released.
