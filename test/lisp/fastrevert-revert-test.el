@@ -63,6 +63,16 @@
   (fastrevert-test-wait-for
    (lambda () (equal (fastrevert-revert-test--text buffer) text))))
 
+(defun fastrevert-revert-test--names (dir pattern count)
+  "Return COUNT file names in DIR, made from PATTERN and 1 to COUNT."
+  (mapcar (lambda (i) (expand-file-name (format pattern i) dir))
+          (number-sequence 1 count)))
+
+(defun fastrevert-revert-test--rewrite-all (files)
+  "Have another program write \"new\\n\" into every one of FILES."
+  (apply #'fastrevert-revert-test--sh
+         "for f in \"$@\"; do printf 'new\\n' > \"$f\"; done" files))
+
 (defun fastrevert-revert-test--visit (file &optional content)
   "Create FILE with CONTENT (if given) and visit it under `auto-revert-mode'.
 Return the buffer once the engine reports every change to FILE."
@@ -220,8 +230,7 @@ Return the buffer once the engine reports every change to FILE."
   (fastrevert-test-with-temp-dir dir
     (fastrevert-revert-test--with-mode
       (global-auto-revert-mode 1)
-      (let* ((files (mapcar (lambda (i) (expand-file-name (format "f%03d.txt" i) dir))
-                            (number-sequence 1 200)))
+      (let* ((files (fastrevert-revert-test--names dir "f%03d.txt" 200))
              (buffers (mapcar (lambda (file)
                                 (fastrevert-revert-test--write file "old\n")
                                 (find-file-noselect file))
@@ -230,8 +239,7 @@ Return the buffer once the engine reports every change to FILE."
         (should (cl-every #'fastrevert-revert-test--watching-p buffers))
         (should (fastrevert-test-wait-for
                  (lambda () (= (plist-get (fastrevert-stats) :watches) 1))))
-        (apply #'fastrevert-revert-test--sh
-               "for f in \"$@\"; do printf 'new\\n' > \"$f\"; done" files)
+        (fastrevert-revert-test--rewrite-all files)
         (should (fastrevert-test-wait-for
                  (lambda () (cl-every (lambda (buffer)
                                         (equal (fastrevert-revert-test--text buffer) "new\n"))
@@ -417,14 +425,12 @@ Return the buffer once the engine reports every change to FILE."
 (ert-deftest fastrevert-revert-yields-to-input-and-resumes-when-idle ()
   (fastrevert-test-with-temp-dir dir
     (fastrevert-revert-test--with-mode
-      (let* ((files (mapcar (lambda (i) (expand-file-name (format "y%02d.txt" i) dir))
-                            (number-sequence 1 20)))
+      (let* ((files (fastrevert-revert-test--names dir "y%02d.txt" 20))
              (buffers (mapcar (lambda (file) (fastrevert-revert-test--visit file "old\n"))
                               files)))
         (should (fastrevert-revert-test--settled))
         (let ((unread-command-events (list ?x)))
-          (apply #'fastrevert-revert-test--sh
-                 "for f in \"$@\"; do printf 'new\\n' > \"$f\"; done" files)
+          (fastrevert-revert-test--rewrite-all files)
           ;; Input is pending: the changes stay queued, none is applied,
           ;; and they wait for Emacs to be idle, not for a polling tick.
           (should (fastrevert-test-wait-for
@@ -439,8 +445,7 @@ Return the buffer once the engine reports every change to FILE."
 (ert-deftest fastrevert-revert-large-batch-shows-progress ()
   (fastrevert-test-with-temp-dir dir
     (fastrevert-revert-test--with-mode
-      (let* ((files (mapcar (lambda (i) (expand-file-name (format "p%03d.txt" i) dir))
-                            (number-sequence 1 60)))
+      (let* ((files (fastrevert-revert-test--names dir "p%03d.txt" 60))
              (buffers (mapcar (lambda (file) (fastrevert-revert-test--visit file "old\n"))
                               files))
              (reporters 0))
@@ -450,8 +455,7 @@ Return the buffer once the engine reports every change to FILE."
                     '((name . count-reporters)))
         (unwind-protect
             (progn
-              (apply #'fastrevert-revert-test--sh
-                     "for f in \"$@\"; do printf 'new\\n' > \"$f\"; done" files)
+              (fastrevert-revert-test--rewrite-all files)
               (should (fastrevert-test-wait-for
                        (lambda () (cl-every (lambda (b)
                                               (equal (fastrevert-revert-test--text b) "new\n"))
@@ -628,8 +632,7 @@ Return the buffer once the engine reports every change to FILE."
   "Every reverted buffer gets the stock VC refresh, after the pending reverts."
   (fastrevert-test-with-temp-dir dir
     (fastrevert-revert-test--with-mode
-      (let* ((files (mapcar (lambda (i) (expand-file-name (format "vc%02d.txt" i) dir))
-                            (number-sequence 1 10)))
+      (let* ((files (fastrevert-revert-test--names dir "vc%02d.txt" 10))
              (buffers (mapcar (lambda (file) (fastrevert-revert-test--visit file "old\n"))
                               files))
              (calls nil))
@@ -645,8 +648,7 @@ Return the buffer once the engine reports every change to FILE."
                     '((name . record-refreshes)))
         (unwind-protect
             (progn
-              (apply #'fastrevert-revert-test--sh
-                     "for f in \"$@\"; do printf 'new\\n' > \"$f\"; done" files)
+              (fastrevert-revert-test--rewrite-all files)
               (should (fastrevert-test-wait-for
                        (lambda () (= (length (cl-remove-duplicates (mapcar #'car calls))) 10))))
               (should (fastrevert-revert-test--settled))
@@ -657,8 +659,7 @@ Return the buffer once the engine reports every change to FILE."
 (ert-deftest fastrevert-revert-visible-buffers-revert-first ()
   (fastrevert-test-with-temp-dir dir
     (fastrevert-revert-test--with-mode
-      (let* ((files (mapcar (lambda (i) (expand-file-name (format "w%02d.txt" i) dir))
-                            (number-sequence 1 20)))
+      (let* ((files (fastrevert-revert-test--names dir "w%02d.txt" 20))
              (buffers (mapcar (lambda (file) (fastrevert-revert-test--visit file "old\n"))
                               files))
              (shown (nth 13 buffers))
@@ -673,8 +674,7 @@ Return the buffer once the engine reports every change to FILE."
             (progn
               ;; Queue every change before any is handled, as one batch.
               (let ((unread-command-events (list ?x)))
-                (apply #'fastrevert-revert-test--sh
-                       "for f in \"$@\"; do printf 'new\\n' > \"$f\"; done" files)
+                (fastrevert-revert-test--rewrite-all files)
                 (should (fastrevert-test-wait-for
                          (lambda () (and (= (hash-table-count fastrevert--pending) 20)
                                          (memq fastrevert--revert-timer timer-idle-list))))))
