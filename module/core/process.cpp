@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <new>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -119,6 +120,8 @@ struct ProcessTable::Process {
   int open_handles = 0;
   // Counted in Stats::processes (once, whichever table adopts it first).
   bool counted = false;
+  // Given up after a failure; its process_error record is out.
+  bool failed = false;
   // When the child was spawned (near enough: when its Process was made).
   ProcessTable::Clock::time_point born = ProcessTable::Clock::now();
 };
@@ -170,8 +173,8 @@ void ProcessTable::adopt_or_report(std::uint64_t id, std::unique_ptr<ProcessHand
     adopt(id, std::move(handover));
   } catch (const std::exception& error) {
     // adopt() killed and reaped the child; tell its owner it is gone.
-    engine_.emit(Record{RecordKind::notice, id, 0, error.what()}, wake_);
-    engine_.emit(Record{RecordKind::process_exit, id, -1, {}}, wake_);
+    engine_.report(RecordKind::notice, id, 0, error.what(), wake_);
+    engine_.report(RecordKind::process_exit, id, -1, "", wake_);
   }
 }
 
@@ -365,23 +368,25 @@ void ProcessTable::serve(const std::vector<pollfd>& fds,
     auto found = processes_.find(owners[i].first);
     if (found == processes_.end()) continue;
     Process& process = *found->second;
-    switch (owners[i].second) {
-      case Watch::out:
-        if (process.out.fd == fds[i].fd) read_stream(process, process.out);
-        break;
-      case Watch::err:
-        if (process.err.fd == fds[i].fd) read_stream(process, process.err);
-        break;
-      case Watch::exit:
-        if (process.pidfd != fds[i].fd) break;
-        try_reap(process);
-        // What the child wrote is all in its pipes now, unless it left
-        // them to a child of its own; the reads end where they are empty.
-        for (Stream* stream : {&process.out, &process.err}) {
-          if (!process.finished && stream->fd >= 0) read_stream(process, *stream);
-        }
-        break;
-    }
+    guarded(process, [&] {
+      switch (owners[i].second) {
+        case Watch::out:
+          if (process.out.fd == fds[i].fd) read_stream(process, process.out);
+          break;
+        case Watch::err:
+          if (process.err.fd == fds[i].fd) read_stream(process, process.err);
+          break;
+        case Watch::exit:
+          if (process.pidfd != fds[i].fd) break;
+          try_reap(process);
+          // What the child wrote is all in its pipes now, unless it left
+          // them to a child of its own; the reads end where they are empty.
+          for (Stream* stream : {&process.out, &process.err}) {
+            if (!process.finished && stream->fd >= 0) read_stream(process, *stream);
+          }
+          break;
+      }
+    });
   }
   // Without a pidfd, an exit is only seen by looking.
   std::vector<std::uint64_t> blind;
@@ -390,7 +395,10 @@ void ProcessTable::serve(const std::vector<pollfd>& fds,
   }
   for (std::uint64_t id : blind) {
     auto found = processes_.find(id);
-    if (found != processes_.end()) try_reap(*found->second);
+    if (found != processes_.end()) {
+      Process& process = *found->second;
+      guarded(process, [&] { try_reap(process); });
+    }
   }
   // Without handles, nothing else frees a finished child; here no
   // reference to one is held any more.
@@ -430,9 +438,16 @@ void ProcessTable::attend(std::shared_ptr<Nursery> nursery) {
 
 void ProcessTable::on_nursery_due(uv_poll_t* handle, int, int) {
   auto& table = *static_cast<ProcessTable*>(handle->data);
-  table.nursery_->acknowledge();
-  for (auto& entry : table.nursery_->take_all()) {
-    table.adopt_or_report(entry.first, std::move(entry.second));
+  try {
+    auto children = table.nursery_->take_all();
+    // Acknowledged only once the children are out: if taking them failed,
+    // the timer stays readable and this runs again.
+    table.nursery_->acknowledge();
+    for (auto& entry : children) table.adopt_or_report(entry.first, std::move(entry.second));
+  } catch (...) {
+    table.engine_.report(RecordKind::notice, 0, 0,
+                         "fastrevert: out of memory adopting new processes; retrying",
+                         table.wake_);
   }
 }
 
@@ -553,27 +568,59 @@ void ProcessTable::shutdown() {
   // and the destructor frees any that had no handle left to close.
 }
 
+template <typename Step>
+void ProcessTable::guarded(Process& process, Step&& step) noexcept {
+  try {
+    step();
+  } catch (const std::bad_alloc&) {
+    fail(process, "fastrevert: out of memory while reading the process's output; it was killed");
+  } catch (const std::exception& error) {
+    fail(process, error.what());
+  } catch (...) {
+    fail(process, "fastrevert: unknown exception while serving the process; it was killed");
+  }
+}
+
+void ProcessTable::fail(Process& process, const char* what) noexcept {
+  if (!process.failed && !process.removed) {
+    process.failed = true;
+    engine_.report(RecordKind::process_error, process.id, 0, what, wake_);
+  }
+  if (!process.reaped) send_signal(process, SIGKILL);
+  for (Stream* stream : {&process.out, &process.err}) {
+    stream->raw.clear();
+    close_stream(process, *stream);
+  }
+  close_stdin_now(process);
+  // A child that has already exited can report its end now.
+  try {
+    maybe_finish(process);
+  } catch (...) {
+    // Its process_error record has told its owner already.
+  }
+}
+
 void ProcessTable::on_stream_readable(uv_poll_t* handle, int, int) {
   // A poll error is not acted on directly: the read that follows reports it
   // (or end of file), and the stream is closed then.
   Process& process = *static_cast<Process*>(handle->data);
   Stream& stream = handle == &process.out.poll ? process.out : process.err;
-  process.table->read_stream(process, stream);
+  process.table->guarded(process, [&] { process.table->read_stream(process, stream); });
 }
 
 void ProcessTable::on_stdin_writable(uv_poll_t* handle, int, int) {
   Process& process = *static_cast<Process*>(handle->data);
-  process.table->write_queued_stdin(process);
+  process.table->guarded(process, [&] { process.table->write_queued_stdin(process); });
 }
 
 void ProcessTable::on_pidfd_readable(uv_poll_t* handle, int, int) {
   Process& process = *static_cast<Process*>(handle->data);
-  process.table->try_reap(process);
+  process.table->guarded(process, [&] { process.table->try_reap(process); });
 }
 
 void ProcessTable::on_exit_timer(uv_timer_t* handle) {
   Process& process = *static_cast<Process*>(handle->data);
-  process.table->try_reap(process);
+  process.table->guarded(process, [&] { process.table->try_reap(process); });
   if (!process.reaped && process.exit_timer_open) {
     process.exit_poll_delay_ms = std::min(process.exit_poll_delay_ms * 2, kMaxExitPollDelayMs);
     uv_timer_start(handle, &ProcessTable::on_exit_timer, process.exit_poll_delay_ms, 0);
@@ -587,6 +634,10 @@ void ProcessTable::on_handle_closed(uv_handle_t* handle) {
 }
 
 void ProcessTable::read_stream(Process& process, Stream& stream) {
+  if (process.options.test_fail_first_read) {
+    process.options.test_fail_first_read = false;
+    throw std::bad_alloc();
+  }
   bool at_eof = false;
   for (int reads = 0; reads < kReadsPerWakeup && !at_eof; ++reads) {
     // Unframed bytes bound for a memfd go there straight from the read

@@ -38,6 +38,12 @@
 // - process_exit (code: the raw wait status, or -1 when someone else reaped
 //   the child): exactly one, after both output pipes reached end of file (or
 //   were closed) and the child was reaped, so it follows all output.
+// - process_error (data: what went wrong): the table could not go on with
+//   the child, in practice because memory ran out while its output was
+//   read.  No exception leaves a callback of the table: libuv cannot unwind
+//   one, and std::terminate would end Emacs.  Since its output can no
+//   longer be delivered whole, the child is killed and its pipes closed
+//   instead; its process_exit record still follows if it can be made.
 // A removed process emits nothing more.
 //
 // A table runs on one loop and one thread at a time.  The engine's table runs
@@ -99,6 +105,9 @@ class ProcessTable : public Service {
     // Fill the memfd with read and pwrite from the start, as after a failed
     // splice.  For tests of that path.
     bool memfd_without_splice = false;
+    // For tests only: the first read of the child's output throws
+    // std::bad_alloc, as a read buffer that cannot be allocated would.
+    bool test_fail_first_read = false;
   };
 
   // The record code that hands the consumer its descriptor of the memfd.
@@ -237,6 +246,13 @@ class ProcessTable : public Service {
   // Kills and reaps the child of a Process that no table runs, and closes its
   // descriptors.
   static void discard(Process& process) noexcept;
+  // Runs STEP, the work of a callback for PROCESS, so that no exception
+  // leaves it: a failure becomes fail().
+  template <typename Step>
+  void guarded(Process& process, Step&& step) noexcept;
+  // Gives PROCESS up after WHAT went wrong: reports a process_error record
+  // (once), kills the child and closes its pipes.
+  void fail(Process& process, const char* what) noexcept;
   // Puts PROCESS in the table as ID and starts watching it.
   void install(std::uint64_t id, std::unique_ptr<Process> owned);
 

@@ -911,3 +911,58 @@ TEST_CASE("a young child's exit alone is watched, and its output is read with it
   near.remove(1);
   CHECK(is_gone(pid));
 }
+
+TEST_CASE("process table gives up a child whose output it cannot read: an error record, "
+          "then its exit",
+          "[process]") {
+  EngineHarness harness;
+  harness.with_table([](ProcessTable& table) {
+    ProcessTable::Options failing;
+    failing.test_fail_first_read = true;
+    table.start(1, shell("echo lost; exec sleep 1000"), failing);
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  REQUIRE(harness.records().front().kind == RecordKind::process_error);
+  CHECK(harness.records().front().id == 1);
+  // The child was killed: its output could no longer be delivered whole.
+  const Record* exit = harness.exit_of(1);
+  CHECK(WIFSIGNALED(exit->code));
+  CHECK(WTERMSIG(exit->code) == SIGKILL);
+  CHECK(harness.output_of(1, 1).empty());
+  // The engine thread lives on and serves the next child.
+  harness.with_table([](ProcessTable& table) { table.start(2, shell("echo fine"), {}); });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(2) > 0; }));
+  CHECK(harness.output_of(2, 1) == "fine\n");
+}
+
+TEST_CASE("process table reads a child whatever first read size it is given", "[process]") {
+  EngineHarness harness;
+  harness.with_table([](ProcessTable& table) {
+    ProcessTable::Options huge;
+    // As from `read-process-output-max' bound to (expt 2 40).
+    huge.initial_read_size = std::size_t{1} << 40;
+    table.start(1, shell("head -c 300000 /dev/zero"), huge);
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  for (const auto& record : harness.records()) CHECK(record.kind != RecordKind::process_error);
+  CHECK(harness.output_of(1, 1) == std::string(300000, '\0'));
+}
+
+TEST_CASE("a table without a loop turns a failed read into an error record, not an exception",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
+  ProcessTable::Options failing;
+  failing.test_fail_first_read = true;
+  near.start(1, shell("echo lost"), failing);
+  std::vector<Record> records;
+  REQUIRE(serve_until(near, [&] {
+    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
+    for (const auto& record : records)
+      if (record.kind == RecordKind::process_exit) return true;
+    return false;
+  }));
+  REQUIRE(records.size() >= 2);
+  CHECK(records.front().kind == RecordKind::process_error);
+  CHECK(records.back().kind == RecordKind::process_exit);
+}
