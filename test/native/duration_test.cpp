@@ -9,7 +9,7 @@
 using namespace fastrevert;
 using namespace std::chrono_literals;
 
-TEST_CASE("seconds become nanoseconds, a tiny positive wait never becomes none", "[duration]") {
+TEST_CASE("seconds become nanoseconds and a tiny positive wait never becomes none", "[duration]") {
   CHECK(seconds_to_duration(0.0) == 0ns);
   CHECK(seconds_to_duration(1.5) == 1500ms);
   CHECK(seconds_to_duration(1e-12) == 1ns);

@@ -294,7 +294,7 @@ TEST_CASE("wait_for_records returns as soon as a record is emitted, or at the ti
   CHECK_FALSE(engine.wait_for_records(std::chrono::milliseconds(0)));
 }
 
-TEST_CASE("a drain nested in another goes on from the next record, in order", "[engine]") {
+TEST_CASE("a drain nested in another goes on from the next record in order", "[engine]") {
   WakePipe wake;
   Engine engine(wake.write_fd);
   run_on_engine(engine, [](Engine& e) {
@@ -357,7 +357,7 @@ TEST_CASE("a stream taken record by record keeps coalescing into its newest reco
   REQUIRE_FALSE(engine.take(record, engine.begin_drain()));
 }
 
-TEST_CASE("held wakes write no byte, and the last release writes one for waiting records",
+TEST_CASE("held wakes write no byte and the last release writes one for waiting records",
           "[engine]") {
   WakePipe wake;
   Engine engine(wake.write_fd);
@@ -372,7 +372,7 @@ TEST_CASE("held wakes write no byte, and the last release writes one for waiting
   REQUIRE(wake.take_bytes() == 1);
 }
 
-TEST_CASE("a new wake descriptor carries the engine over, waiting records first", "[engine]") {
+TEST_CASE("a new wake descriptor carries the engine over with waiting records first", "[engine]") {
   WakePipe first;
   WakePipe second;
   Engine engine(first.write_fd);
@@ -393,7 +393,7 @@ TEST_CASE("a new wake descriptor carries the engine over, waiting records first"
   REQUIRE(read(first.read_fd, &byte, 1) == 0);
 }
 
-TEST_CASE("no exception leaves a command, whatever it throws", "[engine]") {
+TEST_CASE("no exception leaves a command whatever it throws", "[engine]") {
   WakePipe wake;
   Engine engine(wake.write_fd);
   REQUIRE(engine.post([](Engine&) { throw std::bad_alloc(); }));

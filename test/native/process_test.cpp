@@ -912,8 +912,8 @@ TEST_CASE("a young child's exit alone is watched, and its output is read with it
   CHECK(is_gone(pid));
 }
 
-TEST_CASE("process table gives up a child whose output it cannot read: an error record, "
-          "then its exit",
+TEST_CASE("process table gives up a child whose output it cannot read with an error record "
+          "before its exit",
           "[process]") {
   EngineHarness harness;
   harness.with_table([](ProcessTable& table) {
@@ -948,7 +948,7 @@ TEST_CASE("process table reads a child whatever first read size it is given", "[
   CHECK(harness.output_of(1, 1) == std::string(300000, '\0'));
 }
 
-TEST_CASE("a table without a loop turns a failed read into an error record, not an exception",
+TEST_CASE("a table without a loop turns a failed read into an error record and not an exception",
           "[process]") {
   EngineHarness harness;
   ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
