@@ -217,6 +217,33 @@ place, newest first."
     (should (= waits 1))
     (should (equal (fastrevert-robust-test--output state) "a\nb\nc\n"))))
 
+(ert-deftest fastrevert-robust-a-nested-drain-goes-on-from-the-next-result ()
+  "A handler that drains again handles the results its outer drain left, first."
+  (fastrevert--engine-ensure)
+  (let ((order nil))
+    (set-process-filter fastrevert--wake-process #'ignore)
+    (unwind-protect
+        (progn
+          (fastrevert--drain)
+          (dotimes (i 6) (fastrevert--mod-echo i ""))
+          (should (fastrevert-test-wait-for
+                   (lambda () (>= (plist-get (fastrevert--mod-stats) :records) 6))))
+          (letrec ((handler
+                    (lambda (_kind id _code _data)
+                      (push id order)
+                      (when (eql id 1)
+                        ;; A result the engine emits meanwhile comes after
+                        ;; those already waiting.
+                        (fastrevert--mod-echo 100 "")
+                        (fastrevert--mod-wait 10)
+                        (fastrevert-test-wait-for
+                         (lambda () (>= (plist-get (fastrevert--mod-stats) :records) 7)))
+                        (fastrevert--mod-drain handler)))))
+            (fastrevert--mod-drain handler)
+            (fastrevert--mod-drain handler))
+          (should (equal (reverse order) '(0 1 2 3 4 5 100))))
+      (set-process-filter fastrevert--wake-process #'fastrevert--wake-filter))))
+
 ;;;; 4. Timers during a busy wait
 
 (defun fastrevert-robust-test--timer-fires-during-busy-wait (just-this-one)
