@@ -248,18 +248,24 @@ place, newest first."
 
 (defun fastrevert-robust-test--timer-fires-during-busy-wait (just-this-one)
   "Return when a 0.3 s timer fired while `yes' was waited on, or nil.
-JUST-THIS-ONE is passed to `fastrevert-accept-process-output'."
-  (let* ((start (float-time))
-         (fired nil)
-         (timer (run-at-time 0.3 nil (lambda () (setq fired (- (float-time) start)))))
-         (process (fastrevert-make-process :name "yes" :command '("yes") :noquery t
-                                           :filter #'ignore)))
-    (unwind-protect
-        (while (and (not fired) (< (- (float-time) start) 10))
-          (fastrevert-accept-process-output process 0.05 nil just-this-one))
-      (cancel-timer timer)
-      (fastrevert-delete-process process))
-    fired))
+JUST-THIS-ONE is passed to `fastrevert-accept-process-output'.  It
+runs in another Emacs: a wait that never returns fails the test
+instead of hanging the suite."
+  (let ((result (fastrevert-robust-test--emacs
+                 `(let* ((start (float-time))
+                         (fired nil)
+                         (timer (run-at-time 0.3 nil (lambda () (setq fired (- (float-time) start)))))
+                         (process (fastrevert-make-process :name "yes" :command '("yes")
+                                                           :noquery t :filter #'ignore)))
+                    (while (and (not fired) (< (- (float-time) start) 10))
+                      (fastrevert-accept-process-output process 0.05 nil ,just-this-one))
+                    (cancel-timer timer)
+                    (fastrevert-delete-process process)
+                    (princ (format "fired %S\n" fired)))
+                 60)))
+    (should (eql (car result) 0))
+    (and (string-match "^fired \\([0-9.]+\\)$" (cdr result))
+         (string-to-number (match-string 1 (cdr result))))))
 
 (ert-deftest fastrevert-robust-timers-run-while-a-busy-stream-is-waited-on ()
   (should (fastrevert-robust-test--timer-fires-during-busy-wait nil))
