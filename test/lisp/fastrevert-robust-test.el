@@ -416,8 +416,13 @@ instead of hanging the suite."
   (dolist (seconds (list most-positive-fixnum 1.0e+INF 1e13 (expt 2 70)))
     (ert-info ((format "%S" seconds))
       (fastrevert--engine-ensure)
+      ;; Children to kill and reap make the stop take a moment.
+      (dotimes (_ 20)
+        (fastrevert-make-process :name "stopped" :command '("sleep" "30") :noquery t))
+      (fastrevert--mod-wait 0.05)
       (should-not (fastrevert--mod-stop seconds))
       (should-not (fastrevert--mod-running-p))))
+  (fastrevert--engine-stop)
   (fastrevert--engine-ensure))
 
 (ert-deftest fastrevert-robust-an-infinite-poll-interval-never-polls ()
