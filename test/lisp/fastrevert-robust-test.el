@@ -220,14 +220,16 @@ place, newest first."
 (ert-deftest fastrevert-robust-a-nested-drain-goes-on-from-the-next-result ()
   "A handler that drains again handles the results its outer drain left, first."
   (fastrevert--engine-ensure)
-  (let ((order nil))
+  (let ((order nil)
+        (records (lambda () (plist-get (fastrevert--mod-stats) :records)))
+        (before nil))
     (set-process-filter fastrevert--wake-process #'ignore)
     (unwind-protect
         (progn
           (fastrevert--drain)
+          (setq before (funcall records))
           (dotimes (i 6) (fastrevert--mod-echo i ""))
-          (should (fastrevert-test-wait-for
-                   (lambda () (>= (plist-get (fastrevert--mod-stats) :records) 6))))
+          (should (fastrevert-test-wait-for (lambda () (>= (funcall records) (+ before 6)))))
           (letrec ((handler
                     (lambda (_kind id _code _data)
                       (push id order)
@@ -237,7 +239,7 @@ place, newest first."
                         (fastrevert--mod-echo 100 "")
                         (fastrevert--mod-wait 10)
                         (fastrevert-test-wait-for
-                         (lambda () (>= (plist-get (fastrevert--mod-stats) :records) 7)))
+                         (lambda () (>= (funcall records) (+ before 7))))
                         (fastrevert--mod-drain handler)))))
             (fastrevert--mod-drain handler)
             (fastrevert--mod-drain handler))
