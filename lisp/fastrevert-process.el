@@ -1330,7 +1330,9 @@ that does not exist signals `coding-system-error' here, as
 (defun fastrevert--process-new-mark (buffer)
   "Return a new process mark at the end of BUFFER, or an unset marker."
   (let ((mark (make-marker)))
-    (when buffer
+    ;; A killed buffer is accepted, as `make-process' accepts it: its
+    ;; output goes nowhere.
+    (when (buffer-live-p buffer)
       (set-marker mark (with-current-buffer buffer (point-max)) buffer))
     mark))
 
@@ -1368,8 +1370,9 @@ a `fastrevert-process'.  The program is found through the variable
          (sentinel (plist-get args :sentinel))
          (stderr-spec (plist-get args :stderr)))
     (unless (stringp name) (signal 'wrong-type-argument (list 'stringp name)))
-    (unless (and (consp command) (cl-every #'stringp command))
-      (signal 'wrong-type-argument (list 'consp command)))
+    (unless (consp command) (signal 'wrong-type-argument (list 'consp command)))
+    (dolist (word command)
+      (unless (stringp word) (signal 'wrong-type-argument (list 'stringp word))))
     (unless (memq framing '(nil lines lsp))
       (signal 'wrong-type-argument (list 'fastrevert-framing-p framing)))
     (dolist (function (list filter sentinel))
@@ -1502,8 +1505,12 @@ Return PROCESS."
   process)
 
 (defun fastrevert--signal-number (sigcode)
-  "Return the number of the signal SIGCODE, read as `signal-process' does."
-  (cond ((integerp sigcode) sigcode)
+  "Return the number of the signal SIGCODE, read as `signal-process' does.
+A name may also be a string."
+  (cond ((integerp sigcode)
+         (if (<= -2147483648 sigcode 2147483647)
+             sigcode
+           (signal 'args-out-of-range (list sigcode -2147483648 2147483647))))
         ((or (symbolp sigcode) (stringp sigcode))
          (or (fastrevert--mod-signal-number
               (if (symbolp sigcode) (symbol-name sigcode) sigcode))
@@ -1513,11 +1520,13 @@ Return PROCESS."
 (defun fastrevert-process-signal (process sigcode)
   "Send PROCESS the signal SIGCODE, a number or a name such as `SIGINT' or `int'.
 The signal goes to the child's process group, as `kill-process' and
-`interrupt-process' send it.  Return 0, or -1 when PROCESS has ended,
-as `signal-process' returns for a process that is gone."
+`interrupt-process' send it.  Return 0, or -1 when PROCESS has ended
+or there is no such signal, as `signal-process' returns then."
   (fastrevert--process-check process)
   (let ((number (fastrevert--signal-number sigcode)))
-    (if (not (fastrevert-process-live-p process))
+    (if (or (not (fastrevert-process-live-p process))
+            ;; What kill(2) refuses with EINVAL.
+            (not (<= 0 number 64)))
         -1
       (fastrevert--mod-process-signal (fastrevert--process-id process) number)
       0)))

@@ -51,8 +51,9 @@ const char* record_kind_name(RecordKind kind) {
 // Signals `wrong-type-argument' unless PROCESS is a live pipe process, the
 // only kind `open_channel' can take a descriptor of.
 void check_pipe_process(Env& env, emacs_value process) {
-  emacs_value type = env.call("process-type", {process});
-  if (!env.eq(type, env.intern("pipe")) || !env.truthy(env.call("process-live-p", {process}))) {
+  if (!env.truthy(env.call("processp", {process})) ||
+      !env.eq(env.call("process-type", {process}), env.intern("pipe")) ||
+      !env.truthy(env.call("process-live-p", {process}))) {
     env.wrong_type("pipe-process-p", process);
   }
 }
@@ -185,6 +186,9 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
                  "with the next result.  If HANDLER exits non-locally, the results after\n"
                  "the one it was handling stay queued and the exit propagates.\n\n"
                  "(fn HANDLER)") {
+  // Checked before a result is taken: a HANDLER that cannot be called
+  // would lose the one it was handed.
+  if (!env.truthy(env.call("functionp", {args[0]}))) env.wrong_type("functionp", args[0]);
   std::shared_ptr<Engine> current = engine_reference();
   if (!current) return env.integer(0);
   // The time of nested drains is inside their outer drain's: only the

@@ -90,6 +90,175 @@ place, newest first."
   "Return the lines the numbers FROM to BELOW (excluded) make."
   (mapconcat (lambda (i) (format "%d\n" i)) (number-sequence from (1- below)) ""))
 
+;;;; Every primitive, called with hostile arguments
+
+(defun fastrevert-robust-test--hostile-values ()
+  "Return values no primitive expects, of every kind."
+  (let ((killed (generate-new-buffer " *fastrevert-robust-killed*"))
+        (dead (make-process :name "fastrevert-robust-dead" :command '("true") :noquery t
+                            :buffer nil)))
+    (kill-buffer killed)
+    (while (process-live-p dead) (accept-process-output dead 0.01))
+    (list nil t 0 -1 1 most-positive-fixnum most-negative-fixnum (expt 2 70) (- (expt 2 70))
+          1.0e+INF -1.0e+INF 0.0e+NaN 0.5 -0.5 "" "x" (make-string 5000 ?a) "a\0b"
+          (string-to-unibyte "\377\376") 'foo :keyword [] [1 2] ["a" 3] '(1 2) '("a" . "b")
+          (make-marker) (make-hash-table) (make-bool-vector 3 t) killed (current-buffer)
+          #'ignore (lambda (&rest _) (error "Hostile handler")) dead)))
+
+(defvar fastrevert-robust-test--next-id 900000
+  "Ids for the processes and watches the hostile calls make.")
+
+(defun fastrevert-robust-test--next-id ()
+  "Return a fresh id for a hostile call."
+  (setq fastrevert-robust-test--next-id (1+ fastrevert-robust-test--next-id)))
+
+(defun fastrevert-robust-test--valid-arguments (primitive)
+  "Return arguments PRIMITIVE accepts, to make hostile one at a time.
+Return `separate' for a primitive tested on its own below."
+  (pcase primitive
+    ('fastrevert--mod-accessible-directory-p (list "/tmp"))
+    ('fastrevert--mod-call-process (list "/bin/true" ["true"] nil "/tmp" nil nil nil 0))
+    ('fastrevert--mod-close-fd (list -1))
+    ('fastrevert--mod-drain (list #'ignore))
+    ('fastrevert--mod-echo (list 1 "x"))
+    ('fastrevert--mod-first-executable (list "/bin/true\0"))
+    ('fastrevert--mod-memfd-read (list -1 0 1))
+    ('fastrevert--mod-memfd-release (list -1 0 nil))
+    ('fastrevert--mod-process-eof (list (fastrevert-robust-test--next-id)))
+    ('fastrevert--mod-process-remove (list (fastrevert-robust-test--next-id)))
+    ('fastrevert--mod-process-send (list (fastrevert-robust-test--next-id) "x"))
+    ('fastrevert--mod-process-signal (list (fastrevert-robust-test--next-id) 0))
+    ('fastrevert--mod-process-start
+     (list (fastrevert-robust-test--next-id) "/bin/true" ["true"] nil "/tmp" nil t t nil 4096))
+    ('fastrevert--mod-set-wake-process (list fastrevert--wake-process))
+    ('fastrevert--mod-signal-number (list "INT"))
+    ('fastrevert--mod-strerror (list 'ENOENT))
+    ('fastrevert--mod-strsignal (list 2))
+    ('fastrevert--mod-test-watch-fault (list 'overflow 0))
+    ('fastrevert--mod-watch-add (list (fastrevert-robust-test--next-id) "/tmp/fastrevert-robust" 'poll))
+    ('fastrevert--mod-watch-configure (list 5 0.03 nil))
+    ('fastrevert--mod-watch-remove (list (fastrevert-robust-test--next-id)))
+    ((or 'fastrevert--mod-memfd-threshold 'fastrevert--mod-running-p 'fastrevert--mod-stats
+         'fastrevert--mod-test-delayed-stats 'fastrevert--mod-version 'fastrevert--mod-watch-rescan)
+     nil)
+    ;; Each of these is tested on its own: they start, stop, block, hold
+    ;; the engine's wakes or throw by design.
+    ((or 'fastrevert--mod-start 'fastrevert--mod-stop 'fastrevert--mod-wait
+         'fastrevert--mod-hold-wakes 'fastrevert--mod-test-throw)
+     'separate)
+    (_ 'unknown)))
+
+(ert-deftest fastrevert-robust-every-primitive-refuses-hostile-arguments-cleanly ()
+  "Each argument of each primitive, made hostile in turn: a clear error or a result."
+  (fastrevert--engine-ensure)
+  (let ((hostile (fastrevert-robust-test--hostile-values))
+        (calls 0))
+    (unwind-protect
+        (dolist (primitive (apropos-internal "\\`fastrevert--mod-" #'fboundp))
+          (let ((valid (fastrevert-robust-test--valid-arguments primitive)))
+            (ert-info ((symbol-name primitive))
+              ;; A primitive this test does not know fails it until added.
+              (should-not (eq valid 'unknown))
+              (unless (eq valid 'separate)
+                (dotimes (position (length valid))
+                  (dolist (value hostile)
+                    (let ((arguments (copy-sequence
+                                      (fastrevert-robust-test--valid-arguments primitive))))
+                      (setf (nth position arguments) value)
+                      (setq calls (1+ calls))
+                      (condition-case error
+                          (apply primitive arguments)
+                        ((wrong-type-argument args-out-of-range overflow-error fastrevert-error))
+                        (error
+                         ;; Only the hostile handler's own error gets through.
+                         (ert-info ((format "%S at %d" value position))
+                           (should (equal error '(error "Hostile handler"))))))
+                      (fastrevert--mod-test-watch-fault 'stat-delay-ms 0))))))))
+      (fastrevert--mod-test-watch-fault 'add-watch-errno 0)
+      (fastrevert--mod-test-watch-fault 'init-errno 0)
+      (fastrevert--mod-test-watch-fault 'stat-delay-ms 0)
+      (fastrevert--configure-engine))
+    (should (> calls 1000))
+    ;; The engine is sound after it all.
+    (should (fastrevert--engine-live-p))
+    (let* ((echoed nil)
+           (fastrevert--record-handlers (cons (cons 'echo (lambda (id _code data)
+                                                            (when (eql id 77) (setq echoed data))))
+                                              fastrevert--record-handlers)))
+      (fastrevert--mod-echo 77 "still here")
+      (should (fastrevert-test-wait-for (lambda () echoed)))
+      (should (equal echoed "still here")))))
+
+(ert-deftest fastrevert-robust-engine-lifecycle-primitives-refuse-hostile-arguments ()
+  (fastrevert--engine-ensure)
+  (dolist (value (fastrevert-robust-test--hostile-values))
+    (ert-info ((format "%S" value))
+      ;; Starting a second engine, or on something that is not a live
+      ;; pipe process, is refused.
+      (should-error (fastrevert--mod-start value) :type '(wrong-type-argument fastrevert-error))
+      (should-error (fastrevert--mod-set-wake-process value) :type 'wrong-type-argument)
+      (should (fastrevert--engine-live-p))))
+  ;; Holding and releasing wakes with any value leaves none held.
+  (dolist (value (fastrevert-robust-test--hostile-values))
+    (fastrevert--mod-hold-wakes value)
+    (fastrevert--mod-hold-wakes nil))
+  (dotimes (_ 50) (fastrevert--mod-hold-wakes nil))
+  (let* ((echoed nil)
+         (fastrevert--record-handlers (cons (cons 'echo (lambda (_id _code data) (setq echoed data)))
+                                            fastrevert--record-handlers)))
+    (fastrevert--mod-echo 78 "woken")
+    ;; Only the wake pipe, read by Emacs, can deliver it here.
+    (should (fastrevert-test-wait-for (lambda () echoed)))))
+
+(ert-deftest fastrevert-robust-public-functions-treat-dead-and-killed-things-as-stock ()
+  (let* ((killed (let ((buffer (generate-new-buffer " *fastrevert-robust-killed*")))
+                   (kill-buffer buffer)
+                   buffer))
+         (stock-dead (make-process :name "dead" :command '("true") :noquery t :buffer nil))
+         (dead (plist-get (fastrevert-robust-test--finish
+                           (fastrevert-robust-test--run :name "dead" :command '("true")))
+                          :process))
+         (outcome (lambda (function)
+                    (condition-case error
+                        (let ((value (funcall function)))
+                          (cond ((processp value) (delete-process value) 'process)
+                                ((fastrevert-process-p value)
+                                 (fastrevert-delete-process value) 'process)
+                                (t value)))
+                      (error error)))))
+    (should (fastrevert-test-wait-for (lambda () (not (process-live-p stock-dead)))))
+    (pcase-dolist (`(,stock . ,ours)
+                   `(((make-process :name "k" :command '("true") :buffer ,killed :noquery t)
+                      . (fastrevert-make-process :name "k" :command '("true") :buffer ,killed
+                                                 :noquery t))
+                     ((make-process :name "k" :command '("true") :stderr ,killed :noquery t)
+                      . (fastrevert-make-process :name "k" :command '("true") :stderr ,killed
+                                                 :noquery t))
+                     ((call-process "true" nil ,killed) . (fastrevert-call-process "true" nil ,killed))
+                     ((call-process "true" nil (list t ,killed))
+                      . (fastrevert-call-process "true" nil (list t ,killed)))
+                     ((process-send-string ,stock-dead "x") . (fastrevert-process-send-string ,dead "x"))
+                     ((process-send-eof ,stock-dead) . (fastrevert-process-send-eof ,dead))
+                     ((accept-process-output ,stock-dead 0.1)
+                      . (fastrevert-accept-process-output ,dead 0.1))
+                     ((accept-process-output ,stock-dead) . (fastrevert-accept-process-output ,dead))
+                     ((process-status ,stock-dead) . (fastrevert-process-status ,dead))
+                     ((signal-process ,stock-dead 'SIGTERM) . (fastrevert-process-signal ,dead 'SIGTERM))
+                     ((signal-process ,stock-dead 'SIGNOPE) . (fastrevert-process-signal ,dead 'SIGNOPE))
+                     ((signal-process ,stock-dead ,(expt 2 40))
+                      . (fastrevert-process-signal ,dead ,(expt 2 40)))
+                     ((delete-process ,stock-dead) . (fastrevert-delete-process ,dead))
+                     ((make-process :name "w" :command '("true" 5))
+                      . (fastrevert-make-process :name "w" :command '("true" 5)))
+                     ((make-process :name "w" :command '("tr\0ue"))
+                      . (fastrevert-make-process :name "w" :command '("tr\0ue")))
+                     ((make-process :command '("true")) . (fastrevert-make-process :command '("true")))
+                     ((make-process :name "w" :command '("true") :buffer 5)
+                      . (fastrevert-make-process :name "w" :command '("true") :buffer 5))))
+      (ert-info ((format "%S" ours))
+        (should (equal (funcall outcome (lambda () (eval ours t)))
+                       (funcall outcome (lambda () (eval stock t)))))))))
+
 ;;;; 1. An enormous read size
 
 (ert-deftest fastrevert-robust-huge-read-process-output-max-reads-every-byte ()
