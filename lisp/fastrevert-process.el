@@ -228,7 +228,7 @@ executable), or a missing file."
           (fastrevert--process-file-error errno "Searching for program" program)))))
 
 (defun fastrevert--process-program (program)
-  "Return the encoded file to run for PROGRAM, as `make-process' finds it.
+  "Return the encoded file to run for PROGRAM, the way `make-process' does.
 A PROGRAM that starts with a slash is run as it is, unsearched: if it
 cannot be run, the child says why on its standard error and exits
 with 126 or 127, as a stock child does.  Any other is searched for as
