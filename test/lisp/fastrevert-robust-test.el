@@ -29,6 +29,12 @@
 
 ;;;; Helpers
 
+(defun fastrevert-robust-test--module-directory ()
+  "Return the directory of the module this Emacs loaded.
+Another Emacs a test starts loads the same build (a sanitized one
+under `make asan-emacs')."
+  (file-name-directory (locate-library "fastrevert-module")))
+
 (defun fastrevert-robust-test--emacs (form &optional timeout)
   "Run FORM in a new batch Emacs that loads fastrevert; return (CODE . OUTPUT).
 CODE is the exit code, or the symbol `timeout' when it ran longer than
@@ -40,6 +46,7 @@ TIMEOUT seconds (default 60) and was killed.  OUTPUT is what it printed."
            :connection-type 'pipe
            :command (list (expand-file-name invocation-name invocation-directory)
                           "-Q" "--batch"
+                          "-L" (fastrevert-robust-test--module-directory)
                           "-L" (expand-file-name "lisp/" fastrevert-test-root)
                           "--eval" "(setq load-prefer-newer t)"
                           "--eval" (prin1-to-string `(progn (require 'fastrevert) ,form)))
@@ -630,6 +637,7 @@ instead of hanging the suite."
                    :name "fastrevert-robust-sigterm" :buffer nil :noquery t
                    :command (list (expand-file-name invocation-name invocation-directory)
                                   "-Q" "--batch"
+                                  "-L" (fastrevert-robust-test--module-directory)
                                   "-L" (expand-file-name "lisp/" fastrevert-test-root)
                                   "--eval"
                                   (prin1-to-string
@@ -678,6 +686,7 @@ instead of hanging the suite."
       (with-temp-buffer
         (let ((code (call-process (expand-file-name invocation-name invocation-directory)
                                   file t nil "-Q" "--batch"
+                                  "-L" (fastrevert-robust-test--module-directory)
                                   "-L" (expand-file-name "lisp/" fastrevert-test-root)
                                   "--eval" "(require 'fastrevert)"
                                   "--eval" "(princ (condition-case error (fastrevert--mod-memfd-release 0 1048576 nil) (error (car error))))")))
