@@ -143,7 +143,9 @@ bool Engine::stop_within(std::chrono::milliseconds timeout) {
 
 void Engine::emit(Record record, Wake wake) {
   std::lock_guard<std::mutex> lock(outbox_mutex_);
+  std::size_t bytes = record.data.size();
   outbox_.push_back(std::move(record));
+  outbox_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   stats_.records.fetch_add(1, std::memory_order_relaxed);
   wake_locked(wake);
 }
@@ -167,9 +169,11 @@ void Engine::emit_coalesced(Record record, Wake wake) {
   auto open = open_streams_.find(key);
   if (open != open_streams_.end()) {
     outbox_[static_cast<std::size_t>(open->second - taken_)].data.append(record.data);
+    outbox_bytes_.fetch_add(record.data.size(), std::memory_order_relaxed);
     return;
   }
   // Appended first, so that a failed insertion below leaves no stale index.
+  outbox_bytes_.fetch_add(record.data.size(), std::memory_order_relaxed);
   outbox_.push_back(std::move(record));
   try {
     open_streams_.emplace(key, taken_ + outbox_.size() - 1);
@@ -214,12 +218,18 @@ void Engine::wake_locked(Wake wake) {
 
 std::deque<Record> Engine::drain() {
   std::deque<Record> taken;
-  std::lock_guard<std::mutex> lock(outbox_mutex_);
-  taken.swap(outbox_);
-  taken_ += taken.size();
-  open_streams_.clear();
-  wake_pending_ = false;
-  stats_.drains.fetch_add(1, std::memory_order_relaxed);
+  Command resume;
+  {
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    taken.swap(outbox_);
+    taken_ += taken.size();
+    open_streams_.clear();
+    wake_pending_ = false;
+    stats_.drains.fetch_add(1, std::memory_order_relaxed);
+    outbox_bytes_.store(0, std::memory_order_relaxed);
+    resume = due_drain_callback_locked();
+  }
+  if (resume) post(std::move(resume));
   return taken;
 }
 
@@ -230,6 +240,7 @@ bool Engine::try_drain(std::deque<Record>& records) {
   taken_ += records.size();
   open_streams_.clear();
   wake_pending_ = false;
+  outbox_bytes_.store(0, std::memory_order_relaxed);
   return true;
 }
 
@@ -252,16 +263,39 @@ bool Engine::take(Record& record, std::uint64_t end) {
     }
     return true;
   }
-  std::lock_guard<std::mutex> lock(outbox_mutex_);
-  // Compared as a difference, which stays right when the count wraps.
-  if (outbox_.empty() || static_cast<std::int64_t>(end - taken_) <= 0) return false;
-  record = std::move(outbox_.front());
-  outbox_.pop_front();
-  // A record being delivered can no longer be extended.
-  auto open = open_streams_.find(StreamKey{record.kind, record.id, record.code});
-  if (open != open_streams_.end() && open->second == taken_) open_streams_.erase(open);
-  ++taken_;
+  Command resume;
+  {
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    // Compared as a difference, which stays right when the count wraps.
+    if (outbox_.empty() || static_cast<std::int64_t>(end - taken_) <= 0) return false;
+    record = std::move(outbox_.front());
+    outbox_.pop_front();
+    // A record being delivered can no longer be extended.
+    auto open = open_streams_.find(StreamKey{record.kind, record.id, record.code});
+    if (open != open_streams_.end() && open->second == taken_) open_streams_.erase(open);
+    ++taken_;
+    outbox_bytes_.fetch_sub(record.data.size(), std::memory_order_relaxed);
+    resume = due_drain_callback_locked();
+  }
+  if (resume) post(std::move(resume));
   return true;
+}
+
+void Engine::when_drained(std::size_t low, Command resume) {
+  {
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    drained_low_ = low;
+    drained_callback_ = std::move(resume);
+    resume = due_drain_callback_locked();
+  }
+  if (resume) post(std::move(resume));
+}
+
+Engine::Command Engine::due_drain_callback_locked() {
+  if (!drained_callback_ || outbox_bytes_.load(std::memory_order_relaxed) > drained_low_) {
+    return nullptr;
+  }
+  return std::exchange(drained_callback_, nullptr);
 }
 
 void Engine::rewake() {
@@ -275,6 +309,9 @@ void Engine::unread(std::deque<Record> records) {
   if (records.empty()) return;
   std::lock_guard<std::mutex> lock(outbox_mutex_);
   taken_ -= records.size();
+  for (const Record& record : records) {
+    outbox_bytes_.fetch_add(record.data.size(), std::memory_order_relaxed);
+  }
   for (auto& record : outbox_) records.push_back(std::move(record));
   outbox_.swap(records);
   // Indexes shifted; later records start new entries rather than extend

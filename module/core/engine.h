@@ -201,6 +201,18 @@ class Engine {
   // Main thread.  The number of records waiting in the outbox.
   std::size_t pending() const;
 
+  // Any thread.  How many bytes of record data wait in the outbox.
+  std::size_t undrained_bytes() const noexcept {
+    return outbox_bytes_.load(std::memory_order_relaxed);
+  }
+
+  // Engine thread.  Posts RESUME to run on the engine thread once the
+  // consumer has taken records until at most LOW bytes of data wait (at
+  // once if that is so already): for a producer that stopped reading while
+  // the consumer fell behind.  One callback waits at a time; a second call
+  // replaces the first.
+  void when_drained(std::size_t low, Command resume);
+
   // Main thread.  Waits up to TIMEOUT for the outbox to hold a record and
   // returns whether it does: a caller that waits here instead of on the
   // wake descriptor learns of a result without a trip through Emacs's
@@ -233,6 +245,9 @@ class Engine {
   // Signals waiters and writes a wake byte unless one is pending;
   // outbox_mutex_ must be held.
   void wake_locked(Wake wake);
+  // Takes the when_drained() callback if its time has come, to be posted
+  // once outbox_mutex_ is released; outbox_mutex_ must be held.
+  Command due_drain_callback_locked();
   void thread_main();
 
   uv_loop_t loop_{};
@@ -270,6 +285,12 @@ class Engine {
   bool wake_pending_ = false;
   // How many holds of hold_wakes() are in force.
   int wake_holds_ = 0;
+  // Bytes of data in outbox_.  Written under outbox_mutex_, read anywhere;
+  // relaxed, since readers use it as an estimate.
+  std::atomic<std::size_t> outbox_bytes_{0};
+  // The when_drained() callback and its threshold.
+  Command drained_callback_;
+  std::size_t drained_low_ = 0;
   // Signalled on every record while records_watched_; see watch_records().
   int records_fd_ = -1;
   bool records_watched_ = false;

@@ -26,6 +26,13 @@ namespace {
 // one firehose cannot starve the other streams and the command queue.
 constexpr int kReadsPerWakeup = 16;
 
+// Undrained record data beyond which the engine's table stops reading the
+// children whose output goes out as records (to a filter): a child that
+// writes faster than Emacs takes its output then waits on its full pipe,
+// as with stock Emacs, instead of filling memory.  Reading resumes once
+// Emacs has taken the outbox down to half of it.
+constexpr std::size_t kMaxUndrainedBytes = std::size_t{16} << 20;
+
 // The waitpid fallback looks again after 1 ms, doubling up to this.
 constexpr std::uint64_t kMaxExitPollDelayMs = 50;
 
@@ -75,6 +82,10 @@ struct ProcessTable::Stream {
   // pipe; read and pwrite take over then.
   bool splice_failed = false;
   bool pipe_grown = false;
+  // Reading was stopped by set_reading(), or while Emacs catches up with
+  // the records (see kMaxUndrainedBytes); the poll runs when neither is set.
+  bool reading_stopped = false;
+  bool throttled = false;
 };
 
 // A child and everything the table holds for it.  Owned by processes_ while
@@ -501,14 +512,45 @@ bool ProcessTable::set_reading(std::uint64_t id, bool reading) {
   auto found = processes_.find(id);
   if (found == processes_.end()) return false;
   for (Stream* stream : {&found->second->out, &found->second->err}) {
-    if (!stream->poll_open) continue;
-    if (reading) {
-      uv_poll_start(&stream->poll, UV_READABLE, &ProcessTable::on_stream_readable);
-    } else {
-      uv_poll_stop(&stream->poll);
-    }
+    stream->reading_stopped = !reading;
+    update_polling(*stream);
   }
   return true;
+}
+
+void ProcessTable::update_polling(Stream& stream) {
+  if (!stream.poll_open) return;
+  if (stream.reading_stopped || stream.throttled) {
+    uv_poll_stop(&stream.poll);
+  } else {
+    uv_poll_start(&stream.poll, UV_READABLE, &ProcessTable::on_stream_readable);
+  }
+}
+
+bool ProcessTable::throttle(Process& process, Stream& stream) {
+  if (!loop_ || stream.memfd >= 0 || engine_.undrained_bytes() < kMaxUndrainedBytes) return false;
+  throttled_.emplace_back(process.id, stream.code);
+  stream.throttled = true;
+  update_polling(stream);
+  if (!resume_armed_) {
+    resume_armed_ = true;
+    engine_.when_drained(kMaxUndrainedBytes / 2,
+                         [](Engine& engine) { engine.service<ProcessTable>().resume_throttled(); });
+  }
+  return true;
+}
+
+void ProcessTable::resume_throttled() {
+  resume_armed_ = false;
+  std::vector<std::pair<std::uint64_t, int>> throttled;
+  throttled.swap(throttled_);
+  for (const auto& [id, code] : throttled) {
+    auto found = processes_.find(id);
+    if (found == processes_.end()) continue;
+    Stream& stream = code == 1 ? found->second->out : found->second->err;
+    stream.throttled = false;
+    update_polling(stream);
+  }
 }
 
 bool ProcessTable::remove(std::uint64_t id) {
@@ -638,6 +680,8 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
     process.options.test_fail_first_read = false;
     throw std::bad_alloc();
   }
+  // Emacs is behind: the child waits until it has caught up.
+  if (throttle(process, stream)) return;
   bool at_eof = false;
   for (int reads = 0; reads < kReadsPerWakeup && !at_eof; ++reads) {
     // Unframed bytes bound for a memfd go there straight from the read
@@ -653,6 +697,11 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
         at_eof = true;
         break;
       }
+    }
+    // What this wake-up read counts towards what Emacs has to take.
+    if (!to_memfd && loop_ && reads > 0 &&
+        engine_.undrained_bytes() + stream.raw.size() >= kMaxUndrainedBytes) {
+      break;
     }
     ReadResult result = to_memfd ? stream.reader->read(stream.fd)
                                  : stream.reader->read_append(stream.fd, stream.raw);

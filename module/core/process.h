@@ -18,7 +18,10 @@
 //   record; a stream therefore costs at most one record per loop iteration
 //   however small its writes, and a burst that outruns the reader arrives in
 //   large records.  Records go out with Engine::emit_coalesced, so a record
-//   the main thread has not drained yet is extended instead.
+//   the main thread has not drained yet is extended instead.  While more
+//   than 16 MiB of record data wait for Emacs, the engine's table reads no
+//   such stream: its child waits on a full pipe until Emacs catches up, as
+//   with stock Emacs, and memory stays bounded however fast it writes.
 // - With Options::stdout_to_memfd, once more than Options::memfd_threshold
 //   bytes of stdout were read, stdout goes to a memfd (an anonymous
 //   in-memory file) instead: first a process_output record with code
@@ -274,6 +277,13 @@ class ProcessTable : public Service {
   // ones (up to 4), and emits the range record.
   void announce_memfd(Process& process, Stream& stream, std::string_view last, std::uint64_t added);
   void close_stream(Process& process, Stream& stream);
+  // Starts or stops STREAM's poll as its reading_stopped and throttled say.
+  void update_polling(Stream& stream);
+  // Stops reading STREAM, and returns true, when Emacs has more record data
+  // to take than kMaxUndrainedBytes (see process.cpp); reading resumes
+  // once it has caught up.
+  bool throttle(Process& process, Stream& stream);
+  void resume_throttled();
   void write_queued_stdin(Process& process);
   void close_stdin_now(Process& process);
   void try_reap(Process& process);
@@ -300,6 +310,10 @@ class ProcessTable : public Service {
   // (or, once removed, a child not yet reaped).  Engine thread only.
   std::unordered_map<Process*, std::unique_ptr<Process>> retiring_;
   bool shutting_down_ = false;
+  // Streams stopped by throttle(), as (id, stream code), and whether the
+  // engine will call resume_throttled().
+  std::vector<std::pair<std::uint64_t, int>> throttled_;
+  bool resume_armed_ = false;
   // The nursery attended, and the poll on its timer.
   std::shared_ptr<Nursery> nursery_;
   uv_poll_t nursery_poll_{};

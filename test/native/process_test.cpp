@@ -966,3 +966,56 @@ TEST_CASE("a table without a loop turns a failed read into an error record and n
   CHECK(records.front().kind == RecordKind::process_error);
   CHECK(records.back().kind == RecordKind::process_exit);
 }
+
+TEST_CASE("a child that outruns Emacs waits on its pipe and its undrained output stays bounded",
+          "[process]") {
+  EngineHarness harness;
+  const std::size_t total = std::size_t{96} << 20;
+  harness.with_table([&](ProcessTable& table) {
+    table.start(1, shell("head -c " + std::to_string(total) + " /dev/zero"), {});
+  });
+  Engine& engine = harness.engine();
+  // Nobody drains: the engine reads up to its limit and stops there.
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (engine.undrained_bytes() < (std::size_t{16} << 20) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(engine.undrained_bytes() >= (std::size_t{16} << 20));
+  // Without the limit the whole output would pile up within a second.
+  deadline = Clock::now() + std::chrono::seconds(2);
+  while (engine.undrained_bytes() <= (std::size_t{24} << 20) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(engine.undrained_bytes() <= (std::size_t{24} << 20));
+  // Taking the output lets the child finish, every byte in order.
+  std::size_t received = 0;
+  bool zeros = true;
+  harness.on_record = [&](Record& record) {
+    if (record.kind == RecordKind::process_output && record.id == 1) {
+      received += record.data.size();
+      zeros = zeros && record.data.find_first_not_of('\0') == std::string::npos;
+    } else if (record.kind == RecordKind::process_exit) {
+      harness.records().push_back(std::move(record));
+    }
+  };
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }, std::chrono::seconds(60)));
+  CHECK(received == total);
+  CHECK(zeros);
+}
+
+TEST_CASE("a drain callback runs on the engine thread once the outbox is taken down",
+          "[engine]") {
+  EngineHarness harness;
+  Engine& engine = harness.engine();
+  std::atomic<int> called{0};
+  harness.with_table([&](ProcessTable&) {
+    engine.emit(Record{RecordKind::echo, 1, 0, std::string(1000, 'x')});
+    engine.when_drained(10, [&called](Engine&) { called.fetch_add(1); });
+  });
+  CHECK(called.load() == 0);
+  Record record;
+  REQUIRE(engine.take(record, engine.begin_drain()));
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (called.load() == 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  CHECK(called.load() == 1);
+}
