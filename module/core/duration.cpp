@@ -1,6 +1,8 @@
 #include "core/duration.h"
 
+#include <chrono>
 #include <cmath>
+#include <optional>
 
 namespace fastrevert {
 

@@ -10,6 +10,7 @@
 // Main thread only, like the primitives that consult it.
 #pragma once
 
+#include <cstddef>
 #include <unordered_set>
 
 namespace fastrevert {

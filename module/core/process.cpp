@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <iterator>
-#include <new>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <iterator>
+#include <new>
 #include <stdexcept>
 #include <utility>
 #include <vector>

@@ -1,10 +1,12 @@
 // Tests of the one conversion from Lisp seconds to a duration.
 #include "core/duration.h"
 
-#include <catch2/catch.hpp>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <limits>
+
+#include "catch_compat.h"
 
 using namespace fastrevert;
 using namespace std::chrono_literals;

@@ -1,7 +1,7 @@
 // Tests of the list of descriptors handed over to Lisp.
 #include "core/handed_fds.h"
 
-#include <catch2/catch.hpp>
+#include "catch_compat.h"
 
 using fastrevert::HandedFds;
 

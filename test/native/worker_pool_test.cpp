@@ -6,12 +6,14 @@
 #include <uv.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
+
+#include "catch_compat.h"
 
 using fastrevert::WorkerPool;
 using namespace std::chrono_literals;
