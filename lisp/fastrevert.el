@@ -215,6 +215,12 @@ batch.  A file written continuously is still checked at least every
 ten settle delays."
   :type 'number)
 
+;; `define-minor-mode' defines the mode's variable at the end of this
+;; file, after the functions that read it.  Declaring it here makes them
+;; compile cleanly in an Emacs that has not loaded fastrevert, such as
+;; the one the background native compiler runs.
+(defvar fastrevert-mode)
+
 (defvar fastrevert--next-id 0
   "The last watch id handed to the engine.")
 
