@@ -9,7 +9,7 @@ CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 
 # Debian packages the build and the tests need.
-DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2
+DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit
 FUZZ_PACKAGES := clang libclang-rt-14-dev
 
 .PHONY: all build deps deps-fuzz test bench asan tsan fuzz lint clean help
@@ -39,6 +39,7 @@ define install_missing
 	    libuv1-dev)  pkg-config --exists libuv 2>/dev/null || missing="$$missing libuv1-dev" ;; \
 	    catch2)      test -f /usr/include/catch2/catch.hpp || missing="$$missing catch2" ;; \
 	    clang)       command -v clang++ >/dev/null 2>&1 || missing="$$missing clang" ;; \
+	    git)         command -v git >/dev/null 2>&1 || missing="$$missing git" ;; \
 	    *)           dpkg-query -W -f='$${Status}' $$need 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$need" ;; \
 	  esac; \
 	done; \

@@ -382,17 +382,25 @@ the revert (a process per file for Git), and the text comes first."
   (with-current-buffer buffer
     (when (and (auto-revert-active-p)
                (fastrevert--descriptor-p auto-revert-notify-watch-descriptor))
-      (let ((fastrevert--reverted nil))
-        (cl-letf (((symbol-function 'vc-refresh-state) #'fastrevert--defer-vc-refresh))
-          (auto-revert-handler))
-        (when fastrevert--reverted
-          (fastrevert--count :reverts))))))
+      (cl-letf (((symbol-function 'vc-refresh-state) #'fastrevert--defer-vc-refresh))
+        (auto-revert-handler)))))
 
 (defun fastrevert--refresh-vc-of (buffer)
   "Refresh BUFFER's VC state as the stock handler does after a revert."
   (with-current-buffer buffer
-    (let ((revert-buffer-in-progress-p t))
-      (vc-refresh-state))))
+    (fastrevert--call-as-revert #'vc-refresh-state)))
+
+(defun fastrevert--call-as-revert (function)
+  "Call FUNCTION as `revert-buffer' would, and return its value.
+The variable that says a revert is in progress is bound non-nil, as
+the stock handler binds it around its VC refresh; VC then spares the
+repository's locks.  Emacs 31 renamed `revert-buffer-in-progress-p'
+to `revert-buffer-in-progress', so each of the two names this Emacs
+defines is bound."
+  (let ((names (cl-remove-if-not #'boundp '(revert-buffer-in-progress
+                                             revert-buffer-in-progress-p))))
+    (cl-progv names (make-list (length names) t)
+      (funcall function))))
 
 (defvar fastrevert--dominating-cache nil
   "Memo of `locate-dominating-file' for one batch of checks, or nil.
@@ -524,27 +532,57 @@ changing the file; this does the same at `auto-revert-interval'."
                                               auto-revert-notify-watch-descriptor))))))
                           fastrevert--stock-buffers)))
 
+(defun fastrevert--stock-polled-buffers ()
+  "Return the buffers left to the ticks of stock polling.
+These are the buffers the engine cannot watch, less those with a
+notification watch when `auto-revert-avoid-polling' is non-nil."
+  (cl-remove-if (lambda (buffer)
+                  (and auto-revert-avoid-polling
+                       (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
+                (fastrevert--stock-buffers-live)))
+
+(defvar fastrevert--checking-now nil
+  "Non-nil while `auto-revert-buffers' checks every buffer it covers.
+Bound by `fastrevert--buffers-advice' for any call of it but a tick
+of stock polling.")
+
+(defun fastrevert--covered-buffers ()
+  "Return the buffers a call of `auto-revert-buffers' covers.
+The rule is stock's: every buffer under auto-revert when
+`global-auto-revert-mode' is on, else `auto-revert-buffer-list', which
+a caller may have narrowed (as Magit does).  Unlike stock polling, this
+keeps the buffers the engine watches whatever
+`auto-revert-avoid-polling' says: for them the call stands in for the
+notification the engine may not have delivered yet."
+  (if global-auto-revert-mode
+      (cl-remove-if-not (lambda (buffer)
+                          (with-current-buffer buffer (auto-revert-active-p)))
+                        (buffer-list))
+    auto-revert-buffer-list))
+
 (defun fastrevert--polled-buffers-advice (function)
   "Return the buffers for stock polling; FUNCTION is the stock version.
-With `fastrevert-mode' on, only buffers the engine cannot watch."
-  (if (or fastrevert--bypass (not fastrevert-mode))
-      (funcall function)
-    (cl-remove-if (lambda (buffer)
-                    (and auto-revert-avoid-polling
-                         (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
-                  (fastrevert--stock-buffers-live))))
+With `fastrevert-mode' on, a tick of stock polling gets the buffers the
+engine cannot watch, and any other call of `auto-revert-buffers' every
+buffer it covers (see `fastrevert--covered-buffers')."
+  (cond ((or fastrevert--bypass (not fastrevert-mode)) (funcall function))
+        (fastrevert--checking-now (fastrevert--covered-buffers))
+        (t (fastrevert--stock-polled-buffers))))
 
 (defun fastrevert--need-polling-advice (function)
   "Return non-nil if stock polling is still needed; FUNCTION is stock's."
   (if (or fastrevert--bypass (not fastrevert-mode))
       (funcall function)
-    (and (fastrevert--polled-buffers-advice function) t)))
+    (and (fastrevert--stock-polled-buffers) t)))
 
 (defconst fastrevert--advice
   '((auto-revert-notify-add-watch . fastrevert--add-watch-advice)
     (auto-revert-notify-rm-watch . fastrevert--rm-watch-advice)
     (auto-revert--polled-buffers . fastrevert--polled-buffers-advice)
-    (auto-revert--need-polling-p . fastrevert--need-polling-advice))
+    (auto-revert--need-polling-p . fastrevert--need-polling-advice)
+    (auto-revert-buffers . fastrevert--buffers-advice)
+    (auto-revert-handler . fastrevert--handler-advice)
+    (auto-revert-set-timer . fastrevert--set-timer-advice))
   "Stock auto-revert functions and the :around advice fastrevert puts on them.")
 
 (defconst fastrevert--watched-settings
@@ -582,6 +620,118 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
         (fastrevert--adopt-current-buffer)))
     (auto-revert-set-timer)))
 
+;;;;; Checks that happen at once
+
+;; Stock auto-revert checks buffers synchronously in a few places that
+;; code and users rely on: turning `auto-revert-mode',
+;; `auto-revert-tail-mode' or `global-auto-revert-mode' on checks the
+;; buffers adopted, so that a buffer whose file changed before matches it
+;; when the call returns; and any call of `auto-revert-buffers' (Magit
+;; makes one after each Git command) or of `auto-revert-handler' checks
+;; then and there.  These all go through the stock functions, which the
+;; advice below lets check the engine's buffers too, with the stock
+;; predicate; only the ticks of stock polling keep to the buffers the
+;; engine cannot watch.
+
+(defvar fastrevert--polling-tick nil
+  "Non-nil while a tick of stock polling runs `auto-revert-buffers'.")
+
+(defun fastrevert--poll-stock-buffers ()
+  "Run one tick of stock polling, which fastrevert narrows to stock's buffers.
+This is the function of `auto-revert-timer' while `fastrevert-mode' is on."
+  (let ((fastrevert--polling-tick t))
+    (auto-revert-buffers)))
+
+(defun fastrevert--apply-changed-settings ()
+  "Apply changed auto-revert settings now if they wait for a timer."
+  (when (timerp fastrevert--reconfigure-timer)
+    (cancel-timer fastrevert--reconfigure-timer)
+    (fastrevert--reconfigure)))
+
+(defun fastrevert--buffers-advice (function)
+  "Call FUNCTION, the stock `auto-revert-buffers', checking at once.
+Except on a tick of stock polling, every buffer the call covers is
+checked before it returns, the engine's too.  Those that input kept it
+from reaching are checked as soon as Emacs is idle."
+  (if (or fastrevert--bypass (not fastrevert-mode) fastrevert--polling-tick)
+      (funcall function)
+    (fastrevert--apply-changed-settings)
+    (prog1 (let ((fastrevert--checking-now t))
+             (funcall function))
+      (dolist (buffer auto-revert-remaining-buffers)
+        (when (and (buffer-live-p buffer)
+                   (fastrevert--descriptor-p
+                    (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
+          (fastrevert--queue buffer))))))
+
+(defvar fastrevert--held (make-hash-table :test #'eq)
+  "Buffers whose check `inhibit-auto-revert' put off.
+Each is checked once it leaves `inhibit-auto-revert-buffers'.")
+
+(defvar fastrevert--release-timer nil
+  "Timer that checks the held buffers released since, or nil.")
+
+(defun fastrevert--inhibited-p (buffer)
+  "Return non-nil if auto-revert is inhibited in BUFFER.
+Emacs 31 keeps such buffers in `inhibit-auto-revert-buffers' (see
+`inhibit-auto-revert'); older Emacsen have no such list."
+  (and (boundp 'inhibit-auto-revert-buffers)
+       (memq buffer (symbol-value 'inhibit-auto-revert-buffers))))
+
+(defun fastrevert--inhibition-changed (_symbol _value _operation _where)
+  "Check the held buffers once `inhibit-auto-revert-buffers' has changed."
+  (when (and (> (hash-table-count fastrevert--held) 0)
+             (not fastrevert--release-timer))
+    (setq fastrevert--release-timer
+          (run-at-time 0 nil #'fastrevert--release-held))))
+
+(defun fastrevert--release-held ()
+  "Queue the check of every held buffer no longer inhibited."
+  (setq fastrevert--release-timer nil)
+  (let ((released nil))
+    (maphash (lambda (buffer _)
+               (unless (and (buffer-live-p buffer) (fastrevert--inhibited-p buffer))
+                 (push buffer released)))
+             fastrevert--held)
+    (dolist (buffer released)
+      (remhash buffer fastrevert--held)
+      (when (buffer-live-p buffer)
+        (fastrevert--queue buffer)))))
+
+(defun fastrevert--handler-advice (function)
+  "Check the current buffer with FUNCTION, the stock `auto-revert-handler'.
+For a buffer the engine watches, the handler always asks the buffer's
+stale predicate, as stock asks it for a buffer without a notification
+watch or with one that has fired: whoever calls the handler gets the
+buffer checked then.  A buffer in `inhibit-auto-revert-buffers' is not
+checked but held, and checked once it leaves that list.  A revert
+counts in `fastrevert-stats'."
+  (let ((buffer (current-buffer)))
+    (cond ((or fastrevert--bypass (not fastrevert-mode)
+               (not (fastrevert--descriptor-p auto-revert-notify-watch-descriptor)))
+           (funcall function))
+          ((fastrevert--inhibited-p buffer)
+           (puthash buffer t fastrevert--held))
+          (t
+           (remhash buffer fastrevert--pending)
+           (setq auto-revert-notify-modified-p t)
+           (let ((fastrevert--reverted nil))
+             (prog1 (funcall function)
+               (when fastrevert--reverted
+                 (fastrevert--count :reverts))))))))
+
+(defun fastrevert--set-timer-advice (function)
+  "Call FUNCTION, the stock `auto-revert-set-timer', as fastrevert needs.
+Settings changed since are applied first, as the stock command
+promises for `auto-revert-interval'; the polling timer, if any, then
+runs `fastrevert--poll-stock-buffers'."
+  (if (or fastrevert--bypass (not fastrevert-mode))
+      (funcall function)
+    (fastrevert--apply-changed-settings)
+    (prog1 (funcall function)
+      (when (timerp auto-revert-timer)
+        (timer-set-function auto-revert-timer #'fastrevert--poll-stock-buffers)))))
+
 ;;;;; The mode
 
 (defun fastrevert--enable ()
@@ -600,16 +750,22 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
   (add-hook 'after-revert-hook #'fastrevert--note-revert)
   (dolist (symbol fastrevert--watched-settings)
     (add-variable-watcher symbol #'fastrevert--setting-changed))
+  (add-variable-watcher 'inhibit-auto-revert-buffers #'fastrevert--inhibition-changed)
   (dolist (buffer (buffer-list))
     (with-current-buffer buffer
       (fastrevert--adopt-current-buffer)))
   (fastrevert--update-vc-timer)
-  (auto-revert-set-timer))
+  (auto-revert-set-timer)
+  ;; Replacing the stock watches drops the notifications they had queued;
+  ;; one check now covers every change made before the engine's watches.
+  (when (or global-auto-revert-mode auto-revert-buffer-list)
+    (auto-revert-buffers)))
 
 (defun fastrevert--disable ()
   "Give auto-revert back to the stock machinery."
   (dolist (symbol fastrevert--watched-settings)
     (remove-variable-watcher symbol #'fastrevert--setting-changed))
+  (remove-variable-watcher 'inhibit-auto-revert-buffers #'fastrevert--inhibition-changed)
   (dolist (buffer (buffer-list))
     (with-current-buffer buffer
       (fastrevert--unregister)))
@@ -626,13 +782,15 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
   (clrhash fastrevert--buffer-by-id)
   (clrhash fastrevert--pending)
   (clrhash fastrevert--vc-pending)
+  (clrhash fastrevert--held)
   (setq fastrevert--stock-buffers nil)
   (dolist (timer (list fastrevert--revert-timer fastrevert--reconfigure-timer
-                       fastrevert--vc-timer))
+                       fastrevert--vc-timer fastrevert--release-timer))
     (when (timerp timer) (cancel-timer timer)))
   (setq fastrevert--revert-timer nil
         fastrevert--reconfigure-timer nil
-        fastrevert--vc-timer nil)
+        fastrevert--vc-timer nil
+        fastrevert--release-timer nil)
   ;; Stock auto-revert adds its file-notify watches as it polls; one pass
   ;; now restores them and the timer at once.
   (auto-revert-set-timer)

@@ -1,0 +1,141 @@
+;;; fastrevert-magit-test.el --- fastrevert-mode under Magit's auto-revert -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; Magit turns `auto-revert-mode' on in the buffers of tracked files
+;; (`magit-auto-revert-mode'), and after each Git command it runs for
+;; side effects it calls `auto-revert-buffers' itself, narrowed through
+;; its advice to the repository's buffers, so that they match their
+;; files when the command returns.  These tests drive a real Magit, as
+;; Debian's elpa-magit installs it, through checkouts in a temporary
+;; repository.
+
+;;; Code:
+
+(require 'fastrevert-test-helpers)
+(require 'fastrevert)
+(require 'package)
+
+(defconst fastrevert-magit-test--elpa "/usr/share/emacs/site-lisp/elpa"
+  "Where Debian's elpa-* packages install their Lisp.")
+
+(defun fastrevert-magit-test--load-magit ()
+  "Load Magit from Debian's packages, or fail saying how to install it."
+  (unless (featurep 'magit)
+    (let ((package-directory-list (list fastrevert-magit-test--elpa))
+          (package-user-dir (expand-file-name "no-user-packages" temporary-file-directory)))
+      (package-initialize)
+      (unless (require 'magit nil t)
+        (error "Magit is not installed; install Debian's elpa-magit (make deps does)")))))
+
+(defun fastrevert-magit-test--git (dir &rest args)
+  "Run git with ARGS in DIR; fail with its output unless it succeeds."
+  (let ((default-directory dir))
+    (with-temp-buffer
+      (unless (zerop (apply #'call-process "git" nil t nil args))
+        (error "Git %S failed: %s" args (buffer-string))))))
+
+(defun fastrevert-magit-test--write (file content)
+  "Write CONTENT to FILE, creating its directory."
+  (make-directory (file-name-directory file) t)
+  (let ((coding-system-for-write 'utf-8-unix))
+    (write-region content nil file nil 'silent)))
+
+(defun fastrevert-magit-test--repository (dir files)
+  "Make DIR a Git repository whose FILES differ between two branches.
+Each of FILES (names relative to DIR) holds \"main NAME\" on branch
+`main' and \"feature NAME\" on branch `feature'; `main' is checked out."
+  (fastrevert-magit-test--git dir "init" "-q" "-b" "main")
+  (dolist (name files)
+    (fastrevert-magit-test--write (expand-file-name name dir) (format "main %s\n" name)))
+  (fastrevert-magit-test--git dir "add" "-A")
+  (fastrevert-magit-test--git dir "commit" "-q" "-m" "main")
+  (fastrevert-magit-test--git dir "checkout" "-q" "-b" "feature")
+  (dolist (name files)
+    (fastrevert-magit-test--write (expand-file-name name dir) (format "feature %s\n" name)))
+  (fastrevert-magit-test--git dir "commit" "-q" "-a" "-m" "feature")
+  (fastrevert-magit-test--git dir "checkout" "-q" "main"))
+
+(defun fastrevert-magit-test--text (buffer)
+  "Return BUFFER's text without properties."
+  (with-current-buffer buffer
+    (buffer-substring-no-properties (point-min) (point-max))))
+
+(defun fastrevert-magit-test--branch-shown-p (buffer branch)
+  "Return non-nil if BUFFER's `vc-mode' names BRANCH."
+  (let ((mode (buffer-local-value 'vc-mode buffer)))
+    (and (stringp mode)
+         (string-match-p (concat "[-:@]" (regexp-quote branch) "\\'")
+                         (substring-no-properties mode)))))
+
+(defun fastrevert-magit-test--matches (buffers names branch)
+  "Return non-nil if each of BUFFERS, visiting NAMES, is as on BRANCH.
+That is: its text is the file's on BRANCH and its `vc-mode' names
+BRANCH.  On a mismatch, return nil and say which buffer in the test's
+log."
+  (cl-every (lambda (pair)
+              (let ((buffer (car pair))
+                    (expected (format "%s %s\n" branch (cdr pair))))
+                (or (and (equal (fastrevert-magit-test--text buffer) expected)
+                         (fastrevert-magit-test--branch-shown-p buffer branch))
+                    (progn (message "%s: text %S, vc-mode %S; expected %S on %s"
+                                    (buffer-name buffer) (fastrevert-magit-test--text buffer)
+                                    (let ((mode (buffer-local-value 'vc-mode buffer)))
+                                      (if (stringp mode) (substring-no-properties mode) mode))
+                                    expected branch)
+                           nil))))
+            (cl-mapcar #'cons buffers names)))
+
+(ert-deftest fastrevert-magit-checkout-leaves-every-buffer-on-the-new-branch ()
+  "After a Magit checkout returns, each visited file's buffer shows it on the new branch."
+  (fastrevert-magit-test--load-magit)
+  (fastrevert-test-with-temp-dir repo
+    (let* ((process-environment
+            (append '("GIT_CONFIG_NOSYSTEM=1" "GIT_CONFIG_GLOBAL=/dev/null"
+                      "GIT_AUTHOR_NAME=fastrevert" "GIT_AUTHOR_EMAIL=fastrevert@example.invalid"
+                      "GIT_COMMITTER_NAME=fastrevert"
+                      "GIT_COMMITTER_EMAIL=fastrevert@example.invalid")
+                    process-environment))
+           (names '("a.txt" "b.txt" "sub/c.txt"))
+           (auto-revert-verbose nil)
+           (auto-revert-use-notify t)
+           (default-directory repo)
+           (buffers nil))
+      (fastrevert-magit-test--repository repo names)
+      (unwind-protect
+          (progn
+            (fastrevert-mode 1)
+            (magit-auto-revert-mode 1)
+            (setq buffers (mapcar (lambda (name) (find-file-noselect (expand-file-name name repo)))
+                                  names))
+            ;; Magit has put each tracked file's buffer under auto-revert,
+            ;; and the engine watches it.
+            (dolist (buffer buffers)
+              (should (buffer-local-value 'auto-revert-mode buffer))
+              (should (memq buffer auto-revert-buffer-list))
+              (should (fastrevert--descriptor-p
+                       (buffer-local-value 'auto-revert-notify-watch-descriptor buffer))))
+            (should (fastrevert-magit-test--matches buffers names "main"))
+            ;; Magit's own call of `auto-revert-buffers' reverts them before
+            ;; the command returns, and each revert refreshes the VC state.
+            (magit-checkout "feature")
+            (should (fastrevert-magit-test--matches buffers names "feature"))
+            (magit-branch-checkout "main")
+            (should (fastrevert-magit-test--matches buffers names "main"))
+            ;; What the engine reports of the same changes afterwards undoes
+            ;; none of it.
+            (should (fastrevert-test-wait-for
+                     (lambda () (and (not fastrevert--revert-timer)
+                                     (zerop (hash-table-count fastrevert--pending))
+                                     (zerop (hash-table-count fastrevert--vc-pending))))))
+            (should (fastrevert-magit-test--matches buffers names "main")))
+        (magit-auto-revert-mode -1)
+        (fastrevert-mode -1)
+        (dolist (buffer buffers) (kill-buffer buffer))
+        (dolist (buffer (buffer-list))
+          (when (string-prefix-p "magit" (buffer-name buffer))
+            (kill-buffer buffer)))))))
+
+(provide 'fastrevert-magit-test)
+
+;;; fastrevert-magit-test.el ends here
