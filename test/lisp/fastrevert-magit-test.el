@@ -86,8 +86,40 @@ log."
                            nil))))
             (cl-mapcar #'cons buffers names)))
 
+(defvar fastrevert-magit-test--refreshes nil
+  "What each Magit refresh found, newest first: non-nil if the buffers matched.")
+
+(defun fastrevert-magit-test--git-idle-p ()
+  "Return non-nil if no Git process that Magit started is running."
+  (not (cl-some (lambda (process)
+                  (and (process-live-p process)
+                       (string-prefix-p "magit" (or (buffer-name (process-buffer process)) ""))))
+                (process-list))))
+
+(defun fastrevert-magit-test--checkout (function branch buffers names)
+  "Check BRANCH out with the Magit command FUNCTION; return what Magit's refresh saw.
+The value is non-nil if, when the refresh that follows the checkout
+ran `magit-post-refresh-hook', each of BUFFERS (visiting NAMES) showed
+its file as on BRANCH.  Magit 3 runs Git and refreshes before the
+command returns; Magit 4 runs some commands' Git asynchronously and
+refreshes from the process's sentinel."
+  (let ((record (lambda ()
+                  (push (fastrevert-magit-test--matches buffers names branch)
+                        fastrevert-magit-test--refreshes))))
+    (setq fastrevert-magit-test--refreshes nil)
+    (add-hook 'magit-post-refresh-hook record t)
+    (unwind-protect
+        (progn
+          (funcall function branch)
+          (should (fastrevert-test-wait-for
+                   (lambda () (and fastrevert-magit-test--refreshes
+                                   (fastrevert-magit-test--git-idle-p)))
+                   30))
+          (car fastrevert-magit-test--refreshes))
+      (remove-hook 'magit-post-refresh-hook record))))
+
 (ert-deftest fastrevert-magit-checkout-leaves-every-buffer-on-the-new-branch ()
-  "After a Magit checkout returns, each visited file's buffer shows it on the new branch."
+  "When Magit refreshes after a checkout, each visited file's buffer shows it on the new branch."
   (fastrevert-magit-test--load-magit)
   (fastrevert-test-with-temp-dir repo
     (let* ((process-environment
@@ -99,6 +131,9 @@ log."
            (names '("a.txt" "b.txt" "sub/c.txt"))
            (auto-revert-verbose nil)
            (auto-revert-use-notify t)
+           ;; The engine reports the checkout's changes only after Magit's
+           ;; refresh, which must therefore find the buffers reverted itself.
+           (fastrevert-settle-delay 2)
            (default-directory repo)
            (buffers nil))
       (fastrevert-magit-test--repository repo names)
@@ -116,25 +151,28 @@ log."
               (should (fastrevert--descriptor-p
                        (buffer-local-value 'auto-revert-notify-watch-descriptor buffer))))
             (should (fastrevert-magit-test--matches buffers names "main"))
-            ;; Magit's own call of `auto-revert-buffers' reverts them before
-            ;; the command returns, and each revert refreshes the VC state.
-            (magit-checkout "feature")
-            (should (fastrevert-magit-test--matches buffers names "feature"))
-            (magit-branch-checkout "main")
-            (should (fastrevert-magit-test--matches buffers names "main"))
+            ;; Magit's refresh calls `auto-revert-buffers', which reverts the
+            ;; buffers, each revert refreshing the VC state.
+            (should (fastrevert-magit-test--checkout #'magit-checkout "feature" buffers names))
+            (should (fastrevert-magit-test--checkout #'magit-branch-checkout "main"
+                                                     buffers names))
             ;; What the engine reports of the same changes afterwards undoes
             ;; none of it.
+            (should (fastrevert-test-wait-for
+                     (lambda () (> (plist-get (fastrevert-stats) :batches) 0))))
             (should (fastrevert-test-wait-for
                      (lambda () (and (not fastrevert--revert-timer)
                                      (zerop (hash-table-count fastrevert--pending))
                                      (zerop (hash-table-count fastrevert--vc-pending))))))
             (should (fastrevert-magit-test--matches buffers names "main")))
+        (fastrevert-test-wait-for #'fastrevert-magit-test--git-idle-p 30)
         (magit-auto-revert-mode -1)
         (fastrevert-mode -1)
-        (dolist (buffer buffers) (kill-buffer buffer))
-        (dolist (buffer (buffer-list))
-          (when (string-prefix-p "magit" (buffer-name buffer))
-            (kill-buffer buffer)))))))
+        (let ((kill-buffer-query-functions nil))
+          (dolist (buffer buffers) (kill-buffer buffer))
+          (dolist (buffer (buffer-list))
+            (when (string-prefix-p "magit" (buffer-name buffer))
+              (kill-buffer buffer))))))))
 
 (provide 'fastrevert-magit-test)
 

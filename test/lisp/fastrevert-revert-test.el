@@ -362,29 +362,28 @@ Return the buffer once the engine reports every change to FILE."
         (should (= (plist-get (fastrevert-stats) :reverts) (1+ reverts)))))))
 
 (ert-deftest fastrevert-revert-polling-ticks-leave-watched-buffers-to-the-engine ()
-  "While stock polling runs for a remote buffer, its ticks never check the engine's."
+  "While stock polling runs for a buffer the engine cannot watch, its ticks skip the engine's."
   (fastrevert-revert-test--with-mode
     (fastrevert-test-with-temp-dir dir
       (let ((watched (fastrevert-revert-test--visit (expand-file-name "w.txt" dir) "w\n"))
-            (remote (generate-new-buffer "remote"))
+            ;; A non-file buffer whose staleness only polling can tell.
+            (polled (generate-new-buffer "polled"))
             (checked nil))
         (unwind-protect
             (progn
-              (with-current-buffer remote
-                (setq buffer-file-name "/ssh:fastrevert-nohost:/tmp/x.txt")
+              (with-current-buffer polled
+                (setq-local buffer-stale-function (lambda (&optional _noconfirm) nil))
                 (auto-revert-mode 1))
+              (should (memq polled fastrevert--stock-buffers))
               (should (timerp auto-revert-timer))
               (advice-add 'auto-revert-handler :before
                           (lambda () (push (current-buffer) checked))
                           '((name . record-checks)))
               (apply (timer--function auto-revert-timer) (timer--args auto-revert-timer))
-              (should (memq remote checked))
+              (should (memq polled checked))
               (should-not (memq watched checked)))
           (advice-remove 'auto-revert-handler 'record-checks)
-          (with-current-buffer remote
-            (auto-revert-mode -1)
-            (setq buffer-file-name nil))
-          (kill-buffer remote))))))
+          (kill-buffer polled))))))
 
 (defun fastrevert-revert-test--wait-without-timers (predicate)
   "Wait up to 10 seconds for PREDICATE, running no timer meanwhile.
