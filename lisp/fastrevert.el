@@ -806,8 +806,11 @@ watched by fastrevert's engine thread instead of by `file-notify' and
 the polling timer.  Nothing runs on the main thread while no file
 changes; when one does, its buffer is checked and reverted by the
 stock machinery, so every `auto-revert-*' setting keeps its meaning.
-Remote buffers, and non-file buffers that cannot be notified, keep
-stock polling.  Turning the mode off restores the stock behavior."
+What stock auto-revert checks at once is still checked at once:
+turning an auto-revert mode on checks the buffers it adopts, and a
+call of `auto-revert-buffers' the buffers it covers.  Remote buffers,
+and non-file buffers that cannot be notified, keep stock polling.
+Turning the mode off restores the stock behavior."
   :global t
   :group 'fastrevert
   (if fastrevert-mode
