@@ -22,7 +22,7 @@
       (let* ((byte-compile-error-on-warn t)
              (byte-compile-dest-file-function
               (lambda (source) (expand-file-name (concat (file-name-nondirectory source) "c") dir)))
-             (load-path (append (list (expand-file-name "lisp/" fastrevert-test-root)
+             (load-path (append (list fastrevert-test-lisp-directory
                                       (expand-file-name "bench/" fastrevert-test-root))
                                 load-path)))
         (ert-info ((format "Compiling %s" file))
