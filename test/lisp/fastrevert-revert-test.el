@@ -447,8 +447,9 @@ Return PREDICATE's value, or nil on timeout."
         (unwind-protect
             (cl-progv '(revert-buffer-in-progress) '(nil)
               (fastrevert-revert-test--write file "p2\n")
+              (should (fastrevert-revert-test--wait-text buffer "p2\n"))
               (should (fastrevert-test-wait-for (lambda () seen)))
-              (should (equal seen '((t t)))))
+              (should (cl-every (lambda (values) (equal values '(t t))) seen)))
           (advice-remove 'vc-refresh-state 'record-progress))))))
 
 ;;;; What never happens
@@ -836,11 +837,13 @@ Return PREDICATE's value, or nil on timeout."
         (with-current-buffer buffer (auto-revert-mode 1))
         (should (fastrevert-revert-test--watching-p buffer))
         (should (fastrevert-revert-test--settled))
-        (should (equal (fastrevert-revert-test--messages-about
+        ;; A loaded machine may see the write in two steps and revert twice.
+        (let ((reports (fastrevert-revert-test--messages-about
                         buffer (lambda ()
                                  (fastrevert-revert-test--write file "q3\n")
-                                 (should (fastrevert-revert-test--wait-text buffer "q3\n"))))
-                       stock))))))
+                                 (should (fastrevert-revert-test--wait-text buffer "q3\n"))))))
+          (should reports)
+          (should (cl-every (lambda (report) (equal report (car stock))) reports)))))))
 
 (ert-deftest fastrevert-revert-refreshes-vc-state-after-the-batch-reverts ()
   "Every reverted buffer gets the stock VC refresh, after the pending reverts."
