@@ -247,6 +247,11 @@ notification.")
 (defvar-local fastrevert--watching nil
   "Non-nil once the engine reports every change to this buffer's file.")
 
+(defvar-local fastrevert--polled nil
+  "Non-nil if the engine polls this buffer's file instead of being notified.
+Stock auto-revert has no notification watch for such a file, so that
+every check of the buffer asks its stale predicate.")
+
 (defun fastrevert--descriptor-p (descriptor)
   "Return non-nil if DESCRIPTOR is a watch held by the engine."
   (eq (car-safe descriptor) 'fastrevert))
@@ -280,15 +285,20 @@ the stock machinery."
 
 (defun fastrevert--register (target)
   "Watch TARGET in the engine on behalf of the current buffer."
-  (let ((id (setq fastrevert--next-id (1+ fastrevert--next-id))))
+  (let ((id (setq fastrevert--next-id (1+ fastrevert--next-id)))
+        (mode (fastrevert--watch-mode)))
     (fastrevert--mod-watch-add id (fastrevert--encode-file-name target)
-                               (fastrevert--watch-mode) (not buffer-file-name))
+                               mode (not buffer-file-name))
     (puthash id (current-buffer) fastrevert--buffer-by-id)
     ;; The engine answers with `file-watched' once it has taken its first
     ;; look; the buffer is checked then (see `fastrevert--on-file-changed'),
-    ;; which covers a change made since the file was read.
+    ;; which covers a change made since the file was read.  As with a new
+    ;; stock watch, the buffer counts as modified on disk until its first
+    ;; check, so that a check made before that look (the one that turning
+    ;; an auto-revert mode on makes at once) asks the stale predicate.
     (setq auto-revert-notify-watch-descriptor (cons 'fastrevert id)
-          auto-revert-notify-modified-p nil)
+          auto-revert-notify-modified-p t
+          fastrevert--polled (eq mode 'poll))
     (add-hook 'kill-buffer-hook #'auto-revert-notify-rm-watch nil t)))
 
 (defun fastrevert--unregister ()
@@ -300,7 +310,8 @@ the stock machinery."
       (remove-hook 'kill-buffer-hook #'auto-revert-notify-rm-watch t)
       (setq auto-revert-notify-watch-descriptor nil
             auto-revert-notify-modified-p nil
-            fastrevert--watching nil))))
+            fastrevert--watching nil
+            fastrevert--polled nil))))
 
 (defun fastrevert--adopt-current-buffer ()
   "Hand the current buffer to the engine or to stock polling, as fits.
@@ -550,15 +561,27 @@ of stock polling.")
   "Return the buffers a call of `auto-revert-buffers' covers.
 The rule is stock's: every buffer under auto-revert when
 `global-auto-revert-mode' is on, else `auto-revert-buffer-list', which
-a caller may have narrowed (as Magit does).  Unlike stock polling, this
-keeps the buffers the engine watches whatever
-`auto-revert-avoid-polling' says: for them the call stands in for the
-notification the engine may not have delivered yet."
-  (if global-auto-revert-mode
-      (cl-remove-if-not (lambda (buffer)
-                          (with-current-buffer buffer (auto-revert-active-p)))
-                        (buffer-list))
-    auto-revert-buffer-list))
+a caller may have narrowed (as Magit does); with
+`auto-revert-avoid-polling', less the buffers with a notification
+watch.  A buffer the engine watches counts as one with such a watch
+unless a check is owed to it: its first since it was adopted, one for
+a change the engine reported, or any, for a file the engine polls."
+  (let ((candidates (if global-auto-revert-mode
+                        (cl-remove-if-not (lambda (buffer)
+                                            (with-current-buffer buffer (auto-revert-active-p)))
+                                          (buffer-list))
+                      auto-revert-buffer-list)))
+    (if (not auto-revert-avoid-polling)
+        candidates
+      (cl-remove-if (lambda (buffer)
+                      (and (buffer-live-p buffer)
+                           (with-current-buffer buffer
+                             (and auto-revert-notify-watch-descriptor
+                                  (not (and (fastrevert--descriptor-p
+                                             auto-revert-notify-watch-descriptor)
+                                            (or auto-revert-notify-modified-p
+                                                fastrevert--polled)))))))
+                    candidates))))
 
 (defun fastrevert--polled-buffers-advice (function)
   "Return the buffers for stock polling; FUNCTION is the stock version.
@@ -623,15 +646,18 @@ buffer it covers (see `fastrevert--covered-buffers')."
 ;;;;; Checks that happen at once
 
 ;; Stock auto-revert checks buffers synchronously in a few places that
-;; code and users rely on: turning `auto-revert-mode',
+;; code and users rely on.  Turning `auto-revert-mode',
 ;; `auto-revert-tail-mode' or `global-auto-revert-mode' on checks the
-;; buffers adopted, so that a buffer whose file changed before matches it
-;; when the call returns; and any call of `auto-revert-buffers' (Magit
-;; makes one after each Git command) or of `auto-revert-handler' checks
-;; then and there.  These all go through the stock functions, which the
-;; advice below lets check the engine's buffers too, with the stock
-;; predicate; only the ticks of stock polling keep to the buffers the
-;; engine cannot watch.
+;; buffers it adopts, so that a buffer whose file changed before matches
+;; it when the call returns.  A call of `auto-revert-buffers' (Magit makes
+;; one after each Git command) or of `auto-revert-handler' checks there
+;; and then each buffer whose notification has come and each buffer
+;; without a notification watch, which stock polls.  All of these run
+;; the stock functions, and the advice below lets them reach the
+;; engine's buffers, the engine's watch standing for stock's: a buffer is
+;; owed a check when it has just been adopted or the engine has reported
+;; a change, and at every call when the engine polls its file.  The ticks
+;; of stock polling keep to the buffers the engine cannot watch.
 
 (defvar fastrevert--polling-tick nil
   "Non-nil while a tick of stock polling runs `auto-revert-buffers'.")
@@ -650,9 +676,10 @@ This is the function of `auto-revert-timer' while `fastrevert-mode' is on."
 
 (defun fastrevert--buffers-advice (function)
   "Call FUNCTION, the stock `auto-revert-buffers', checking at once.
-Except on a tick of stock polling, every buffer the call covers is
-checked before it returns, the engine's too.  Those that input kept it
-from reaching are checked as soon as Emacs is idle."
+Except on a tick of stock polling, the call reaches the engine's
+buffers too (see `fastrevert--covered-buffers'), and checks before it
+returns each one owed a check.  Those that input kept it from reaching
+are checked as soon as Emacs is idle."
   (if (or fastrevert--bypass (not fastrevert-mode) fastrevert--polling-tick)
       (funcall function)
     (fastrevert--apply-changed-settings)
@@ -700,10 +727,11 @@ Emacs 31 keeps such buffers in `inhibit-auto-revert-buffers' (see
 
 (defun fastrevert--handler-advice (function)
   "Check the current buffer with FUNCTION, the stock `auto-revert-handler'.
-For a buffer the engine watches, the handler always asks the buffer's
-stale predicate, as stock asks it for a buffer without a notification
-watch or with one that has fired: whoever calls the handler gets the
-buffer checked then.  A buffer in `inhibit-auto-revert-buffers' is not
+The engine's watch counts as stock's notification watch: the handler
+asks the buffer's stale predicate when the engine has reported a
+change or the buffer awaits its first check.  A file the engine polls
+has no such watch in stock, so its buffer is checked whenever the
+handler runs.  A buffer in `inhibit-auto-revert-buffers' is not
 checked but held, and checked once it leaves that list.  A revert
 counts in `fastrevert-stats'."
   (let ((buffer (current-buffer)))
@@ -713,8 +741,11 @@ counts in `fastrevert-stats'."
           ((fastrevert--inhibited-p buffer)
            (puthash buffer t fastrevert--held))
           (t
-           (remhash buffer fastrevert--pending)
-           (setq auto-revert-notify-modified-p t)
+           (when fastrevert--polled
+             (setq auto-revert-notify-modified-p t))
+           ;; The check made here is the one the buffer waited for.
+           (when auto-revert-notify-modified-p
+             (remhash buffer fastrevert--pending))
            (let ((fastrevert--reverted nil))
              (prog1 (funcall function)
                (when fastrevert--reverted
@@ -808,7 +839,8 @@ changes; when one does, its buffer is checked and reverted by the
 stock machinery, so every `auto-revert-*' setting keeps its meaning.
 What stock auto-revert checks at once is still checked at once:
 turning an auto-revert mode on checks the buffers it adopts, and a
-call of `auto-revert-buffers' the buffers it covers.  Remote buffers,
+call of `auto-revert-buffers' the buffers whose change was reported
+and those whose files are polled.  Remote buffers,
 and non-file buffers that cannot be notified, keep stock polling.
 Turning the mode off restores the stock behavior."
   :global t

@@ -5,10 +5,11 @@
 ;; Magit turns `auto-revert-mode' on in the buffers of tracked files
 ;; (`magit-auto-revert-mode'), and after each Git command it runs for
 ;; side effects it calls `auto-revert-buffers' itself, narrowed through
-;; its advice to the repository's buffers, so that they match their
-;; files when the command returns.  These tests drive a real Magit, as
-;; Debian's elpa-magit installs it, through checkouts in a temporary
-;; repository.
+;; its advice to the repository's buffers.  With notifications, the
+;; changes reach the buffers as they are reported; without, that call
+;; reverts them before Magit's refresh goes on.  These tests drive a real
+;; Magit, as Debian's elpa-magit installs it, through checkouts in a
+;; temporary repository.
 
 ;;; Code:
 
@@ -118,8 +119,12 @@ refreshes from the process's sentinel."
           (car fastrevert-magit-test--refreshes))
       (remove-hook 'magit-post-refresh-hook record))))
 
-(ert-deftest fastrevert-magit-checkout-leaves-every-buffer-on-the-new-branch ()
-  "When Magit refreshes after a checkout, each visited file's buffer shows it on the new branch."
+(defun fastrevert-magit-test--run (use-notify test)
+  "Call TEST in a repository whose visited files Magit auto-reverts.
+TEST gets the buffers and the names of their files (see
+`fastrevert-magit-test--repository'); `main' is checked out.  Magit
+and `fastrevert-mode' run with `auto-revert-use-notify' set to
+USE-NOTIFY."
   (fastrevert-magit-test--load-magit)
   (fastrevert-test-with-temp-dir repo
     (let* ((process-environment
@@ -130,10 +135,10 @@ refreshes from the process's sentinel."
                     process-environment))
            (names '("a.txt" "b.txt" "sub/c.txt"))
            (auto-revert-verbose nil)
-           (auto-revert-use-notify t)
-           ;; The engine reports the checkout's changes only after Magit's
-           ;; refresh, which must therefore find the buffers reverted itself.
-           (fastrevert-settle-delay 2)
+           (auto-revert-use-notify use-notify)
+           ;; Without notifications the engine polls: not before Magit's
+           ;; refresh, which must then find the buffers reverted itself.
+           (auto-revert-interval 60)
            (default-directory repo)
            (buffers nil))
       (fastrevert-magit-test--repository repo names)
@@ -151,20 +156,7 @@ refreshes from the process's sentinel."
               (should (fastrevert--descriptor-p
                        (buffer-local-value 'auto-revert-notify-watch-descriptor buffer))))
             (should (fastrevert-magit-test--matches buffers names "main"))
-            ;; Magit's refresh calls `auto-revert-buffers', which reverts the
-            ;; buffers, each revert refreshing the VC state.
-            (should (fastrevert-magit-test--checkout #'magit-checkout "feature" buffers names))
-            (should (fastrevert-magit-test--checkout #'magit-branch-checkout "main"
-                                                     buffers names))
-            ;; What the engine reports of the same changes afterwards undoes
-            ;; none of it.
-            (should (fastrevert-test-wait-for
-                     (lambda () (> (plist-get (fastrevert-stats) :batches) 0))))
-            (should (fastrevert-test-wait-for
-                     (lambda () (and (not fastrevert--revert-timer)
-                                     (zerop (hash-table-count fastrevert--pending))
-                                     (zerop (hash-table-count fastrevert--vc-pending))))))
-            (should (fastrevert-magit-test--matches buffers names "main")))
+            (funcall test buffers names))
         (fastrevert-test-wait-for #'fastrevert-magit-test--git-idle-p 30)
         (magit-auto-revert-mode -1)
         (fastrevert-mode -1)
@@ -173,6 +165,38 @@ refreshes from the process's sentinel."
           (dolist (buffer (buffer-list))
             (when (string-prefix-p "magit" (buffer-name buffer))
               (kill-buffer buffer))))))))
+
+(defun fastrevert-magit-test--settled-p ()
+  "Return non-nil if fastrevert has no check or VC refresh waiting."
+  (and (not fastrevert--revert-timer)
+       (zerop (hash-table-count fastrevert--pending))
+       (zerop (hash-table-count fastrevert--vc-pending))))
+
+(ert-deftest fastrevert-magit-checkout-leaves-every-buffer-on-the-new-branch ()
+  "After a Magit checkout, each visited file's buffer shows it on the new branch."
+  (fastrevert-magit-test--run
+   t
+   (lambda (buffers names)
+     (dolist (step '((magit-checkout . "feature") (magit-branch-checkout . "main")))
+       (funcall (car step) (cdr step))
+       (should (fastrevert-test-wait-for
+                (lambda () (and (fastrevert-magit-test--git-idle-p)
+                                (fastrevert-magit-test--settled-p)
+                                (fastrevert-magit-test--matches buffers names (cdr step))))
+                30))))))
+
+(ert-deftest fastrevert-magit-refresh-reverts-polled-buffers-itself ()
+  "Without notifications, Magit's refresh after a checkout finds every buffer reverted.
+That refresh calls `auto-revert-buffers', which checks each polled
+buffer before it returns, as stock's does."
+  (fastrevert-magit-test--run
+   nil
+   (lambda (buffers names)
+     (should (fastrevert-magit-test--checkout #'magit-checkout "feature" buffers names))
+     (should (fastrevert-magit-test--checkout #'magit-branch-checkout "main" buffers names))
+     ;; Nothing the engine polls afterwards undoes any of it.
+     (should (fastrevert-test-wait-for #'fastrevert-magit-test--settled-p))
+     (should (fastrevert-magit-test--matches buffers names "main")))))
 
 (provide 'fastrevert-magit-test)
 

@@ -283,17 +283,21 @@ Return the buffer once the engine reports every change to FILE."
         (should (fastrevert-revert-test--engine-watching-p buffer))))))
 
 (ert-deftest fastrevert-revert-global-mode-on-reverts-stale-buffers-at-once ()
-  (fastrevert-test-with-temp-dir dir
-    (fastrevert-revert-test--with-mode
-      (let* ((files (fastrevert-revert-test--names dir "g%d.txt" 3))
-             (buffers (mapcar (lambda (file)
-                                (fastrevert-revert-test--write file "old\n")
-                                (find-file-noselect file))
-                              files)))
-        (dolist (file files) (fastrevert-revert-test--write-stale file "new\n"))
-        (global-auto-revert-mode 1)
-        (should (equal (mapcar #'fastrevert-revert-test--text buffers) '("new\n" "new\n" "new\n")))
-        (should (cl-every #'fastrevert-revert-test--engine-watching-p buffers))))))
+  (dolist (avoid-polling '(nil t))
+    (ert-info ((format "auto-revert-avoid-polling %s" avoid-polling))
+      (fastrevert-test-with-temp-dir dir
+        (fastrevert-revert-test--with-mode
+          (setq auto-revert-avoid-polling avoid-polling)
+          (let* ((files (fastrevert-revert-test--names dir "g%d.txt" 3))
+                 (buffers (mapcar (lambda (file)
+                                    (fastrevert-revert-test--write file "old\n")
+                                    (find-file-noselect file))
+                                  files)))
+            (dolist (file files) (fastrevert-revert-test--write-stale file "new\n"))
+            (global-auto-revert-mode 1)
+            (should (equal (mapcar #'fastrevert-revert-test--text buffers)
+                           '("new\n" "new\n" "new\n")))
+            (should (cl-every #'fastrevert-revert-test--engine-watching-p buffers))))))))
 
 (ert-deftest fastrevert-revert-tail-mode-on-appends-at-once ()
   (fastrevert-test-with-temp-dir dir
@@ -337,29 +341,77 @@ Return the buffer once the engine reports every change to FILE."
         (should (fastrevert-revert-test--engine-watching-p buffer))
         (should (fastrevert-revert-test--wait-text buffer "changed since\n"))))))
 
-(ert-deftest fastrevert-revert-auto-revert-buffers-checks-watched-buffers-at-once ()
-  "A call of `auto-revert-buffers' (as Magit makes) returns with the buffers reverted."
+(ert-deftest fastrevert-revert-auto-revert-buffers-reverts-reported-changes-at-once ()
+  "A call of `auto-revert-buffers' (as Magit makes) reverts what the engine has reported."
   (fastrevert-test-with-temp-dir dir
     (fastrevert-revert-test--with-mode
-      (let* ((file (expand-file-name "direct.txt" dir))
-             (buffer (fastrevert-revert-test--visit file "d1\n")))
+      (let* ((file (expand-file-name "reported.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "r1\n")))
         (should (fastrevert-revert-test--settled))
-        (fastrevert-revert-test--write-stale file "d2\n")
+        ;; Pending input keeps the reported change waiting for Emacs to be idle.
+        (let ((unread-command-events (list ?x)))
+          (fastrevert-revert-test--write file "r2\n")
+          (should (fastrevert-test-wait-for
+                   (lambda () (and (gethash buffer fastrevert--pending)
+                                   (memq fastrevert--revert-timer timer-idle-list))))))
         (auto-revert-buffers)
-        (should (equal (fastrevert-revert-test--text buffer) "d2\n"))))))
+        (should (equal (fastrevert-revert-test--text buffer) "r2\n"))))))
 
-(ert-deftest fastrevert-revert-auto-revert-handler-checks-a-watched-buffer-at-once ()
+(ert-deftest fastrevert-revert-auto-revert-buffers-leaves-unreported-buffers-to-the-engine ()
+  "As stock's with notifications, a call of `auto-revert-buffers' asks no buffer the engine
+has nothing to report for, so calling it costs no file access per buffer."
   (fastrevert-test-with-temp-dir dir
     (fastrevert-revert-test--with-mode
-      (let* ((file (expand-file-name "handled.txt" dir))
-             (buffer (fastrevert-revert-test--visit file "h1\n"))
-             (reverts nil))
-        (should (fastrevert-revert-test--settled))
-        (setq reverts (plist-get (fastrevert-stats) :reverts))
-        (fastrevert-revert-test--write-stale file "h2\n")
+      (let* ((file (expand-file-name "quiet.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "q\n"))
+             (asked 0))
+        ;; Once this holds, nothing the engine says can reach the buffer
+        ;; before the calls below, which process no event.
+        (should (fastrevert-test-wait-for
+                 (lambda () (and (fastrevert-revert-test--settled)
+                                 (not (buffer-local-value 'auto-revert-notify-modified-p
+                                                          buffer))))))
+        (with-current-buffer buffer
+          (setq-local buffer-stale-function
+                      (lambda (&optional _noconfirm) (setq asked (1+ asked)) nil)))
+        (auto-revert-buffers)
         (with-current-buffer buffer (auto-revert-handler))
-        (should (equal (fastrevert-revert-test--text buffer) "h2\n"))
-        (should (= (plist-get (fastrevert-stats) :reverts) (1+ reverts)))))))
+        (should (= asked 0))))))
+
+(defmacro fastrevert-revert-test--polling (&rest body)
+  "Run BODY with the engine polling files, as with `auto-revert-use-notify' nil."
+  (declare (indent 0))
+  `(progn
+     (setq auto-revert-use-notify nil)
+     (fastrevert--reconfigure)
+     ,@body))
+
+(ert-deftest fastrevert-revert-auto-revert-buffers-checks-polled-buffers-at-once ()
+  "Without notifications, a call of `auto-revert-buffers' checks every buffer, as stock's does."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (fastrevert-revert-test--polling
+        (let* ((file (expand-file-name "direct.txt" dir))
+               (buffer (fastrevert-revert-test--visit file "d1\n")))
+          (should (fastrevert-revert-test--settled))
+          (fastrevert-revert-test--write-stale file "d2\n")
+          (auto-revert-buffers)
+          (should (equal (fastrevert-revert-test--text buffer) "d2\n")))))))
+
+(ert-deftest fastrevert-revert-auto-revert-handler-checks-a-polled-buffer-at-once ()
+  "Without notifications, `auto-revert-handler' checks its buffer whenever it is called."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (fastrevert-revert-test--polling
+        (let* ((file (expand-file-name "handled.txt" dir))
+               (buffer (fastrevert-revert-test--visit file "h1\n"))
+               (reverts nil))
+          (should (fastrevert-revert-test--settled))
+          (setq reverts (plist-get (fastrevert-stats) :reverts))
+          (fastrevert-revert-test--write-stale file "h2\n")
+          (with-current-buffer buffer (auto-revert-handler))
+          (should (equal (fastrevert-revert-test--text buffer) "h2\n"))
+          (should (= (plist-get (fastrevert-stats) :reverts) (1+ reverts))))))))
 
 (ert-deftest fastrevert-revert-polling-ticks-leave-watched-buffers-to-the-engine ()
   "While stock polling runs for a buffer the engine cannot watch, its ticks skip the engine's."
