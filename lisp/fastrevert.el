@@ -553,7 +553,7 @@ notification watch when `auto-revert-avoid-polling' is non-nil."
                 (fastrevert--stock-buffers-live)))
 
 (defvar fastrevert--checking-now nil
-  "Non-nil while `auto-revert-buffers' checks every buffer it covers.
+  "Non-nil while a call of `auto-revert-buffers' reaches the engine's buffers.
 Bound by `fastrevert--buffers-advice' for any call of it but a tick
 of stock polling.")
 
@@ -840,9 +840,9 @@ stock machinery, so every `auto-revert-*' setting keeps its meaning.
 What stock auto-revert checks at once is still checked at once:
 turning an auto-revert mode on checks the buffers it adopts, and a
 call of `auto-revert-buffers' the buffers whose change was reported
-and those whose files are polled.  Remote buffers,
-and non-file buffers that cannot be notified, keep stock polling.
-Turning the mode off restores the stock behavior."
+and those whose files are polled.  Remote buffers, and non-file
+buffers that cannot be notified, keep stock polling.  Turning the
+mode off restores the stock behavior."
   :global t
   :group 'fastrevert
   (if fastrevert-mode
