@@ -9,7 +9,7 @@ CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 
 # Debian packages the build and the tests need.
-DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2
+DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit
 FUZZ_PACKAGES := clang libclang-rt-14-dev
 
 # The Emacs 30 suite runs in a Debian 13 (trixie) root made by debootstrap and
@@ -52,6 +52,7 @@ define install_missing
 	    catch2)      test -f /usr/include/catch2/catch.hpp || \
 	                 test -f /usr/include/catch2/catch_test_macros.hpp || missing="$$missing catch2" ;; \
 	    clang)       command -v clang++ >/dev/null 2>&1 || missing="$$missing clang" ;; \
+	    git)         command -v git >/dev/null 2>&1 || missing="$$missing git" ;; \
 	    *)           dpkg-query -W -f='$${Status}' $$need 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$need" ;; \
 	  esac; \
 	done; \
