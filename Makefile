@@ -134,7 +134,8 @@ allocator_may_return_null=1:abort_on_error=1 \
 asan-emacs: deps
 	cmake -S . -B $(BUILD)-asan-emacs -DCMAKE_BUILD_TYPE=Debug -DFASTREVERT_WERROR=$(WERROR) \
 	  -DFASTREVERT_SANITIZE=address$(comma)undefined \
-	  -DFASTREVERT_MODULE_DIR=$(CURDIR)/$(BUILD)-asan-emacs/lisp $(CMAKE_ARGS)
+	  -DFASTREVERT_MODULE_DIR=$(CURDIR)/$(BUILD)-asan-emacs/lisp -DFASTREVERT_ERT_TIMEOUT=3600 \
+	  $(CMAKE_ARGS)
 	cmake --build $(BUILD)-asan-emacs -j $(JOBS) --target fastrevert-module
 	$(ASAN_EMACS_ENV) cmake --build $(BUILD)-asan-emacs --target fastrevert-lisp
 	cd $(BUILD)-asan-emacs && $(ASAN_EMACS_ENV) \
