@@ -496,63 +496,57 @@ instead of hanging the suite."
 
 ;;;; 6. Every process deleted at once
 
+(defmacro fastrevert-robust-test--with-watched-buffer (buffer file &rest body)
+  "Run BODY with BUFFER visiting FILE, \"one\\n\", watched by the engine.
+`fastrevert-mode' and `global-auto-revert-mode' are on meanwhile."
+  (declare (indent 2))
+  `(fastrevert-test-with-temp-dir dir
+     (let ((,file (expand-file-name "watched.txt" dir))
+           (global-auto-revert-mode-was global-auto-revert-mode)
+           (,buffer nil))
+       (with-temp-file ,file (insert "one\n"))
+       (unwind-protect
+           (progn
+             (fastrevert-mode 1)
+             (global-auto-revert-mode 1)
+             (setq ,buffer (find-file-noselect ,file))
+             (should (fastrevert-test-wait-for
+                      (lambda () (buffer-local-value 'fastrevert--watching ,buffer))))
+             ,@body)
+         (when (buffer-live-p ,buffer) (kill-buffer ,buffer))
+         (unless global-auto-revert-mode-was (global-auto-revert-mode -1))
+         (fastrevert-mode -1)))))
+
+(defun fastrevert-robust-test--reverts-to-two (buffer file)
+  "Rewrite FILE as \"two\\n\" and check that BUFFER follows."
+  (with-temp-file file (insert "two\n"))
+  (should (fastrevert-test-wait-for
+           (lambda () (equal (with-current-buffer buffer (buffer-string)) "two\n"))
+           20)))
+
 (ert-deftest fastrevert-robust-deleting-every-process-keeps-auto-revert-and-processes ()
   "After (mapc #\\='delete-process (process-list)) buffers revert and processes finish."
-  (fastrevert-test-with-temp-dir dir
-    (let ((file (expand-file-name "watched.txt" dir))
-          (global-auto-revert-mode-was global-auto-revert-mode)
-          (buffer nil))
-      (with-temp-file file (insert "one\n"))
-      (unwind-protect
-          (progn
-            (fastrevert-mode 1)
-            (global-auto-revert-mode 1)
-            (setq buffer (find-file-noselect file))
-            (should (fastrevert-test-wait-for
-                     (lambda () (buffer-local-value 'fastrevert--watching buffer))))
-            (let ((state (fastrevert-robust-test--run
-                          :name "survivor" :command '("sh" "-c" "sleep 0.5; echo late"))))
-              (mapc #'delete-process (process-list))
-              (with-temp-file file (insert "two\n"))
-              (should (fastrevert-test-wait-for
-                       (lambda () (equal (with-current-buffer buffer (buffer-string)) "two\n"))
-                       20))
-              (fastrevert-robust-test--finish state)
-              (should (equal (fastrevert-robust-test--output state) "late\n"))
-              (should (equal (plist-get state :events) '("finished\n")))
-              (should (fastrevert--engine-live-p))))
-        (when (buffer-live-p buffer) (kill-buffer buffer))
-        (unless global-auto-revert-mode-was (global-auto-revert-mode -1))
-        (fastrevert-mode -1)))))
+  (fastrevert-robust-test--with-watched-buffer buffer file
+    (let ((state (fastrevert-robust-test--run
+                  :name "survivor" :command '("sh" "-c" "sleep 0.5; echo late"))))
+      (mapc #'delete-process (process-list))
+      (fastrevert-robust-test--reverts-to-two buffer file)
+      (fastrevert-robust-test--finish state)
+      (should (equal (fastrevert-robust-test--output state) "late\n"))
+      (should (equal (plist-get state :events) '("finished\n")))
+      (should (fastrevert--engine-live-p)))))
 
 (ert-deftest fastrevert-robust-a-restarted-engine-watches-again-and-reports-killed-processes ()
   "Stopping the engine tells each process's sentinel; a new engine gets every watch back."
-  (fastrevert-test-with-temp-dir dir
-    (let ((file (expand-file-name "watched.txt" dir))
-          (global-auto-revert-mode-was global-auto-revert-mode)
-          (buffer nil))
-      (with-temp-file file (insert "one\n"))
-      (unwind-protect
-          (progn
-            (fastrevert-mode 1)
-            (global-auto-revert-mode 1)
-            (setq buffer (find-file-noselect file))
-            (should (fastrevert-test-wait-for
-                     (lambda () (buffer-local-value 'fastrevert--watching buffer))))
-            (let ((state (fastrevert-robust-test--run :name "doomed" :command '("sleep" "30"))))
-              (fastrevert--engine-stop)
-              (should (equal (plist-get state :events) '("killed\n")))
-              (should (eq (fastrevert-process-status (plist-get state :process)) 'signal)))
-            (fastrevert--engine-ensure)
-            (should (fastrevert-test-wait-for
-                     (lambda () (buffer-local-value 'fastrevert--watching buffer))))
-            (with-temp-file file (insert "two\n"))
-            (should (fastrevert-test-wait-for
-                     (lambda () (equal (with-current-buffer buffer (buffer-string)) "two\n"))
-                     20)))
-        (when (buffer-live-p buffer) (kill-buffer buffer))
-        (unless global-auto-revert-mode-was (global-auto-revert-mode -1))
-        (fastrevert-mode -1)))))
+  (fastrevert-robust-test--with-watched-buffer buffer file
+    (let ((state (fastrevert-robust-test--run :name "doomed" :command '("sleep" "30"))))
+      (fastrevert--engine-stop)
+      (should (equal (plist-get state :events) '("killed\n")))
+      (should (eq (fastrevert-process-status (plist-get state :process)) 'signal)))
+    (fastrevert--engine-ensure)
+    (should (fastrevert-test-wait-for
+             (lambda () (buffer-local-value 'fastrevert--watching buffer))))
+    (fastrevert-robust-test--reverts-to-two buffer file)))
 
 ;;;; 7. Invalid coding systems
 
