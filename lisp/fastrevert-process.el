@@ -1480,6 +1480,27 @@ Return 0 while it runs."
   (fastrevert--process-check process)
   (setf (fastrevert--process-query-on-exit process) flag))
 
+(defvar fastrevert--not-running-says-why 'unknown
+  "Whether this Emacs's error for a process that is not running says why.
+Emacs 30 adds the status to \"Process NAME not running\"; earlier
+versions do not.  Found out once, from a stock pipe process.")
+
+(defun fastrevert--process-not-running (process)
+  "Signal the error stock Emacs signals for sending to PROCESS, which has ended."
+  (when (eq fastrevert--not-running-says-why 'unknown)
+    (let ((probe (make-pipe-process :name " *fastrevert-probe*" :noquery t :buffer nil)))
+      (delete-process probe)
+      (setq fastrevert--not-running-says-why
+            (condition-case error
+                (progn (process-send-string probe "") nil)
+              (error (and (stringp (cadr error))
+                          (string-match-p " not running: " (cadr error))
+                          t))))))
+  (if fastrevert--not-running-says-why
+      (error "Process %s not running: %s" (fastrevert--process-name process)
+             (fastrevert--process-status-message process))
+    (error "Process %s not running" (fastrevert--process-name process))))
+
 (defun fastrevert-process-send-string (process string)
   "Send STRING to the standard input of PROCESS, encoded with its coding.
 This never blocks: whatever the pipe does not take now is queued and
@@ -1487,7 +1508,7 @@ written as the child reads."
   (fastrevert--process-check process)
   (unless (stringp string) (signal 'wrong-type-argument (list 'stringp string)))
   (unless (fastrevert-process-live-p process)
-    (error "Process %s not running" (fastrevert--process-name process)))
+    (fastrevert--process-not-running process))
   (fastrevert--mod-process-send
    (fastrevert--process-id process)
    (if (multibyte-string-p string)
@@ -1500,7 +1521,7 @@ written as the child reads."
 Return PROCESS."
   (fastrevert--process-check process)
   (unless (fastrevert-process-live-p process)
-    (error "Process %s not running" (fastrevert--process-name process)))
+    (fastrevert--process-not-running process))
   (fastrevert--mod-process-eof (fastrevert--process-id process))
   process)
 
