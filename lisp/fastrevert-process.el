@@ -1369,7 +1369,12 @@ a `fastrevert-process'.  The program is found through the variable
          (filter (plist-get args :filter))
          (sentinel (plist-get args :sentinel))
          (stderr-spec (plist-get args :stderr)))
-    (unless (stringp name) (signal 'wrong-type-argument (list 'stringp name)))
+    (unless (stringp name)
+      ;; The stock primitive signals the error the running Emacs words for a
+      ;; missing or wrong :name (Emacs 30 words its own), and makes no
+      ;; process then.
+      (apply #'make-process (and (plist-member args :name) (list :name name)))
+      (signal 'wrong-type-argument (list 'stringp name)))
     (unless (consp command) (signal 'wrong-type-argument (list 'consp command)))
     (dolist (word command)
       (unless (stringp word) (signal 'wrong-type-argument (list 'stringp word))))
