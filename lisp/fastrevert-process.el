@@ -1372,8 +1372,8 @@ a `fastrevert-process'.  The program is found through the variable
     (unless (stringp name)
       ;; The stock primitive signals the error the running Emacs words for a
       ;; missing or wrong :name (Emacs 30 words its own), and makes no
-      ;; process then.
-      (apply #'make-process (and (plist-member args :name) (list :name name)))
+      ;; process then.  Called with no argument at all, it does nothing.
+      (apply #'make-process (if (plist-member args :name) (list :name name) '(:noquery t)))
       (signal 'wrong-type-argument (list 'stringp name)))
     (unless (consp command) (signal 'wrong-type-argument (list 'consp command)))
     (dolist (word command)
