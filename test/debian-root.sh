@@ -102,6 +102,20 @@ install_packages() {
     apt-get install -y -q --no-install-recommends $packages && apt-get clean"
 }
 
+# Builds a root in $1 (which must not exist) from suite $2 of mirror $3,
+# with the packages $4.  Returns non-zero at the first step that fails.
+build_root() {
+  local dir=$1 suite=$2 mirror=$3 packages=$4
+  debootstrap --variant=minbase "$suite" "$dir" "$mirror" || return
+  # No daemon starts in the root, and dpkg need not sync every file: a root
+  # that breaks half-way is thrown away anyway.
+  printf '#!/bin/sh\nexit 101\n' >"$dir/usr/sbin/policy-rc.d" || return
+  chmod 755 "$dir/usr/sbin/policy-rc.d" || return
+  echo force-unsafe-io >"$dir/etc/dpkg/dpkg.cfg.d/fastrevert-unsafe-io" || return
+  install_packages "$dir" "$packages" || return
+  echo "Debian $suite from $mirror, made by fastrevert's test/debian-root.sh" >"$dir/$marker"
+}
+
 make_root() {
   local root=$1 suite=$2 mirror=$3 packages=$4 new old
   new="$root.new.$$"
@@ -109,14 +123,10 @@ make_root() {
     [ -e "$old" ] && remove_half_made_root "$old"
   done
   echo "debian-root: making a Debian $suite root in $root (once; it is kept)"
-  debootstrap --variant=minbase "$suite" "$new" "$mirror"
-  # No daemon starts in the root, and dpkg need not sync every file: a root
-  # that breaks half-way is thrown away anyway.
-  printf '#!/bin/sh\nexit 101\n' >"$new/usr/sbin/policy-rc.d"
-  chmod 755 "$new/usr/sbin/policy-rc.d"
-  echo force-unsafe-io >"$new/etc/dpkg/dpkg.cfg.d/fastrevert-unsafe-io"
-  install_packages "$new" "$packages"
-  echo "Debian $suite from $mirror, made by fastrevert's test/debian-root.sh" >"$new/$marker"
+  if ! build_root "$new" "$suite" "$mirror" "$packages"; then
+    remove_half_made_root "$new"
+    die "making the Debian $suite root failed; nothing was kept"
+  fi
   mv -T "$new" "$root"
 }
 
