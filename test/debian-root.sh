@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs a command in a Debian root made with debootstrap, at a path of its own
-# (the same source tree, another Emacs, compiler and Catch2).
+# Runs a command in a Debian root made with debootstrap, in a source tree
+# mounted there: the same sources, built and tested with the root's Emacs,
+# compiler and libraries.
 #
 #   test/debian-root.sh ROOT SUITE MIRROR "PACKAGES" SOURCE -- COMMAND...
 #
@@ -99,7 +100,7 @@ install_packages() {
   local root=$1 packages=$2
   cp /etc/resolv.conf "$root/etc/resolv.conf"
   in_namespace "$root" "" sh -c "apt-get update -q && \
-    apt-get install -y -q --no-install-recommends $packages && apt-get clean"
+    apt-get install -y -q --no-install-recommends $packages && apt-get clean" 9>&-
 }
 
 # Builds a root in $1 (which must not exist) from suite $2 of mirror $3,
@@ -143,7 +144,8 @@ main() {
   mkdir -p "$(dirname "$root")"
 
   # The root is made and extended under an exclusive lock, and used under a
-  # shared one.
+  # shared one, which this shell holds while the command runs; the command
+  # does not inherit the lock's descriptor.
   exec 9>"$root.lock"
   flock 9
   if [ ! -e "$root" ]; then
@@ -160,7 +162,7 @@ main() {
   fi
   flock -s 9
 
-  in_namespace "$root" "$source" "$@"
+  in_namespace "$root" "$source" "$@" 9>&-
 }
 
 if [ "${1:-}" = --inside ]; then
