@@ -18,7 +18,7 @@ FUZZ_PACKAGES := clang libclang-rt-14-dev
 EMACS30_ROOT     ?= $(HOME)/.cache/fastrevert/trixie-root
 EMACS30_BUILD    ?= build-emacs30
 DEBIAN_MIRROR    ?= http://deb.debian.org/debian
-EMACS30_PACKAGES := $(sort $(DEPS_PACKAGES) make git elpa-magit)
+EMACS30_PACKAGES := $(sort $(DEPS_PACKAGES) make)
 # Where the module and compiled Lisp go; empty means lisp/, next to the sources.
 MODULE_DIR       ?=
 

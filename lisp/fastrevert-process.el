@@ -76,9 +76,16 @@
   (decode-coding-string (fastrevert--mod-strerror name)
                         (or locale-coding-system 'utf-8)))
 
+(defun fastrevert--process-file-condition (condition)
+  "Return CONDITION, or `file-error' where this Emacs does not define it.
+Emacs 29 and later signal `permission-denied' for EACCES, as the
+module names it; older ones signal `file-error'."
+  (if (get condition 'error-conditions) condition 'file-error))
+
 (defun fastrevert--process-file-error (errno-name message file)
   "Signal the stock file error for ERRNO-NAME with MESSAGE and FILE."
-  (signal (if (eq errno-name 'ENOENT) 'file-missing 'file-error)
+  (signal (fastrevert--process-file-condition
+           (pcase errno-name ('ENOENT 'file-missing) ('EACCES 'permission-denied) (_ 'file-error)))
           (list message (fastrevert--process-strerror errno-name) file)))
 
 (defvar fastrevert--directory-cache nil
@@ -329,9 +336,7 @@ stock message for a failed open of that file and the name to report."
                (coding (or locale-coding-system 'utf-8))
                (text (decode-coding-string strerror coding))
                (known (assoc path message-by-file)))
-    (when (and (eq condition 'permission-denied)
-               (not (get 'permission-denied 'error-conditions)))
-      (setq condition 'file-error))
+    (setq condition (fastrevert--process-file-condition condition))
     (cond ((and known (equal function "open"))
            (signal condition (list (cadr known) text (cddr known))))
           ((equal function "chdir")
@@ -339,6 +344,36 @@ stock message for a failed open of that file and the name to report."
                                    default-directory)))
           (t
            (signal condition (list "Doing vfork" text))))))
+
+;; When a program is found but cannot be executed (not a valid
+;; executable, or a script whose interpreter is missing), Emacsen differ
+;; by how they start children.  One that uses posix_spawn, as Emacs 30
+;; does on GNU/Linux, hears of the failure and signals it ("Doing
+;; vfork"); one that uses vfork, as Emacs 28 does, starts a child that
+;; prints the error and exits with 126 or 127.  The module asks which
+;; this Emacs does when an exec fails, and stock `call-process' answers,
+;; once, for a file that is no program.
+(defvar fastrevert--exec-failure-signals 'unknown
+  "Whether this Emacs signals when a program it starts cannot be executed.
+The symbol `unknown' until `fastrevert--process-exec-failure-signals-p'
+has asked.")
+
+(defun fastrevert--process-exec-failure-signals-p ()
+  "Return non-nil if this Emacs signals when it cannot execute a program."
+  (when (eq fastrevert--exec-failure-signals 'unknown)
+    (let* ((default-directory temporary-file-directory)
+           (file (make-temp-file "fastrevert-not-a-program")))
+      (unwind-protect
+          (progn
+            ;; An empty file with execute permission: exec fails with
+            ;; ENOEXEC, and no program runs whichever way this Emacs works.
+            (set-file-modes file #o700)
+            (setq fastrevert--exec-failure-signals
+                  (condition-case nil
+                      (progn (call-process file nil nil) nil)
+                    (file-error t))))
+        (delete-file file))))
+  fastrevert--exec-failure-signals)
 
 ;;;; fastrevert-call-process
 
@@ -879,13 +914,18 @@ start of the output; the rest is read with the byte order found."
 
 ;;;; Delivering output
 
-(defun fastrevert--process-insert (process buffer mark text)
+(defun fastrevert--process-insert (process buffer mark text &optional detected)
   "Insert TEXT from PROCESS into BUFFER at MARK, as the default filter does.
 Point follows when it was at the mark, markers at the mark (window
 points included) are pushed after the text, and read-only status
 and narrowing are respected as `internal-default-process-filter'
 does.  TEXT is a string, or a function that inserts the text at
-point as `insert-before-markers' would and leaves point after it."
+point as `insert-before-markers' would and leaves point after it.
+DETECTED non-nil says that decoding TEXT detected the coding
+system; into a multibyte buffer, Emacs's native default filter
+\(`fast-read-process-output') then leaves markers at the mark
+before the text, and so does this function.  (A unibyte buffer
+takes its output undecoded there, and detects nothing.)"
   (ignore process)
   (when (buffer-live-p buffer)
     (with-current-buffer buffer
@@ -907,7 +947,11 @@ point as `insert-before-markers' would and leaves point after it."
             (progn
               (goto-char (if (marker-buffer mark) mark (point-max)))
               (setq before (point))
-              (if (functionp text) (funcall text) (insert-before-markers text))
+              (cond ((functionp text) (funcall text))
+                    ((and detected enable-multibyte-characters
+                          (bound-and-true-p fast-read-process-output))
+                     (insert text))
+                    (t (insert-before-markers text)))
               (set-marker mark (point))
               (let ((delta (- (point) before)))
                 (when (>= opoint before) (setq opoint (+ opoint delta)))
@@ -933,13 +977,14 @@ asks for the debugger, and the match data are preserved."
   (setf (fastrevert--process-outputs process) (1+ (fastrevert--process-outputs process)))
   (setq fastrevert--process-output-count (1+ fastrevert--process-output-count)))
 
-(defun fastrevert--process-deliver (process stream text)
-  "Deliver TEXT, output of PROCESS on STREAM (1 or 2), to its consumer."
+(defun fastrevert--process-deliver (process stream text &optional detected)
+  "Deliver TEXT, output of PROCESS on STREAM (1 or 2), to its consumer.
+DETECTED is as for `fastrevert--process-insert'."
   (unless (equal text "")
     (fastrevert--process-count-output process)
     (if (eql stream 2)
         (fastrevert--process-insert process (fastrevert--process-stderr-buffer process)
-                                    (fastrevert--process-stderr-mark process) text)
+                                    (fastrevert--process-stderr-mark process) text detected)
       (let ((filter (fastrevert--process-filter process)))
         (if filter
             (fastrevert--process-call
@@ -952,7 +997,28 @@ asks for the debugger, and the match data are preserved."
                  text
                (string-to-multibyte text)))
           (fastrevert--process-insert process (fastrevert--process-buffer process)
-                                      (fastrevert--process-mark process) text))))))
+                                      (fastrevert--process-mark process) text detected))))))
+
+(defun fastrevert--process-detection-moves-markers-p (coding)
+  "Non-nil when detecting CODING's coding system would change where markers go.
+That is while CODING is still to be detected (`undecided', or a byte
+order mark to look for) and Emacs's native default filter is on; see
+`fastrevert--process-insert'."
+  (and (bound-and-true-p fast-read-process-output)
+       (or (eq (coding-system-type coding) 'undecided)
+           (consp (coding-system-get coding :bom)))))
+
+(defun fastrevert--process-decode-and-deliver (process stream data eof)
+  "Decode DATA, output of PROCESS on STREAM, and deliver it.
+EOF is as for `fastrevert--process-decode'."
+  (let* ((coding (fastrevert--process-decoding process))
+         (text (fastrevert--process-decode process stream data eof)))
+    (fastrevert--process-deliver
+     process stream text
+     ;; Detection settles a coding system of another kind; finding only
+     ;; the end-of-line convention keeps the kind.
+     (not (eq (coding-system-base coding)
+              (coding-system-base (fastrevert--process-decoding process)))))))
 
 (defun fastrevert--on-process-output (id code data)
   "Handle output DATA of engine process ID on stream CODE.
@@ -985,8 +1051,7 @@ DATA tells how far the engine has written that memfd (see
         ;; The engine could not write the memfd and passes the rest as
         ;; strings: what it wrote and Emacs has not delivered comes first.
         (fastrevert--process-memfd-to-tail process))
-      (fastrevert--process-deliver process code
-                                   (fastrevert--process-decode process code data nil))))))
+      (fastrevert--process-decode-and-deliver process code data nil)))))
 
 (defun fastrevert--process-receive (process handler code data)
   "Call HANDLER on CODE and DATA of PROCESS, in turn.
@@ -1101,8 +1166,9 @@ Into a live multibyte buffer, in a coding system whose unfinished
 characters the last bytes of the stream reveal, a range longer than
 `fastrevert--memfd-insert-threshold' goes straight from the memfd;
 otherwise (a short range, bytes held back from before, a unibyte or
-killed buffer, a multibyte coding system of another kind) the bytes
-take the string road."
+killed buffer, a multibyte coding system of another kind, one still
+to be detected where that decides where markers go) the bytes take
+the string road."
   (let* ((fd (fastrevert--process-memfd process))
          (beg (fastrevert--process-memfd-consumed process))
          (written (fastrevert--process-memfd-end process))
@@ -1125,16 +1191,15 @@ take the string road."
                   ;; took over must be decoded with the first range.
                   (zerop (length (cdr (assq 1 (fastrevert--process-tails process)))))
                   (buffer-local-value 'enable-multibyte-characters buffer)
-                  (not (fastrevert--process-filter process)))
+                  (not (fastrevert--process-filter process))
+                  (not (fastrevert--process-detection-moves-markers-p coding)))
              (fastrevert--process-count-output process)
              (fastrevert--process-insert
               process buffer (fastrevert--process-mark process)
               (lambda () (fastrevert--process-insert-range process fd beg end))))
             (t
-             (fastrevert--process-deliver
-              process 1 (fastrevert--process-decode
-                         process 1 (fastrevert--process-memfd-bytes fd beg end)
-                         (or eof direct)))))
+             (fastrevert--process-decode-and-deliver
+              process 1 (fastrevert--process-memfd-bytes fd beg end) (or eof direct))))
       ;; Give back the memory of what is delivered, a step at a time;
       ;; later offsets stay valid.
       (when (>= (- end (fastrevert--process-memfd-released process))
@@ -1183,8 +1248,7 @@ For when the engine passes the rest of the output as strings."
     (when (cdr cell)
       (let ((bytes (cdr cell)))
         (setcdr cell nil)
-        (fastrevert--process-deliver
-         process (car cell) (fastrevert--process-decode process (car cell) bytes t))))))
+        (fastrevert--process-decode-and-deliver process (car cell) bytes t)))))
 
 (defun fastrevert--process-status-message (process)
   "Return the sentinel event string for PROCESS's status, as Emacs words it."

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs a command in a Debian root made with debootstrap, at a path of its own
-# (the same source tree, another Emacs, compiler and Catch2).
+# Runs a command in a Debian root made with debootstrap, in a source tree
+# mounted there: the same sources, built and tested with the root's Emacs,
+# compiler and libraries.
 #
 #   test/debian-root.sh ROOT SUITE MIRROR "PACKAGES" SOURCE -- COMMAND...
 #
@@ -99,7 +100,21 @@ install_packages() {
   local root=$1 packages=$2
   cp /etc/resolv.conf "$root/etc/resolv.conf"
   in_namespace "$root" "" sh -c "apt-get update -q && \
-    apt-get install -y -q --no-install-recommends $packages && apt-get clean"
+    apt-get install -y -q --no-install-recommends $packages && apt-get clean" 9>&-
+}
+
+# Builds a root in $1 (which must not exist) from suite $2 of mirror $3,
+# with the packages $4.  Returns non-zero at the first step that fails.
+build_root() {
+  local dir=$1 suite=$2 mirror=$3 packages=$4
+  debootstrap --variant=minbase "$suite" "$dir" "$mirror" || return
+  # No daemon starts in the root, and dpkg need not sync every file: a root
+  # that breaks half-way is thrown away anyway.
+  printf '#!/bin/sh\nexit 101\n' >"$dir/usr/sbin/policy-rc.d" || return
+  chmod 755 "$dir/usr/sbin/policy-rc.d" || return
+  echo force-unsafe-io >"$dir/etc/dpkg/dpkg.cfg.d/fastrevert-unsafe-io" || return
+  install_packages "$dir" "$packages" || return
+  echo "Debian $suite from $mirror, made by fastrevert's test/debian-root.sh" >"$dir/$marker"
 }
 
 make_root() {
@@ -109,14 +124,10 @@ make_root() {
     [ -e "$old" ] && remove_half_made_root "$old"
   done
   echo "debian-root: making a Debian $suite root in $root (once; it is kept)"
-  debootstrap --variant=minbase "$suite" "$new" "$mirror"
-  # No daemon starts in the root, and dpkg need not sync every file: a root
-  # that breaks half-way is thrown away anyway.
-  printf '#!/bin/sh\nexit 101\n' >"$new/usr/sbin/policy-rc.d"
-  chmod 755 "$new/usr/sbin/policy-rc.d"
-  echo force-unsafe-io >"$new/etc/dpkg/dpkg.cfg.d/fastrevert-unsafe-io"
-  install_packages "$new" "$packages"
-  echo "Debian $suite from $mirror, made by fastrevert's test/debian-root.sh" >"$new/$marker"
+  if ! build_root "$new" "$suite" "$mirror" "$packages"; then
+    remove_half_made_root "$new"
+    die "making the Debian $suite root failed; nothing was kept"
+  fi
   mv -T "$new" "$root"
 }
 
@@ -133,7 +144,8 @@ main() {
   mkdir -p "$(dirname "$root")"
 
   # The root is made and extended under an exclusive lock, and used under a
-  # shared one.
+  # shared one, which this shell holds while the command runs; the command
+  # does not inherit the lock's descriptor.
   exec 9>"$root.lock"
   flock 9
   if [ ! -e "$root" ]; then
@@ -150,7 +162,7 @@ main() {
   fi
   flock -s 9
 
-  in_namespace "$root" "$source" "$@"
+  in_namespace "$root" "$source" "$@" 9>&-
 }
 
 if [ "${1:-}" = --inside ]; then

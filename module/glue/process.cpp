@@ -274,16 +274,20 @@ constexpr SignalName kSignalNames[] = {
 };
 
 // Spawns SPEC.  When the exec itself fails (a file that is not a valid
-// executable, a script whose interpreter is missing), stock Emacs still
+// executable, a script whose interpreter is missing), posix_spawn reports
+// the failure to the parent, and so does an Emacs that spawns with it (Emacs
+// 30): the error is thrown on.  An Emacs that uses vfork (Emacs 28) still
 // starts a child, which prints "ARGV0: PROGRAM: STRERROR" on its standard
-// error and exits with 126 (127 for ENOENT); posix_spawn reports the failure
-// to the parent instead.  A /bin/sh stand-in reproduces the stock outcome,
-// through every redirection, so both primitives see what stock shows.
+// error and exits with 126 (127 for ENOENT); there a /bin/sh stand-in
+// reproduces that outcome, through every redirection, so both primitives
+// see what stock shows.  Lisp tells which kind of Emacs this is.
 Child spawn_like_emacs(Env& env, const SpawnSpec& spec) {
   try {
     return spawn(spec);
   } catch (const SystemError& error) {
     if (error.function() != "posix_spawn") throw;
+    emacs_value ask = env.intern("fastrevert--process-exec-failure-signals-p");
+    if (env.truthy(env.call("fboundp", {ask})) && env.truthy(env.funcall(ask, {}))) throw;
     int code = error.code().value();
     emacs_value invoked_as =
         env.call("car-safe", {env.call("symbol-value", {env.intern("command-line-args")})});

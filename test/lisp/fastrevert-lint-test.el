@@ -37,8 +37,7 @@ the compilation failed."
   (let* ((report-file (expand-file-name "report.eld" dir))
          (result
           (fastrevert-test-batch-emacs
-           (list (expand-file-name "lisp/" fastrevert-test-root)
-                 (file-name-directory (locate-library "fastrevert-module")))
+           (list fastrevert-test-lisp-directory)
            `(let ((native-comp-eln-load-path (cons ,dir native-comp-eln-load-path))
                   (logs nil))
               (require 'subr-x)

@@ -518,8 +518,20 @@ with text to print in them and the end-of-line conversion to read it with.")
           (should (fastrevert-test-wait-for (lambda () stock-done) 30))
           (should (equal (fastrevert-process-test--output ours)
                          (apply #'concat (reverse stock-chunks)))))
-        ;; Into a buffer, by the default filter.
-        (fastrevert-process-test--same-as-stock command coding #'ignore)))))
+        ;; Into a buffer, by the default filter.  With Emacs's native
+        ;; default filter on, markers at the mark stay before the output
+        ;; that was read together with the byte order mark a coding system
+        ;; is detected from; where a window's point ends up then depends
+        ;; on how stock's own reads fell, which a byte at a time does not
+        ;; fix.  That one position is left out there, and compared, with
+        ;; reads that are fixed, by the test of markers at detected output.
+        (if (and (bound-and-true-p fast-read-process-output)
+                 (consp (coding-system-get coding :bom)))
+            (should (equal (butlast (fastrevert-process-test--capture
+                                     #'fastrevert-make-process command coding #'ignore))
+                           (butlast (fastrevert-process-test--capture
+                                     #'make-process command coding #'ignore))))
+          (fastrevert-process-test--same-as-stock command coding #'ignore))))))
 
 (ert-deftest fastrevert-process-buffer-holds-back-characters-split-across-ranges ()
   (dolist (case '((utf-8-unix "a€b😀c\r\né" "a€b😀c\r\né")
@@ -566,6 +578,28 @@ with text to print in them and the end-of-line conversion to read it with.")
                      (list (copy-marker (point-max))))))
       (fastrevert-process-test--same-as-stock command 'utf-8-unix setup))))
 
+(ert-deftest fastrevert-process-buffer-markers-at-detected-output-match-stock ()
+  "Markers at the mark end up where stock puts them when output is detected.
+Emacs 28 pushes them after all output.  Emacs 30's native default
+filter leaves them before the output whose decoding detected the
+coding system, in a multibyte buffer.  Each output is one write,
+which both read at once."
+  (dolist (case '((undecided "abc") (undecided "caf\\303\\251")
+                  (undecided-unix "x\\r\\ny\\303\\251") (utf-8-auto "abc")
+                  (utf-16 "\\376\\377\\000a\\000b") (utf-8 "caf\\303\\251")))
+    ;; (A unibyte buffer is left out for UTF-16: stock stores that output
+    ;; undecoded there, where the string road decodes it, a deviation of
+    ;; its own.)
+    (dolist (multibyte (if (eq (car case) 'utf-16) '(t) '(t nil)))
+      (ert-info ((format "%S, multibyte %S" case multibyte))
+        (fastrevert-process-test--same-as-stock
+         (list "printf" (cadr case)) (car case)
+         (lambda ()
+           (set-buffer-multibyte multibyte)
+           (insert "before\n")
+           (list (copy-marker (point-max)) (copy-marker (point-max) t)
+                 (make-overlay (point-max) (point-max)) (make-overlay 1 (point-max)))))))))
+
 (ert-deftest fastrevert-process-buffer-memfd-gives-back-delivered-memory ()
   (let* ((buffer (generate-new-buffer " *fastrevert-memfd-size*"))
          (process (fastrevert-make-process
@@ -606,6 +640,29 @@ with text to print in them and the end-of-line conversion to read it with.")
 (ert-deftest fastrevert-process-missing-program-signals-like-make-process ()
   (should (equal (should-error (fastrevert-make-process :name "x" :command '("fastrevert-no-such")))
                  (should-error (make-process :name "x" :command '("fastrevert-no-such"))))))
+
+(ert-deftest fastrevert-process-exec-failure-reports-like-make-process ()
+  "A program that cannot be executed ends as with a `make-process' on pipes.
+An Emacs that spawns with posix_spawn signals; one that uses vfork
+starts a child that reports the failure and exits with 126."
+  (fastrevert-test-with-temp-dir dir
+    (let ((bogus (expand-file-name "bogus" dir)))
+      (with-temp-file bogus (insert "not a program\n"))
+      (set-file-modes bogus #o755)
+      (cl-flet ((outcome (make)
+                  (let ((buffer (generate-new-buffer " *fastrevert-exec-failure*"))
+                        (event nil))
+                    (unwind-protect
+                        (condition-case err
+                            (progn
+                              (funcall make :name "bogus" :buffer buffer :command (list bogus)
+                                       :noquery t :connection-type 'pipe
+                                       :sentinel (lambda (_process text) (setq event text)))
+                              (should (fastrevert-test-wait-for (lambda () event) 30))
+                              (list event (with-current-buffer buffer (buffer-string))))
+                          (file-error (list 'signalled err)))
+                      (kill-buffer buffer)))))
+        (should (equal (outcome #'fastrevert-make-process) (outcome #'make-process)))))))
 
 (ert-deftest fastrevert-process-wrong-types-signal-wrong-type-argument ()
   ;; A wrong name is refused as the running Emacs refuses it (Emacs 30
