@@ -12,7 +12,8 @@ std::optional<std::chrono::nanoseconds> seconds_to_duration(double seconds) noex
   // undefined behaviour for a value out of range.
   constexpr double kForeverSeconds = static_cast<double>(kForever.count()) / 1e9;
   if (seconds >= kForeverSeconds) return kForever;
-  return std::chrono::nanoseconds(static_cast<std::chrono::nanoseconds::rep>(std::ceil(seconds * 1e9)));
+  return std::chrono::nanoseconds(
+      static_cast<std::chrono::nanoseconds::rep>(std::ceil(seconds * 1e9)));
 }
 
 std::chrono::milliseconds ceil_milliseconds(std::chrono::nanoseconds duration) noexcept {

@@ -656,7 +656,9 @@ void Watcher::launch_sweeps() {
   if (job->entries.empty()) return;
 
   try {
-    if (!sweep_pool_) sweep_pool_ = std::make_unique<WorkerPool>(engine_.loop(), kMaxSweepsInFlight);
+    if (!sweep_pool_) {
+      sweep_pool_ = std::make_unique<WorkerPool>(engine_.loop(), kMaxSweepsInFlight);
+    }
     sweeps_in_flight_.insert(job.get());
     sweep_pool_->submit([job] { run_sweep(*job); },
                         [this, job] {

@@ -19,8 +19,7 @@ TEST_CASE("seconds become nanoseconds and a tiny positive wait never becomes non
   CHECK(ceil_milliseconds(0ns) == 0ms);
 }
 
-TEST_CASE("infinite and huge seconds saturate at kForever instead of overflowing",
-          "[duration]") {
+TEST_CASE("infinite and huge seconds saturate at kForever instead of overflowing", "[duration]") {
   for (double seconds : {std::numeric_limits<double>::infinity(), 1e13, 4.6e18, 2.0e21,
                          std::numeric_limits<double>::max()}) {
     INFO(seconds);

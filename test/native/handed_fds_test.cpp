@@ -5,8 +5,7 @@
 
 using fastrevert::HandedFds;
 
-TEST_CASE("a descriptor handed over is accepted until given back and never again",
-          "[handed-fds]") {
+TEST_CASE("a descriptor handed over is accepted until given back and never again", "[handed-fds]") {
   HandedFds handed;
   CHECK_FALSE(handed.contains(0));
   handed.add(12);

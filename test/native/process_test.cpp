@@ -1020,6 +1020,8 @@ TEST_CASE("a drain callback runs on the engine thread once the outbox is taken d
   Record record;
   REQUIRE(engine.take(record, engine.begin_drain()));
   auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (called.load() == 0 && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  while (called.load() == 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   CHECK(called.load() == 1);
 }

@@ -51,8 +51,7 @@ struct PoolHarness {
 
 }  // namespace
 
-TEST_CASE("pool runs each job's work off the loop and its done on the loop once",
-          "[worker-pool]") {
+TEST_CASE("pool runs each job's work off the loop and its done on the loop once", "[worker-pool]") {
   PoolHarness harness(2);
   const auto loop_thread = std::this_thread::get_id();
   std::vector<int> done;
