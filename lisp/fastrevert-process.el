@@ -54,6 +54,7 @@
 (declare-function fastrevert--mod-strerror "fastrevert-module" (name))
 (declare-function fastrevert--mod-first-executable "fastrevert-module" (candidates))
 (declare-function fastrevert--mod-wait "fastrevert-module" (seconds))
+(declare-function fastrevert--mod-hold-wakes "fastrevert-module" (hold))
 
 (defvar format-alist)
 
@@ -224,12 +225,35 @@ executable), or a missing file."
           (dolist (dir (if (file-name-absolute-p program) '(nil) exec-path))
             (dolist (suffix (or exec-suffixes '("")))
               (let ((candidate (expand-file-name (concat program suffix) dir)))
-                (cond ((and (file-executable-p candidate)
+                (cond ((fastrevert--process-name-too-long-p candidate)
+                       (setq errno 'ENAMETOOLONG))
+                      ((and (file-executable-p candidate)
                             (file-directory-p candidate))
                        (setq errno 'EISDIR))
                       ((file-exists-p candidate)
                        (setq errno 'EACCES))))))
           (fastrevert--process-file-error errno "Searching for program" program)))))
+
+(defun fastrevert--process-program (program)
+  "Return the encoded file to run for PROGRAM, the way `make-process' does.
+A PROGRAM that starts with a slash is run as it is, unsearched: if it
+cannot be run, the child says why on its standard error and exits
+with 126 or 127, as a stock child does.  Any other is searched for as
+`call-process' searches, and signals the same error when not found."
+  (if (string-prefix-p "/" program)
+      (if (file-directory-p program)
+          (error "Specified program for new process is a directory")
+        (fastrevert--process-encode-file program))
+    (fastrevert--process-find-program program)))
+
+(defun fastrevert--process-name-too-long-p (file)
+  "Return non-nil if the system refuses FILE as too long a name.
+That is ENAMETOOLONG: the encoded name fills PATH_MAX (4096 bytes), or
+one of its components is longer than NAME_MAX (255 bytes)."
+  (let ((encoded (fastrevert--process-encode-file (fastrevert--process-unquote file))))
+    (or (>= (length encoded) 4096)
+        (cl-some (lambda (component) (> (length component) 255))
+                 (split-string encoded "/")))))
 
 (defvar fastrevert--environment-cache nil
   "The last environment block made, as (COPY BLOCK . DISPLAY-SET).
@@ -600,11 +624,16 @@ is then inserted from there, by ranges.")
   (exit-status 0 :documentation "The exit code or signal number.")
   (core-dumped nil :documentation "Non-nil if the child dumped core.")
   (query-on-exit t :documentation "Non-nil to ask before Emacs kills it.")
-  (outputs 0 :documentation "How many batches of output were delivered.")
+  (outputs 0 :documentation "Counts batches of output as they are delivered.
+It also moves when output arrives that must wait (see QUEUE), so
+that a wait for output sees it has come.")
   (plist nil :documentation "A property list for the caller.")
-  (engine nil :documentation "The engine's wake process when this started.
+  (engine nil :documentation "The `fastrevert--engine-generation' this started in.
 A restarted engine has forgotten the process (stopping it killed the
-child), which this tells apart."))
+child), which this tells apart.")
+  (busy nil :documentation "Non-nil while the process's output or end is handled.")
+  (queue nil :documentation "Results of the process that wait for BUSY to clear.
+A list of (HANDLER CODE DATA), oldest first."))
 
 (cl-defmethod cl-print-object ((process fastrevert-process) stream)
   "Print PROCESS to STREAM by name, as Emacs prints a process."
@@ -993,25 +1022,82 @@ EOF is as for `fastrevert--process-decode'."
 
 (defun fastrevert--on-process-output (id code data)
   "Handle output DATA of engine process ID on stream CODE.
+See `fastrevert--process-output' for the codes."
+  (let ((process (gethash id fastrevert--processes)))
+    (cond (process
+           (fastrevert--process-receive process #'fastrevert--process-output code data))
+          ((eql code 4)
+           ;; A memfd for a process already forgotten.
+           (fastrevert--mod-close-fd (string-to-number data))))))
+
+(defun fastrevert--process-output (process code data)
+  "Handle output DATA of PROCESS on stream CODE.
 CODE 4 hands over the process's memfd: DATA is the number of a
 descriptor of it, which is then the process's to close.  CODE 3 means
 DATA tells how far the engine has written that memfd (see
 `fastrevert--process-memfd-ready')."
-  (let ((process (gethash id fastrevert--processes)))
+  (let ((live (eq (gethash (fastrevert--process-id process) fastrevert--processes) process)))
     (cond
      ((eql code 4)
       (let ((fd (string-to-number data)))
-        (if process
+        (if live
             (setf (fastrevert--process-memfd process) fd)
           (fastrevert--mod-close-fd fd))))
-     (process
-      (if (eql code 3)
-          (fastrevert--process-memfd-ready process data)
-        (when (and (eql code 1) (fastrevert--process-memfd process))
-          ;; The engine could not write the memfd and passes the rest as
-          ;; strings: what it wrote and Emacs has not delivered comes first.
-          (fastrevert--process-memfd-to-tail process))
-        (fastrevert--process-decode-and-deliver process code data nil))))))
+     ((not live))
+     ((eql code 3)
+      (fastrevert--process-memfd-ready process data))
+     (t
+      (when (and (eql code 1) (fastrevert--process-memfd process))
+        ;; The engine could not write the memfd and passes the rest as
+        ;; strings: what it wrote and Emacs has not delivered comes first.
+        (fastrevert--process-memfd-to-tail process))
+      (fastrevert--process-decode-and-deliver process code data nil)))))
+
+(defun fastrevert--process-receive (process handler code data)
+  "Call HANDLER on CODE and DATA of PROCESS, in turn.
+HANDLER is called as (HANDLER PROCESS CODE DATA).  A process's
+results are handled one at a time and in the order the engine sent
+them: one that arrives while another is being handled (a filter
+waiting for more output drains the engine again) waits in the
+process's queue, and is handled as soon as the one before returns.
+So a filter is never called while it runs, as with stock Emacs, and
+no output overtakes the output before it."
+  (if (or (fastrevert--process-busy process) (fastrevert--process-queue process))
+      (progn
+        (setf (fastrevert--process-queue process)
+              (nconc (fastrevert--process-queue process) (list (list handler code data))))
+        ;; A wait for this process's output must see that it has come.
+        (fastrevert--process-count-output process)
+        (unless (fastrevert--process-busy process)
+          (fastrevert--process-run-queue process)))
+    (setf (fastrevert--process-busy process) t)
+    (unwind-protect
+        (progn
+          (funcall handler process code data)
+          (fastrevert--process-run-queue process))
+      (fastrevert--process-done-handling process))))
+
+(defun fastrevert--process-run-queue (process)
+  "Handle the results waiting in PROCESS's queue, oldest first."
+  (setf (fastrevert--process-busy process) t)
+  (unwind-protect
+      (while (fastrevert--process-queue process)
+        (let ((item (pop (fastrevert--process-queue process))))
+          (apply (car item) process (cdr item))))
+    (fastrevert--process-done-handling process)))
+
+(defun fastrevert--process-done-handling (process)
+  "Note that PROCESS's results are no longer being handled.
+Results left in its queue, by a handler that exited non-locally (a
+quit), are handled as soon as Emacs gets round to it."
+  (setf (fastrevert--process-busy process) nil)
+  (when (fastrevert--process-queue process)
+    (run-at-time 0 nil #'fastrevert--process-resume process)))
+
+(defun fastrevert--process-resume (process)
+  "Handle the results left waiting in PROCESS's queue."
+  (unless (or (fastrevert--process-busy process) (null (fastrevert--process-queue process)))
+    (fastrevert--process-run-queue process)))
 
 ;;;; Delivering output through a memfd
 
@@ -1208,34 +1294,79 @@ For when the engine passes the rest of the output as strings."
           (set-marker mark (point))
           (goto-char (if (>= opoint before) (+ opoint (- (point) before)) opoint)))))))
 
-(defun fastrevert--on-process-exit (id code _data)
-  "Handle the exit of engine process ID with raw wait status CODE."
+(defun fastrevert--on-process-exit (id code data)
+  "Handle the exit of engine process ID with raw wait status CODE.
+DATA is empty."
   (let ((process (gethash id fastrevert--processes)))
     (when process
-      (when (fastrevert--process-memfd process)
-        (fastrevert--process-memfd-deliver process t))
-      (fastrevert--process-flush-tails process)
-      (cond ((< code 0)
-             (setf (fastrevert--process-status process) 'exit
-                   (fastrevert--process-exit-status process) -1))
-            ((zerop (logand code #x7f))
-             (setf (fastrevert--process-status process) 'exit
-                   (fastrevert--process-exit-status process) (logand (ash code -8) #xff)))
-            (t
-             (setf (fastrevert--process-status process) 'signal
-                   (fastrevert--process-exit-status process) (logand code #x7f)
-                   (fastrevert--process-core-dumped process) (/= 0 (logand code #x80)))))
-      (fastrevert--process-finish process))))
+      (fastrevert--process-receive process #'fastrevert--process-exit code data))))
+
+(defun fastrevert--process-exit (process code _data)
+  "Report the end of PROCESS, whose raw wait status is CODE."
+  (when (eq (gethash (fastrevert--process-id process) fastrevert--processes) process)
+    (when (fastrevert--process-memfd process)
+      (fastrevert--process-memfd-deliver process t))
+    (fastrevert--process-flush-tails process)
+    (cond ((< code 0)
+           (setf (fastrevert--process-status process) 'exit
+                 (fastrevert--process-exit-status process) -1))
+          ((zerop (logand code #x7f))
+           (setf (fastrevert--process-status process) 'exit
+                 (fastrevert--process-exit-status process) (logand (ash code -8) #xff)))
+          (t
+           (setf (fastrevert--process-status process) 'signal
+                 (fastrevert--process-exit-status process) (logand code #x7f)
+                 (fastrevert--process-core-dumped process) (/= 0 (logand code #x80)))))
+    (fastrevert--process-finish process)))
+
+(defun fastrevert--on-process-error (id code data)
+  "Handle the engine giving up engine process ID, for the reason DATA.
+CODE is 0."
+  (let ((process (gethash id fastrevert--processes)))
+    (when process
+      (fastrevert--process-receive process #'fastrevert--process-failed code data))))
+
+(defun fastrevert--process-failed (process _code reason)
+  "Report that the engine gave PROCESS up, for REASON, and killed it.
+Its output could not all be read, so it ends here, as killed; its
+exit, when the engine reports it, is not reported again."
+  (when (eq (gethash (fastrevert--process-id process) fastrevert--processes) process)
+    (message "error in process %s: %s" (fastrevert--process-name process) reason)
+    (fastrevert--process-kill process)))
+
+(defun fastrevert--process-kill (process)
+  "End PROCESS as killed, and tell its sentinel."
+  (fastrevert--process-memfd-close process)
+  (setf (fastrevert--process-status process) 'signal
+        (fastrevert--process-exit-status process) 9)
+  (fastrevert--process-finish process))
+
+(defun fastrevert--process-engine-stopped ()
+  "Report the end of every process, after the engine stopped and killed them."
+  (let (processes)
+    (maphash (lambda (_id process) (push process processes)) fastrevert--processes)
+    (dolist (process (nreverse processes))
+      (when (eq (fastrevert--process-status process) 'run)
+        (fastrevert--process-kill process)))))
 
 (setf (alist-get 'process-output fastrevert--record-handlers) #'fastrevert--on-process-output)
 (setf (alist-get 'process-exit fastrevert--record-handlers) #'fastrevert--on-process-exit)
+(setf (alist-get 'process-error fastrevert--record-handlers) #'fastrevert--on-process-error)
+(add-hook 'fastrevert--engine-stopped-hook #'fastrevert--process-engine-stopped)
 
 ;;;; fastrevert-make-process
 
 (defun fastrevert--process-coding (coding operation-args)
   "Return (DECODING . ENCODING) for a new process, as `make-process' decides.
 CODING is the :coding argument; OPERATION-ARGS the arguments to
-`find-operation-coding-system' after the operation."
+`find-operation-coding-system' after the operation.  A coding system
+given by CODING, `coding-system-for-read' or `coding-system-for-write'
+that does not exist signals `coding-system-error' here, as
+`make-process' does, rather than when output arrives."
+  (let ((decoding (if coding (if (consp coding) (car coding) coding) coding-system-for-read))
+        (encoding (if coding (if (consp coding) (cdr coding) coding) coding-system-for-write)))
+    (when decoding (check-coding-system decoding))
+    (when encoding (check-coding-system encoding)))
   (let* ((systems 'unset)
          (lookup (lambda ()
                    (when (eq systems 'unset)
@@ -1263,7 +1394,9 @@ CODING is the :coding argument; OPERATION-ARGS the arguments to
 (defun fastrevert--process-new-mark (buffer)
   "Return a new process mark at the end of BUFFER, or an unset marker."
   (let ((mark (make-marker)))
-    (when buffer
+    ;; A killed buffer is accepted, as `make-process' accepts it: its
+    ;; output goes nowhere.
+    (when (buffer-live-p buffer)
       (set-marker mark (with-current-buffer buffer (point-max)) buffer))
     mark))
 
@@ -1300,9 +1433,15 @@ a `fastrevert-process'.  The program is found through the variable
          (filter (plist-get args :filter))
          (sentinel (plist-get args :sentinel))
          (stderr-spec (plist-get args :stderr)))
-    (unless (stringp name) (signal 'wrong-type-argument (list 'stringp name)))
-    (unless (and (consp command) (cl-every #'stringp command))
-      (signal 'wrong-type-argument (list 'consp command)))
+    (unless (stringp name)
+      ;; The stock primitive signals the error the running Emacs words for a
+      ;; missing or wrong :name (Emacs 30 words its own), and makes no
+      ;; process then.  Called with no argument at all, it does nothing.
+      (apply #'make-process (if (plist-member args :name) (list :name name) '(:noquery t)))
+      (signal 'wrong-type-argument (list 'stringp name)))
+    (unless (consp command) (signal 'wrong-type-argument (list 'consp command)))
+    (dolist (word command)
+      (unless (stringp word) (signal 'wrong-type-argument (list 'stringp word))))
     (unless (memq framing '(nil lines lsp))
       (signal 'wrong-type-argument (list 'fastrevert-framing-p framing)))
     (dolist (function (list filter sentinel))
@@ -1313,7 +1452,7 @@ a `fastrevert-process'.  The program is found through the variable
            (stderr-buffer (fastrevert--process-output-buffer stderr-spec))
            (program (car command))
            (dir (fastrevert--process-directory))
-           (encoded-path (fastrevert--process-find-program program))
+           (encoded-path (fastrevert--process-program program))
            (coding (fastrevert--process-coding (plist-get args :coding)
                                                (cons name (cons buffer command))))
            (encoded-args (fastrevert--process-encode-args
@@ -1325,7 +1464,7 @@ a `fastrevert-process'.  The program is found through the variable
                      buffer (fastrevert--process-new-mark buffer)
                      stderr-buffer (fastrevert--process-new-mark stderr-buffer)
                      filter sentinel (car coding) (cdr coding)
-                     (not (plist-get args :noquery)) fastrevert--wake-process))
+                     (not (plist-get args :noquery)) fastrevert--engine-generation))
            (result (fastrevert--mod-process-start
                     id encoded-path (vconcat (list encoded-path) encoded-args)
                     (fastrevert--process-environment dir)
@@ -1347,8 +1486,8 @@ a `fastrevert-process'.  The program is found through the variable
   (fastrevert--process-check process)
   (and (eq (fastrevert--process-status process) 'run)
        (eq (gethash (fastrevert--process-id process) fastrevert--processes) process)
-       (eq (fastrevert--process-engine process) fastrevert--wake-process)
-       (fastrevert--engine-live-p)
+       (eql (fastrevert--process-engine process) fastrevert--engine-generation)
+       (fastrevert--mod-running-p)
        t))
 
 (defun fastrevert-process-status (process)
@@ -1410,6 +1549,27 @@ Return 0 while it runs."
   (fastrevert--process-check process)
   (setf (fastrevert--process-query-on-exit process) flag))
 
+(defvar fastrevert--not-running-says-why 'unknown
+  "Whether this Emacs's error for a process that is not running says why.
+Emacs 30 adds the status to \"Process NAME not running\"; earlier
+versions do not.  Found out once, from a stock pipe process.")
+
+(defun fastrevert--process-not-running (process)
+  "Signal the error stock Emacs signals for sending to PROCESS, which has ended."
+  (when (eq fastrevert--not-running-says-why 'unknown)
+    (let ((probe (make-pipe-process :name " *fastrevert-probe*" :noquery t :buffer nil)))
+      (delete-process probe)
+      (setq fastrevert--not-running-says-why
+            (condition-case error
+                (progn (process-send-string probe "") nil)
+              (error (and (stringp (cadr error))
+                          (string-match-p " not running: " (cadr error))
+                          t))))))
+  (if fastrevert--not-running-says-why
+      (error "Process %s not running: %s" (fastrevert--process-name process)
+             (fastrevert--process-status-message process))
+    (error "Process %s not running" (fastrevert--process-name process))))
+
 (defun fastrevert-process-send-string (process string)
   "Send STRING to the standard input of PROCESS, encoded with its coding.
 This never blocks: whatever the pipe does not take now is queued and
@@ -1417,7 +1577,7 @@ written as the child reads."
   (fastrevert--process-check process)
   (unless (stringp string) (signal 'wrong-type-argument (list 'stringp string)))
   (unless (fastrevert-process-live-p process)
-    (error "Process %s not running" (fastrevert--process-name process)))
+    (fastrevert--process-not-running process))
   (fastrevert--mod-process-send
    (fastrevert--process-id process)
    (if (multibyte-string-p string)
@@ -1430,13 +1590,17 @@ written as the child reads."
 Return PROCESS."
   (fastrevert--process-check process)
   (unless (fastrevert-process-live-p process)
-    (error "Process %s not running" (fastrevert--process-name process)))
+    (fastrevert--process-not-running process))
   (fastrevert--mod-process-eof (fastrevert--process-id process))
   process)
 
 (defun fastrevert--signal-number (sigcode)
-  "Return the number of the signal SIGCODE, read as `signal-process' does."
-  (cond ((integerp sigcode) sigcode)
+  "Return the number of the signal SIGCODE, read as `signal-process' does.
+A name may also be a string."
+  (cond ((integerp sigcode)
+         (if (<= -2147483648 sigcode 2147483647)
+             sigcode
+           (signal 'args-out-of-range (list sigcode -2147483648 2147483647))))
         ((or (symbolp sigcode) (stringp sigcode))
          (or (fastrevert--mod-signal-number
               (if (symbolp sigcode) (symbol-name sigcode) sigcode))
@@ -1446,12 +1610,34 @@ Return PROCESS."
 (defun fastrevert-process-signal (process sigcode)
   "Send PROCESS the signal SIGCODE, a number or a name such as `SIGINT' or `int'.
 The signal goes to the child's process group, as `kill-process' and
-`interrupt-process' send it.  Return 0, like `signal-process'."
+`interrupt-process' send it.  Return 0, or -1 when PROCESS has ended
+or there is no such signal, as `signal-process' returns then."
   (fastrevert--process-check process)
   (let ((number (fastrevert--signal-number sigcode)))
-    (when (fastrevert-process-live-p process)
-      (fastrevert--mod-process-signal (fastrevert--process-id process) number))
-    0))
+    (if (or (not (fastrevert-process-live-p process))
+            ;; What kill(2) refuses with EINVAL.
+            (not (<= 0 number 64)))
+        -1
+      (fastrevert--mod-process-signal (fastrevert--process-id process) number)
+      0)))
+
+(defun fastrevert--process-kill-buffer ()
+  "Send SIGHUP to the live processes that write to the current buffer.
+Killing a buffer does so to its processes in stock Emacs.  Run from
+`kill-buffer-hook'."
+  (when (> (hash-table-count fastrevert--processes) 0)
+    (let ((buffer (current-buffer))
+          (hangup (fastrevert--mod-signal-number "HUP"))
+          (targets nil))
+      (maphash (lambda (_id process)
+                 (when (eq (fastrevert--process-buffer process) buffer)
+                   (push process targets)))
+               fastrevert--processes)
+      (dolist (process targets)
+        (when (fastrevert-process-live-p process)
+          (fastrevert--mod-process-signal (fastrevert--process-id process) hangup))))))
+
+(add-hook 'kill-buffer-hook #'fastrevert--process-kill-buffer)
 
 (defun fastrevert-delete-process (process)
   "Kill PROCESS, forget it and tell its sentinel, as `delete-process' does.
@@ -1475,18 +1661,20 @@ Between slices Emacs runs its timers and other processes' filters.")
 PROCESS is a `fastrevert-process', or nil for output from any
 fastrevert process.  SECONDS and MILLISEC bound the wait; without
 them, wait until output arrives (or PROCESS has ended).
-JUST-THIS-ONE non-nil runs no other timers or process filters
-meanwhile.  Return non-nil if output (or PROCESS's end) was handled.
+JUST-THIS-ONE non-nil runs no other process filters meanwhile, and
+an integer runs no timers either.  Return non-nil if output (or
+PROCESS's end) was handled.
 
 The wait is native: the engine's results are taken as soon as they
 are ready, not when Emacs's event loop next reads the engine's wake
 pipe.  It happens in slices of `fastrevert--process-wait-slice'
-seconds, between which Emacs runs its timers and other processes'
-filters (unless JUST-THIS-ONE).  Quitting interrupts the wait."
+seconds; at least that often, Emacs runs its timers and other
+processes' filters as JUST-THIS-ONE allows, however busy the
+output.  Quitting interrupts the wait."
   (when process (fastrevert--process-check process))
   (fastrevert--engine-ensure)
-  (let* ((deadline (and (or seconds millisec)
-                        (+ (float-time) (or seconds 0) (/ (or millisec 0) 1000.0))))
+  (let* ((timeout (fastrevert--process-timeout seconds millisec))
+         (deadline (and timeout (+ (float-time) timeout)))
          (id (and process (fastrevert--process-id process)))
          (start (if process (fastrevert--process-outputs process)
                   fastrevert--process-output-count))
@@ -1502,14 +1690,51 @@ filters (unless JUST-THIS-ONE).  Quitting interrupts the wait."
                     (and process (not (eq (gethash id fastrevert--processes) process)))))
       (if (or got (and deadline (<= deadline (float-time))))
           (setq done t)
-        (if (fastrevert--mod-wait (if deadline
-                                      (max 0 (min fastrevert--process-wait-slice
-                                                  (- deadline (float-time))))
-                                    fastrevert--process-wait-slice))
+        (if (fastrevert--mod-wait
+             (if deadline
+                 (max 0 (min fastrevert--process-wait-slice (- deadline (float-time))))
+               fastrevert--process-wait-slice))
             (fastrevert--drain)
-          (unless just-this-one
-            (accept-process-output nil 0)))))
+          (fastrevert--process-yield just-this-one)))
+      ;; A stream that keeps results ready, call after call, must not keep
+      ;; timers from running: they get their turn at least once a slice.
+      (when (>= (- (float-time) fastrevert--process-last-yield) fastrevert--process-wait-slice)
+        (fastrevert--process-yield just-this-one)))
     got))
+
+(defun fastrevert--process-timeout (seconds millisec)
+  "Return the seconds SECONDS and MILLISEC bound a wait to, or nil for none.
+As `accept-process-output' reads them: SECONDS a number, MILLISEC a
+fixnum; a NaN or a negative total means no wait at all."
+  (when (and seconds (not (numberp seconds)))
+    (signal 'wrong-type-argument (list 'numberp seconds)))
+  (when (and millisec (not (fixnump millisec)))
+    (signal 'wrong-type-argument (list 'fixnump millisec)))
+  (when (or seconds millisec)
+    (let ((total (+ (or seconds 0) (/ (or millisec 0) 1000.0))))
+      (if (or (isnan (float total)) (< total 0)) 0 total))))
+
+(defvar fastrevert--process-last-yield 0.0
+  "When `fastrevert--process-yield' last ran, as a `float-time'.")
+
+(defun fastrevert--process-yield (just-this-one)
+  "Let Emacs run what a wait may run meanwhile, without waiting.
+With JUST-THIS-ONE nil, timers and every process's filters run; with
+another non-integer, timers only; with an integer, nothing."
+  (setq fastrevert--process-last-yield (float-time))
+  (let ((wake fastrevert--wake-process))
+    (cond ((integerp just-this-one))
+          ((not (process-live-p wake))
+           (unless just-this-one (accept-process-output nil 0)))
+          (t
+           ;; The wait drains the engine itself.  Meanwhile no wake byte
+           ;; is written: a busy stream would keep the pipe readable, and
+           ;; Emacs reads a pipe for as long as it stays readable.
+           (fastrevert--mod-hold-wakes t)
+           (unwind-protect
+               ;; Waiting on the wake pipe alone runs timers only.
+               (accept-process-output (and just-this-one wake) 0 nil just-this-one)
+             (fastrevert--mod-hold-wakes nil))))))
 
 (defun fastrevert-process-list ()
   "Return the live fastrevert processes."
@@ -1537,6 +1762,22 @@ Return non-nil to let Emacs exit, with the question stock Emacs asks."
         (yes-or-no-p "Active processes exist; kill them and exit anyway? "))))
 
 (add-hook 'kill-emacs-query-functions #'fastrevert--process-kill-emacs-query)
+
+(defun fastrevert-process-unload-function ()
+  "Kill every fastrevert process, for `unload-feature' of this library.
+Their sentinels are told, and nothing that runs later (a hook, a
+result of the engine) calls a function of this library any more.
+Return nil, so that `unload-feature' goes on to remove the rest."
+  (let (processes)
+    (maphash (lambda (_id process) (push process processes)) fastrevert--processes)
+    (dolist (process processes)
+      (fastrevert-delete-process process)))
+  (remove-hook 'kill-emacs-query-functions #'fastrevert--process-kill-emacs-query)
+  (remove-hook 'kill-buffer-hook #'fastrevert--process-kill-buffer)
+  (remove-hook 'fastrevert--engine-stopped-hook #'fastrevert--process-engine-stopped)
+  (dolist (kind '(process-output process-exit process-error))
+    (setf (alist-get kind fastrevert--record-handlers nil t) nil))
+  nil)
 
 (provide 'fastrevert-process)
 

@@ -102,8 +102,24 @@ run `make' in the fastrevert source tree or M-x fastrevert-module-compile"
 
 ;;;; The engine
 
+(declare-function fastrevert--mod-set-wake-process "fastrevert-module" (pipe-process))
+
 (defvar fastrevert--wake-process nil
   "The pipe process through which the engine wakes Emacs.")
+
+(defvar fastrevert--engine-generation 0
+  "How many times an engine has been started in this Emacs.
+A process or watch made under an earlier generation died with the
+engine that ran it.")
+
+(defvar fastrevert--engine-started-hook nil
+  "Functions run after an engine was started anew, with no argument.
+A new engine holds no watch and no process: the functions register
+again what should be.")
+
+(defvar fastrevert--engine-stopped-hook nil
+  "Functions run after the engine was stopped, with no argument.
+Stopping killed its processes; the functions report their end.")
 
 (defvar fastrevert--record-handlers nil
   "Alist mapping an engine result kind (a symbol) to its handler.
@@ -126,7 +142,7 @@ A handler is called with the result's ID, CODE and DATA.")
   "Hand one engine result to the handler registered for KIND.
 ID, CODE and DATA are the result's fields; DATA is a unibyte string,
 decoded here as UTF-8 for the kinds that carry text."
-  (when (memq kind '(echo notice))
+  (when (memq kind '(echo notice process-error))
     (setq data (decode-coding-string data 'utf-8-unix)))
   (let ((handler (alist-get kind fastrevert--record-handlers)))
     (cond (handler (funcall handler id code data))
@@ -142,27 +158,54 @@ except when a handler exits non-locally."
   "Drain the engine when it writes its wake byte."
   (fastrevert--drain))
 
+(defun fastrevert--wake-sentinel (process _event)
+  "Make a new wake process when PROCESS, the current one, has died.
+Deleting every process, a common idiom, deletes it too.  The engine
+goes on with every watch and process it holds, and wakes the new
+one instead."
+  (when (and (eq process fastrevert--wake-process)
+             (not (process-live-p process))
+             (fastrevert--mod-running-p))
+    (fastrevert--wake-renew)))
+
 (defun fastrevert--engine-live-p ()
   "Return non-nil if the engine and its wake process are running."
   (and (fastrevert--mod-running-p)
        (process-live-p fastrevert--wake-process)))
 
+(defun fastrevert--make-wake-process ()
+  "Return a new pipe process for the engine to wake Emacs through."
+  ;; Adaptive read buffering would hold back the one-byte wakes for tens
+  ;; of milliseconds; each must be read at once.
+  (let ((process-adaptive-read-buffering nil))
+    (make-pipe-process :name " *fastrevert-wake*"
+                       :buffer nil
+                       :coding 'binary
+                       :noquery t
+                       :filter #'fastrevert--wake-filter
+                       :sentinel #'fastrevert--wake-sentinel)))
+
+(defun fastrevert--wake-renew ()
+  "Give the running engine a new wake process in place of a dead one."
+  (let ((old fastrevert--wake-process))
+    (setq fastrevert--wake-process (fastrevert--make-wake-process))
+    (fastrevert--mod-set-wake-process fastrevert--wake-process)
+    (when (and (processp old) (not (eq old fastrevert--wake-process)))
+      (delete-process old))))
+
 (defun fastrevert--engine-ensure ()
-  "Start the engine unless it is running already."
-  (unless (fastrevert--engine-live-p)
-    (fastrevert--engine-stop)
-    (setq fastrevert--wake-process
-          ;; Adaptive read buffering would hold back the one-byte wakes
-          ;; for tens of milliseconds; each must be read at once.
-          (let ((process-adaptive-read-buffering nil))
-            (make-pipe-process :name " *fastrevert-wake*"
-                               :buffer nil
-                               :coding 'binary
-                               :noquery t
-                               :filter #'fastrevert--wake-filter
-                               :sentinel #'ignore)))
-    (fastrevert--mod-start fastrevert--wake-process)
-    (add-hook 'kill-emacs-hook #'fastrevert--engine-stop-at-exit)))
+  "Start the engine unless it is running already.
+An engine whose wake process died gets a new one and keeps all it
+holds; an engine started anew runs `fastrevert--engine-started-hook'."
+  (cond ((fastrevert--engine-live-p))
+        ((fastrevert--mod-running-p) (fastrevert--wake-renew))
+        (t
+         (fastrevert--engine-stop)
+         (setq fastrevert--wake-process (fastrevert--make-wake-process))
+         (fastrevert--mod-start fastrevert--wake-process)
+         (setq fastrevert--engine-generation (1+ fastrevert--engine-generation))
+         (add-hook 'kill-emacs-hook #'fastrevert--engine-stop-at-exit)
+         (run-hooks 'fastrevert--engine-started-hook))))
 
 (defun fastrevert--engine-stop-at-exit ()
   "Stop the engine as Emacs exits, without waiting on a hung file system."
@@ -170,11 +213,16 @@ except when a handler exits non-locally."
     (message "fastrevert: a file system is not responding; not waiting for it")))
 
 (defun fastrevert--engine-stop ()
-  "Stop the engine thread and delete its wake process."
+  "Stop the engine thread and delete its wake process.
+The engine's processes are killed; `fastrevert--engine-stopped-hook'
+tells their sentinels."
   (fastrevert--mod-stop)
-  (when (processp fastrevert--wake-process)
-    (delete-process fastrevert--wake-process))
-  (setq fastrevert--wake-process nil))
+  (let ((process fastrevert--wake-process))
+    ;; Cleared first, so that its sentinel does not make a new one.
+    (setq fastrevert--wake-process nil)
+    (when (processp process)
+      (delete-process process)))
+  (run-hooks 'fastrevert--engine-stopped-hook))
 
 ;;;; Statistics
 
@@ -768,6 +816,8 @@ runs `fastrevert--poll-stock-buffers'."
 (defun fastrevert--enable ()
   "Move auto-revert onto the engine."
   (fastrevert--engine-ensure)
+  ;; A later engine, started anew, gets every watch back.
+  (add-hook 'fastrevert--engine-started-hook #'fastrevert--reconfigure)
   (fastrevert--configure-engine)
   (setf (alist-get 'file-changed fastrevert--record-handlers) #'fastrevert--on-file-changed)
   (setf (alist-get 'file-watched fastrevert--record-handlers) #'fastrevert--on-file-watched)
@@ -794,6 +844,7 @@ runs `fastrevert--poll-stock-buffers'."
 
 (defun fastrevert--disable ()
   "Give auto-revert back to the stock machinery."
+  (remove-hook 'fastrevert--engine-started-hook #'fastrevert--reconfigure)
   (dolist (symbol fastrevert--watched-settings)
     (remove-variable-watcher symbol #'fastrevert--setting-changed))
   (remove-variable-watcher 'inhibit-auto-revert-buffers #'fastrevert--inhibition-changed)
@@ -848,6 +899,19 @@ mode off restores the stock behavior."
   (if fastrevert-mode
       (fastrevert--enable)
     (fastrevert--disable)))
+
+(defun fastrevert-unload-function ()
+  "Turn fastrevert off, for `unload-feature' of this library.
+The mode is turned off; the engine is stopped, its wake process
+deleted and its processes killed (their sentinels are told); and the
+libraries that need this one are unloaded.  Return nil, so that
+`unload-feature' goes on to remove the rest."
+  (when fastrevert-mode (fastrevert-mode -1))
+  (fastrevert--engine-stop)
+  (remove-hook 'kill-emacs-hook #'fastrevert--engine-stop-at-exit)
+  (dolist (feature '(fastrevert-report fastrevert-process fastrevert-compile))
+    (when (featurep feature) (unload-feature feature t)))
+  nil)
 
 (provide 'fastrevert)
 

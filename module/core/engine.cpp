@@ -96,12 +96,26 @@ void Engine::stop() { stop_within(std::chrono::milliseconds::max()); }
 bool Engine::stop_within(std::chrono::milliseconds timeout) {
   if (joined_) return true;
   {
-    std::lock_guard<std::mutex> lock(commands_mutex_);
+    // Emacs runs `kill-emacs' from its handler of SIGTERM and SIGHUP, on
+    // the main thread, which may be interrupted in the middle of post()
+    // with this lock held.  A stop that cannot take the lock at once goes
+    // on without it: a command posted at that moment may then never run,
+    // which at exit does not matter, and a deadlock would.
+    std::unique_lock<std::mutex> lock(commands_mutex_, std::try_to_lock);
     if (!stopping_.load(std::memory_order_acquire)) {
       stopping_.store(true, std::memory_order_release);
-      signal_commands_locked();
+      if (lock.owns_lock()) {
+        signal_commands_locked();
+      } else {
+        std::uint64_t one = 1;
+        ssize_t ignored = write(command_fd_, &one, sizeof one);
+        (void)ignored;
+      }
     }
   }
+  // Wake a wait_for_records() on another frame of this thread's stack (the
+  // same interrupted main thread), so that it returns once it runs again.
+  outbox_filled_.notify_all();
   {
     std::unique_lock<std::mutex> lock(finish_mutex_);
     auto finished = [this] { return thread_finished_; };
@@ -116,20 +130,39 @@ bool Engine::stop_within(std::chrono::milliseconds timeout) {
   if (!detached_) thread_.join();
   uv_loop_close(&loop_);
   close(command_fd_);
-  std::lock_guard<std::mutex> lock(outbox_mutex_);
-  close(records_fd_);
-  records_fd_ = -1;
-  close(wake_fd_);
-  wake_fd_ = -1;
+  // Taken for the same reason as the commands' lock above: an interrupted
+  // frame may hold it, and then the descriptors are left open for exit.
+  std::unique_lock<std::mutex> lock(outbox_mutex_, std::try_to_lock);
+  if (lock.owns_lock()) {
+    close(records_fd_);
+    records_fd_ = -1;
+    close(wake_fd_);
+    wake_fd_ = -1;
+  }
   joined_ = true;
   return true;
 }
 
 void Engine::emit(Record record, Wake wake) {
   std::lock_guard<std::mutex> lock(outbox_mutex_);
+  std::size_t bytes = record.data.size();
   outbox_.push_back(std::move(record));
+  outbox_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   stats_.records.fetch_add(1, std::memory_order_relaxed);
   wake_locked(wake);
+}
+
+void Engine::report(RecordKind kind, std::uint64_t id, std::int64_t code, const char* text,
+                    Wake wake) noexcept {
+  try {
+    emit(Record{kind, id, code, text}, wake);
+  } catch (...) {
+    lost_records_.fetch_add(1, std::memory_order_relaxed);
+    // The consumer must still come round to learn of the loss.
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    wake_pending_ = false;
+    wake_locked(wake);
+  }
 }
 
 void Engine::emit_coalesced(Record record, Wake wake) {
@@ -137,11 +170,18 @@ void Engine::emit_coalesced(Record record, Wake wake) {
   StreamKey key{record.kind, record.id, record.code};
   auto open = open_streams_.find(key);
   if (open != open_streams_.end()) {
-    outbox_[open->second].data.append(record.data);
+    outbox_[static_cast<std::size_t>(open->second - taken_)].data.append(record.data);
+    outbox_bytes_.fetch_add(record.data.size(), std::memory_order_relaxed);
     return;
   }
-  open_streams_.emplace(key, outbox_.size());
+  // Appended first, so that a failed insertion below leaves no stale index.
+  outbox_bytes_.fetch_add(record.data.size(), std::memory_order_relaxed);
   outbox_.push_back(std::move(record));
+  try {
+    open_streams_.emplace(key, taken_ + outbox_.size() - 1);
+  } catch (...) {
+    // Not extendable, but queued all the same.
+  }
   stats_.records.fetch_add(1, std::memory_order_relaxed);
   wake_locked(wake);
 }
@@ -165,7 +205,7 @@ void Engine::wake_locked(Wake wake) {
     ssize_t ignored = write(records_fd_, &one, sizeof one);
     (void)ignored;
   }
-  if (wake_pending_ || wake_fd_ < 0) return;
+  if (wake_pending_ || wake_holds_ > 0 || wake_fd_ < 0) return;
   wake_pending_ = true;
   char byte = '!';
   ssize_t written;
@@ -180,17 +220,100 @@ void Engine::wake_locked(Wake wake) {
 
 std::deque<Record> Engine::drain() {
   std::deque<Record> taken;
-  std::lock_guard<std::mutex> lock(outbox_mutex_);
-  taken.swap(outbox_);
+  Command resume;
+  {
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    taken.swap(outbox_);
+    taken_ += taken.size();
+    open_streams_.clear();
+    wake_pending_ = false;
+    stats_.drains.fetch_add(1, std::memory_order_relaxed);
+    outbox_bytes_.store(0, std::memory_order_relaxed);
+    resume = due_drain_callback_locked();
+  }
+  if (resume) post(std::move(resume));
+  return taken;
+}
+
+bool Engine::try_drain(std::deque<Record>& records) {
+  std::unique_lock<std::mutex> lock(outbox_mutex_, std::try_to_lock);
+  if (!lock.owns_lock()) return false;
+  records.swap(outbox_);
+  taken_ += records.size();
   open_streams_.clear();
   wake_pending_ = false;
+  outbox_bytes_.store(0, std::memory_order_relaxed);
+  return true;
+}
+
+std::uint64_t Engine::begin_drain() {
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  wake_pending_ = false;
   stats_.drains.fetch_add(1, std::memory_order_relaxed);
-  return taken;
+  return taken_ + outbox_.size();
+}
+
+bool Engine::take(Record& record, std::uint64_t end) {
+  if (std::uint64_t lost = lost_records_.exchange(0, std::memory_order_relaxed)) {
+    try {
+      record = Record{RecordKind::notice, 0, 0,
+                      "fastrevert: " + std::to_string(lost) +
+                          " engine results were lost for lack of memory"};
+    } catch (...) {
+      lost_records_.fetch_add(lost, std::memory_order_relaxed);
+      throw;
+    }
+    return true;
+  }
+  Command resume;
+  {
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    // Compared as a difference, which stays right when the count wraps.
+    if (outbox_.empty() || static_cast<std::int64_t>(end - taken_) <= 0) return false;
+    record = std::move(outbox_.front());
+    outbox_.pop_front();
+    // A record being delivered can no longer be extended.
+    auto open = open_streams_.find(StreamKey{record.kind, record.id, record.code});
+    if (open != open_streams_.end() && open->second == taken_) open_streams_.erase(open);
+    ++taken_;
+    outbox_bytes_.fetch_sub(record.data.size(), std::memory_order_relaxed);
+    resume = due_drain_callback_locked();
+  }
+  if (resume) post(std::move(resume));
+  return true;
+}
+
+void Engine::when_drained(std::size_t low, Command resume) {
+  {
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    drained_low_ = low;
+    drained_callback_ = std::move(resume);
+    resume = due_drain_callback_locked();
+  }
+  if (resume) post(std::move(resume));
+}
+
+Engine::Command Engine::due_drain_callback_locked() {
+  if (!drained_callback_ || outbox_bytes_.load(std::memory_order_relaxed) > drained_low_) {
+    return nullptr;
+  }
+  return std::exchange(drained_callback_, nullptr);
+}
+
+void Engine::rewake() {
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  if (outbox_.empty()) return;
+  wake_pending_ = false;
+  wake_locked(Wake::yes);
 }
 
 void Engine::unread(std::deque<Record> records) {
   if (records.empty()) return;
   std::lock_guard<std::mutex> lock(outbox_mutex_);
+  taken_ -= records.size();
+  for (const Record& record : records) {
+    outbox_bytes_.fetch_add(record.data.size(), std::memory_order_relaxed);
+  }
   for (auto& record : outbox_) records.push_back(std::move(record));
   outbox_.swap(records);
   // Indexes shifted; later records start new entries rather than extend
@@ -199,6 +322,30 @@ void Engine::unread(std::deque<Record> records) {
   // The drain that took these cleared the pending wake; ask for another so
   // the records are not left waiting for the next unrelated one.
   wake_locked(Wake::yes);
+}
+
+void Engine::hold_wakes(bool hold) {
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  if (hold) {
+    ++wake_holds_;
+  } else if (wake_holds_ > 0 && --wake_holds_ == 0 && !outbox_.empty()) {
+    wake_locked(Wake::yes);
+  }
+}
+
+void Engine::set_wake_fd(int wake_fd) {
+  try {
+    prepare_wake_fd(wake_fd);
+  } catch (...) {
+    close(wake_fd);
+    throw;
+  }
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  if (wake_fd_ >= 0) close(wake_fd_);
+  wake_fd_ = wake_fd;
+  // A byte written to the old descriptor was never read.
+  wake_pending_ = false;
+  if (!outbox_.empty()) wake_locked(Wake::yes);
 }
 
 std::size_t Engine::pending() const {
@@ -229,6 +376,14 @@ void Engine::signal_commands_locked() {
   // one write per batch of commands never approaches.
 }
 
+void Engine::report_failure(const char* what) noexcept {
+  try {
+    emit(Record{RecordKind::notice, 0, 0, std::string("fastrevert engine: ") + what});
+  } catch (...) {
+    report(RecordKind::notice, 0, 0, "fastrevert engine: a command failed");
+  }
+}
+
 void Engine::on_commands(uv_poll_t* handle, int, int) {
   static_cast<Engine*>(handle->data)->run_commands();
 }
@@ -248,10 +403,13 @@ void Engine::run_commands() {
     }
     if (batch.empty()) break;
     for (auto& command : batch) {
+      // No exception may leave a libuv callback, this one included.
       try {
         command(*this);
       } catch (const std::exception& error) {
-        emit(Record{RecordKind::notice, 0, 0, std::string("fastrevert engine: ") + error.what()});
+        report_failure(error.what());
+      } catch (...) {
+        report_failure("unknown exception");
       }
     }
   }

@@ -35,6 +35,7 @@ enum class RecordKind : std::uint8_t {
   file_watched,    // id: a new registration whose baseline is taken; data: its path.
   process_output,  // id: the process id; code: 1 stdout, 2 stderr; data: bytes.
   process_exit,    // id: the process id; code: the wait status.
+  process_error,   // id: the process id; data: why the engine gave the process up.
 };
 
 struct Record {
@@ -115,8 +116,17 @@ class Engine {
   enum class Wake : std::uint8_t { yes, no };
 
   // Any thread.  Appends RECORD to the outbox, writing a wake byte if the
-  // outbox was empty and no wake is pending.
+  // outbox was empty and no wake is pending.  Throws std::bad_alloc when
+  // memory runs out.
   void emit(Record record, Wake wake = Wake::yes);
+
+  // Any thread.  Like emit() with a record of KIND, ID, CODE and the text
+  // TEXT, but never throws, for the places that report a failure and must
+  // not fail themselves (an engine callback, which no exception may leave).
+  // A record that cannot be made for lack of memory is counted instead, and
+  // the next take() returns a notice saying how many were lost.
+  void report(RecordKind kind, std::uint64_t id, std::int64_t code, const char* text,
+              Wake wake = Wake::yes) noexcept;
 
   // Any thread.  Like emit(), but if the outbox still holds an undrained
   // record of the same kind, id and code, appends RECORD's data to it
@@ -142,13 +152,67 @@ class Engine {
   // Main thread.  Takes every record in the outbox, in emission order.
   std::deque<Record> drain();
 
+  // Main thread.  Like drain(), into RECORDS, but returns false instead of
+  // waiting when the outbox lock is held: for a stop that may run in a
+  // signal handler, which can interrupt this thread while it holds the lock.
+  bool try_drain(std::deque<Record>& records);
+
+  // Main thread.  Starts a drain by take(): from now on an emitted record
+  // writes a wake byte again.  Counts the drain in Stats::drains.  Returns
+  // the drain's end, to pass to take(): the drain covers the records in the
+  // outbox now, and not those a busy producer emits while it runs.
+  std::uint64_t begin_drain();
+
+  // Main thread.  Moves the oldest record of the outbox into RECORD and
+  // returns true, or returns false when the outbox is empty or holds only
+  // records emitted after the drain that ends at END began.  Records are
+  // taken one at a time, so that a consumer that drains again while it
+  // handles one (a process filter that waits for more output) goes on with
+  // the next record instead of overtaking those an outer drain still holds:
+  // every stream stays in order however deep the drains nest.
+  bool take(Record& record, std::uint64_t end);
+
+  // Main thread.  Writes a wake byte if records wait, pending wake or not:
+  // for a drain that stopped early (its consumer exited non-locally) after
+  // the byte that started it was read, so that the rest is not left waiting
+  // for an unrelated record.
+  void rewake();
+
   // Main thread.  Puts records that could not be delivered back at the front
   // of the outbox, so that a failing consumer loses nothing, and wakes the
   // consumer again.
   void unread(std::deque<Record> records);
 
+  // Main thread.  While held (hold_wakes(true) more often than
+  // hold_wakes(false)), no wake byte is written: for a caller that drains
+  // the outbox itself and lets Emacs's event loop run meanwhile, which
+  // would otherwise find the wake pipe readable after every drain of a busy
+  // stream and read it for as long as the stream runs.  Released for the
+  // last time, writes a wake byte if records wait.
+  void hold_wakes(bool hold);
+
+  // Main thread.  Wakes WAKE_FD from now on instead of the descriptor the
+  // engine was started with, which is closed: for a consumer whose wake
+  // pipe was deleted and made anew.  The engine takes ownership of WAKE_FD
+  // and prepares it as the constructor does; if records wait, a wake byte
+  // goes to it at once.  Throws SystemError (having closed WAKE_FD) when it
+  // cannot be prepared.
+  void set_wake_fd(int wake_fd);
+
   // Main thread.  The number of records waiting in the outbox.
   std::size_t pending() const;
+
+  // Any thread.  How many bytes of record data wait in the outbox.
+  std::size_t undrained_bytes() const noexcept {
+    return outbox_bytes_.load(std::memory_order_relaxed);
+  }
+
+  // Engine thread.  Posts RESUME to run on the engine thread once the
+  // consumer has taken records until at most LOW bytes of data wait (at
+  // once if that is so already): for a producer that stopped reading while
+  // the consumer fell behind.  One callback waits at a time; a second call
+  // replaces the first.
+  void when_drained(std::size_t low, Command resume);
 
   // Main thread.  Waits up to TIMEOUT for the outbox to hold a record and
   // returns whether it does: a caller that waits here instead of on the
@@ -177,9 +241,14 @@ class Engine {
   // must be held.
   void signal_commands_locked();
   void run_commands();
+  // Emits a notice that a command failed with WHAT; never throws.
+  void report_failure(const char* what) noexcept;
   // Signals waiters and writes a wake byte unless one is pending;
   // outbox_mutex_ must be held.
   void wake_locked(Wake wake);
+  // Takes the when_drained() callback if its time has come, to be posted
+  // once outbox_mutex_ is released; outbox_mutex_ must be held.
+  Command due_drain_callback_locked();
   void thread_main();
 
   uv_loop_t loop_{};
@@ -215,11 +284,27 @@ class Engine {
   std::condition_variable outbox_filled_;
   std::deque<Record> outbox_;
   bool wake_pending_ = false;
+  // How many holds of hold_wakes() are in force.
+  int wake_holds_ = 0;
+  // Bytes of data in outbox_.  Written under outbox_mutex_, read anywhere;
+  // relaxed, since readers use it as an estimate.
+  std::atomic<std::size_t> outbox_bytes_{0};
+  // The when_drained() callback and its threshold.
+  Command drained_callback_;
+  std::size_t drained_low_ = 0;
   // Signalled on every record while records_watched_; see watch_records().
   int records_fd_ = -1;
   bool records_watched_ = false;
-  // Index into outbox_ of the latest undrained record per (kind, id, code),
-  // for emit_coalesced(); emptied whenever outbox_ is replaced.
+  // How many records were taken from the front of outbox_ since the engine
+  // started (less those put back by unread()): outbox_[i] is record number
+  // taken_ + i, which stays its number while the records before it are
+  // taken one by one.
+  std::uint64_t taken_ = 0;
+  // Records report() could not queue for lack of memory.  Relaxed: only
+  // the count matters.
+  std::atomic<std::uint64_t> lost_records_{0};
+  // Number (see taken_) of the latest undrained record per (kind, id,
+  // code), for emit_coalesced(); emptied whenever outbox_ is replaced.
   struct StreamKey {
     RecordKind kind;
     std::uint64_t id;
@@ -234,7 +319,7 @@ class Engine {
                                         static_cast<std::uint64_t>(key.kind));
     }
   };
-  std::unordered_map<StreamKey, std::size_t, StreamKeyHash> open_streams_;
+  std::unordered_map<StreamKey, std::uint64_t, StreamKeyHash> open_streams_;
 
   // Engine thread only (created and destroyed there).
   std::unordered_map<std::type_index, std::unique_ptr<Service>> services_;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <exception>
 #include <iterator>
+#include <new>
 #include <stdexcept>
 #include <utility>
 #include <vector>
@@ -26,6 +27,13 @@ namespace {
 // Reads per poll callback before yielding to the rest of the loop, so that
 // one firehose cannot starve the other streams and the command queue.
 constexpr int kReadsPerWakeup = 16;
+
+// Undrained record data beyond which the engine's table stops reading the
+// children whose output goes out as records (to a filter): a child that
+// writes faster than Emacs takes its output then waits on its full pipe,
+// as with stock Emacs, instead of filling memory.  Reading resumes once
+// Emacs has taken the outbox down to half of it.
+constexpr std::size_t kMaxUndrainedBytes = std::size_t{16} << 20;
 
 // The waitpid fallback looks again after 1 ms, doubling up to this.
 constexpr std::uint64_t kMaxExitPollDelayMs = 50;
@@ -76,6 +84,10 @@ struct ProcessTable::Stream {
   // pipe; read and pwrite take over then.
   bool splice_failed = false;
   bool pipe_grown = false;
+  // Reading was stopped by set_reading(), or while Emacs catches up with
+  // the records (see kMaxUndrainedBytes); the poll runs when neither is set.
+  bool reading_stopped = false;
+  bool throttled = false;
 };
 
 // A child and everything the table holds for it.  Owned by processes_ while
@@ -121,6 +133,8 @@ struct ProcessTable::Process {
   int open_handles = 0;
   // Counted in Stats::processes (once, whichever table adopts it first).
   bool counted = false;
+  // Given up after a failure; its process_error record is out.
+  bool failed = false;
   // When the child was spawned (near enough: when its Process was made).
   ProcessTable::Clock::time_point born = ProcessTable::Clock::now();
 };
@@ -172,8 +186,8 @@ void ProcessTable::adopt_or_report(std::uint64_t id, std::unique_ptr<ProcessHand
     adopt(id, std::move(handover));
   } catch (const std::exception& error) {
     // adopt() killed and reaped the child; tell its owner it is gone.
-    engine_.emit(Record{RecordKind::notice, id, 0, error.what()}, wake_);
-    engine_.emit(Record{RecordKind::process_exit, id, -1, {}}, wake_);
+    engine_.report(RecordKind::notice, id, 0, error.what(), wake_);
+    engine_.report(RecordKind::process_exit, id, -1, "", wake_);
   }
 }
 
@@ -367,23 +381,25 @@ void ProcessTable::serve(const std::vector<pollfd>& fds,
     auto found = processes_.find(owners[i].first);
     if (found == processes_.end()) continue;
     Process& process = *found->second;
-    switch (owners[i].second) {
-      case Watch::out:
-        if (process.out.fd == fds[i].fd) read_stream(process, process.out);
-        break;
-      case Watch::err:
-        if (process.err.fd == fds[i].fd) read_stream(process, process.err);
-        break;
-      case Watch::exit:
-        if (process.pidfd != fds[i].fd) break;
-        try_reap(process);
-        // What the child wrote is all in its pipes now, unless it left
-        // them to a child of its own; the reads end where they are empty.
-        for (Stream* stream : {&process.out, &process.err}) {
-          if (!process.finished && stream->fd >= 0) read_stream(process, *stream);
-        }
-        break;
-    }
+    guarded(process, [&] {
+      switch (owners[i].second) {
+        case Watch::out:
+          if (process.out.fd == fds[i].fd) read_stream(process, process.out);
+          break;
+        case Watch::err:
+          if (process.err.fd == fds[i].fd) read_stream(process, process.err);
+          break;
+        case Watch::exit:
+          if (process.pidfd != fds[i].fd) break;
+          try_reap(process);
+          // What the child wrote is all in its pipes now, unless it left
+          // them to a child of its own; the reads end where they are empty.
+          for (Stream* stream : {&process.out, &process.err}) {
+            if (!process.finished && stream->fd >= 0) read_stream(process, *stream);
+          }
+          break;
+      }
+    });
   }
   // Without a pidfd, an exit is only seen by looking.
   std::vector<std::uint64_t> blind;
@@ -392,7 +408,10 @@ void ProcessTable::serve(const std::vector<pollfd>& fds,
   }
   for (std::uint64_t id : blind) {
     auto found = processes_.find(id);
-    if (found != processes_.end()) try_reap(*found->second);
+    if (found != processes_.end()) {
+      Process& process = *found->second;
+      guarded(process, [&] { try_reap(process); });
+    }
   }
   // Without handles, nothing else frees a finished child; here no
   // reference to one is held any more.
@@ -432,9 +451,16 @@ void ProcessTable::attend(std::shared_ptr<Nursery> nursery) {
 
 void ProcessTable::on_nursery_due(uv_poll_t* handle, int, int) {
   auto& table = *static_cast<ProcessTable*>(handle->data);
-  table.nursery_->acknowledge();
-  for (auto& entry : table.nursery_->take_all()) {
-    table.adopt_or_report(entry.first, std::move(entry.second));
+  try {
+    auto children = table.nursery_->take_all();
+    // Acknowledged only once the children are out: if taking them failed,
+    // the timer stays readable and this runs again.
+    table.nursery_->acknowledge();
+    for (auto& entry : children) table.adopt_or_report(entry.first, std::move(entry.second));
+  } catch (...) {
+    table.engine_.report(RecordKind::notice, 0, 0,
+                         "fastrevert: out of memory adopting new processes; retrying",
+                         table.wake_);
   }
 }
 
@@ -488,14 +514,45 @@ bool ProcessTable::set_reading(std::uint64_t id, bool reading) {
   auto found = processes_.find(id);
   if (found == processes_.end()) return false;
   for (Stream* stream : {&found->second->out, &found->second->err}) {
-    if (!stream->poll_open) continue;
-    if (reading) {
-      uv_poll_start(&stream->poll, UV_READABLE, &ProcessTable::on_stream_readable);
-    } else {
-      uv_poll_stop(&stream->poll);
-    }
+    stream->reading_stopped = !reading;
+    update_polling(*stream);
   }
   return true;
+}
+
+void ProcessTable::update_polling(Stream& stream) {
+  if (!stream.poll_open) return;
+  if (stream.reading_stopped || stream.throttled) {
+    uv_poll_stop(&stream.poll);
+  } else {
+    uv_poll_start(&stream.poll, UV_READABLE, &ProcessTable::on_stream_readable);
+  }
+}
+
+bool ProcessTable::throttle(Process& process, Stream& stream) {
+  if (!loop_ || stream.memfd >= 0 || engine_.undrained_bytes() < kMaxUndrainedBytes) return false;
+  throttled_.emplace_back(process.id, stream.code);
+  stream.throttled = true;
+  update_polling(stream);
+  if (!resume_armed_) {
+    resume_armed_ = true;
+    engine_.when_drained(kMaxUndrainedBytes / 2,
+                         [](Engine& engine) { engine.service<ProcessTable>().resume_throttled(); });
+  }
+  return true;
+}
+
+void ProcessTable::resume_throttled() {
+  resume_armed_ = false;
+  std::vector<std::pair<std::uint64_t, int>> throttled;
+  throttled.swap(throttled_);
+  for (const auto& [id, code] : throttled) {
+    auto found = processes_.find(id);
+    if (found == processes_.end()) continue;
+    Stream& stream = code == 1 ? found->second->out : found->second->err;
+    stream.throttled = false;
+    update_polling(stream);
+  }
 }
 
 bool ProcessTable::remove(std::uint64_t id) {
@@ -555,27 +612,59 @@ void ProcessTable::shutdown() {
   // and the destructor frees any that had no handle left to close.
 }
 
+template <typename Step>
+void ProcessTable::guarded(Process& process, Step&& step) noexcept {
+  try {
+    step();
+  } catch (const std::bad_alloc&) {
+    fail(process, "fastrevert: out of memory while reading the process's output; it was killed");
+  } catch (const std::exception& error) {
+    fail(process, error.what());
+  } catch (...) {
+    fail(process, "fastrevert: unknown exception while serving the process; it was killed");
+  }
+}
+
+void ProcessTable::fail(Process& process, const char* what) noexcept {
+  if (!process.failed && !process.removed) {
+    process.failed = true;
+    engine_.report(RecordKind::process_error, process.id, 0, what, wake_);
+  }
+  if (!process.reaped) send_signal(process, SIGKILL);
+  for (Stream* stream : {&process.out, &process.err}) {
+    stream->raw.clear();
+    close_stream(process, *stream);
+  }
+  close_stdin_now(process);
+  // A child that has already exited can report its end now.
+  try {
+    maybe_finish(process);
+  } catch (...) {
+    // Its process_error record has told its owner already.
+  }
+}
+
 void ProcessTable::on_stream_readable(uv_poll_t* handle, int, int) {
   // A poll error is not acted on directly: the read that follows reports it
   // (or end of file), and the stream is closed then.
   Process& process = *static_cast<Process*>(handle->data);
   Stream& stream = handle == &process.out.poll ? process.out : process.err;
-  process.table->read_stream(process, stream);
+  process.table->guarded(process, [&] { process.table->read_stream(process, stream); });
 }
 
 void ProcessTable::on_stdin_writable(uv_poll_t* handle, int, int) {
   Process& process = *static_cast<Process*>(handle->data);
-  process.table->write_queued_stdin(process);
+  process.table->guarded(process, [&] { process.table->write_queued_stdin(process); });
 }
 
 void ProcessTable::on_pidfd_readable(uv_poll_t* handle, int, int) {
   Process& process = *static_cast<Process*>(handle->data);
-  process.table->try_reap(process);
+  process.table->guarded(process, [&] { process.table->try_reap(process); });
 }
 
 void ProcessTable::on_exit_timer(uv_timer_t* handle) {
   Process& process = *static_cast<Process*>(handle->data);
-  process.table->try_reap(process);
+  process.table->guarded(process, [&] { process.table->try_reap(process); });
   if (!process.reaped && process.exit_timer_open) {
     process.exit_poll_delay_ms = std::min(process.exit_poll_delay_ms * 2, kMaxExitPollDelayMs);
     uv_timer_start(handle, &ProcessTable::on_exit_timer, process.exit_poll_delay_ms, 0);
@@ -589,6 +678,12 @@ void ProcessTable::on_handle_closed(uv_handle_t* handle) {
 }
 
 void ProcessTable::read_stream(Process& process, Stream& stream) {
+  if (process.options.test_fail_first_read) {
+    process.options.test_fail_first_read = false;
+    throw std::bad_alloc();
+  }
+  // Emacs is behind: the child waits until it has caught up.
+  if (throttle(process, stream)) return;
   bool at_eof = false;
   for (int reads = 0; reads < kReadsPerWakeup && !at_eof; ++reads) {
     // Unframed bytes bound for a memfd go there straight from the read
@@ -604,6 +699,11 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
         at_eof = true;
         break;
       }
+    }
+    // What this wake-up read counts towards what Emacs has to take.
+    if (!to_memfd && loop_ && reads > 0 &&
+        engine_.undrained_bytes() + stream.raw.size() >= kMaxUndrainedBytes) {
+      break;
     }
     ReadResult result = to_memfd ? stream.reader->read(stream.fd)
                                  : stream.reader->read_append(stream.fd, stream.raw);

@@ -18,7 +18,10 @@
 //   record; a stream therefore costs at most one record per loop iteration
 //   however small its writes, and a burst that outruns the reader arrives in
 //   large records.  Records go out with Engine::emit_coalesced, so a record
-//   the main thread has not drained yet is extended instead.
+//   the main thread has not drained yet is extended instead.  While more
+//   than 16 MiB of record data wait for Emacs, the engine's table reads no
+//   such stream: its child waits on a full pipe until Emacs catches up, as
+//   with stock Emacs, and memory stays bounded however fast it writes.
 // - With Options::stdout_to_memfd, once more than Options::memfd_threshold
 //   bytes of stdout were read, stdout goes to a memfd (an anonymous
 //   in-memory file) instead: first a process_output record with code
@@ -38,6 +41,12 @@
 // - process_exit (code: the raw wait status, or -1 when someone else reaped
 //   the child): exactly one, after both output pipes reached end of file (or
 //   were closed) and the child was reaped, so it follows all output.
+// - process_error (data: what went wrong): the table could not go on with
+//   the child, in practice because memory ran out while its output was
+//   read.  No exception leaves a callback of the table: libuv cannot unwind
+//   one, and std::terminate would end Emacs.  Since its output can no
+//   longer be delivered whole, the child is killed and its pipes closed
+//   instead; its process_exit record still follows if it can be made.
 // A removed process emits nothing more.
 //
 // A table runs on one loop and one thread at a time.  The engine's table runs
@@ -99,6 +108,9 @@ class ProcessTable : public Service {
     // Fill the memfd with read and pwrite from the start, as after a failed
     // splice.  For tests of that path.
     bool memfd_without_splice = false;
+    // For tests only: the first read of the child's output throws
+    // std::bad_alloc, as a read buffer that cannot be allocated would.
+    bool test_fail_first_read = false;
   };
 
   // The record code that hands the consumer its descriptor of the memfd.
@@ -237,6 +249,13 @@ class ProcessTable : public Service {
   // Kills and reaps the child of a Process that no table runs, and closes its
   // descriptors.
   static void discard(Process& process) noexcept;
+  // Runs STEP, the work of a callback for PROCESS, so that no exception
+  // leaves it: a failure becomes fail().
+  template <typename Step>
+  void guarded(Process& process, Step&& step) noexcept;
+  // Gives PROCESS up after WHAT went wrong: reports a process_error record
+  // (once), kills the child and closes its pipes.
+  void fail(Process& process, const char* what) noexcept;
   // Puts PROCESS in the table as ID and starts watching it.
   void install(std::uint64_t id, std::unique_ptr<Process> owned);
 
@@ -258,6 +277,13 @@ class ProcessTable : public Service {
   // ones (up to 4), and emits the range record.
   void announce_memfd(Process& process, Stream& stream, std::string_view last, std::uint64_t added);
   void close_stream(Process& process, Stream& stream);
+  // Starts or stops STREAM's poll as its reading_stopped and throttled say.
+  void update_polling(Stream& stream);
+  // Stops reading STREAM, and returns true, when Emacs has more record data
+  // to take than kMaxUndrainedBytes (see process.cpp); reading resumes
+  // once it has caught up.
+  bool throttle(Process& process, Stream& stream);
+  void resume_throttled();
   void write_queued_stdin(Process& process);
   void close_stdin_now(Process& process);
   void try_reap(Process& process);
@@ -284,6 +310,10 @@ class ProcessTable : public Service {
   // (or, once removed, a child not yet reaped).  Engine thread only.
   std::unordered_map<Process*, std::unique_ptr<Process>> retiring_;
   bool shutting_down_ = false;
+  // Streams stopped by throttle(), as (id, stream code), and whether the
+  // engine will call resume_throttled().
+  std::vector<std::pair<std::uint64_t, int>> throttled_;
+  bool resume_armed_ = false;
   // The nursery attended, and the poll on its timer.
   std::shared_ptr<Nursery> nursery_;
   uv_poll_t nursery_poll_{};

@@ -30,8 +30,9 @@ char* ReadScratch::reserve(std::size_t size) {
 
 AdaptiveReader::AdaptiveReader(std::size_t initial_size, std::size_t max_size,
                                std::shared_ptr<ReadScratch> scratch, std::size_t grow_pipe_to)
-    : read_size_(initial_size == 0 ? 4096 : initial_size),
-      max_size_(std::max(max_size, read_size_)),
+    : read_size_(std::min(initial_size == 0 ? 4096 : initial_size,
+                          max_size == 0 ? kDefaultMaxReadSize : max_size)),
+      max_size_(max_size == 0 ? kDefaultMaxReadSize : max_size),
       scratch_(scratch ? std::move(scratch) : std::make_shared<ReadScratch>()),
       grow_pipe_to_(grow_pipe_to) {}
 

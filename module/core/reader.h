@@ -62,7 +62,9 @@ struct ReadResult {
 class AdaptiveReader {
  public:
   // INITIAL_SIZE is the first read size (Emacs's `read-process-output-max';
-  // 0 means 4096); MAX_SIZE caps the doubling.  SCRATCH is the memory to read
+  // 0 means 4096); MAX_SIZE (0 means kDefaultMaxReadSize) caps the doubling
+  // and the first size too, so that a huge `read-process-output-max' costs
+  // a buffer of the cap, never an allocation that cannot succeed.  SCRATCH is the memory to read
   // into; null gives the reader a scratch of its own.  GROW_PIPE_TO, when not
   // 0, is the capacity to ask for (see grow_pipe) the first time a single read
   // drains a whole full pipe, which shows the writer was blocked on it.

@@ -32,10 +32,9 @@ constexpr std::uint32_t kDirectoryEventMask = IN_MODIFY | IN_ATTRIB | IN_CREATE 
 // delays its batch is flushed anyway.
 constexpr std::uint64_t kSettleCapFactor = 10;
 
-// libuv's threadpool has four threads by default and is shared by the whole
-// process.  A sweep stuck on a dead mount holds one thread; capping our share
-// keeps the rest available to other users of the pool, and later sweeps wait
-// in our own pending list instead.
+// A sweep stuck on a dead mount holds one thread; a second one lets the
+// files elsewhere be swept meanwhile, and later sweeps wait in our own
+// pending list.
 constexpr std::size_t kMaxSweepsInFlight = 2;
 
 // Bounds the reads of one readable callback, so that a flood of events
@@ -218,7 +217,7 @@ void Watcher::set_poll_interval(std::chrono::milliseconds interval) {
   if (shutting_down_) return;
   if (uv_is_active(reinterpret_cast<uv_handle_t*>(&poll_timer_))) {
     auto repeat = static_cast<std::uint64_t>(poll_interval_.count());
-    uv_timer_start(&poll_timer_, &Watcher::on_poll_timer, repeat, repeat);
+    uv_timer_start(&poll_timer_, &Watcher::guarded<&Watcher::on_poll_timer>, repeat, repeat);
   }
 }
 
@@ -256,10 +255,10 @@ bool Watcher::idle() const noexcept {
 void Watcher::shutdown() {
   if (shutting_down_) return;
   shutting_down_ = true;
-  // Sweeps that have not started are cancelled; a running one cannot be, and
-  // the loop (hence Engine::stop) waits for its stats to return.  Either way
-  // after_sweep frees the job.
-  for (SweepJob* job : sweeps_in_flight_) uv_cancel(reinterpret_cast<uv_req_t*>(&job->request));
+  // Sweeps that have not started are dropped, and one stuck in a hung stat
+  // is abandoned to its thread: nothing waits for it.
+  if (sweep_pool_) sweep_pool_->close();
+  sweeps_in_flight_.clear();
   uv_close(reinterpret_cast<uv_handle_t*>(&flush_timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&poll_timer_), nullptr);
   if (inotify_poll_initialized_) {
@@ -346,7 +345,7 @@ bool Watcher::ensure_inotify() {
   inotify_poll_.data = this;
   inotify_poll_initialized_ = true;
   inotify_fd_ = fd;
-  uv_poll_start(&inotify_poll_, UV_READABLE, &Watcher::on_inotify_readable);
+  uv_poll_start(&inotify_poll_, UV_READABLE, &Watcher::guarded<&Watcher::on_inotify_readable>);
   return true;
 }
 
@@ -451,7 +450,7 @@ void Watcher::update_poll_timer() {
   bool active = uv_is_active(reinterpret_cast<uv_handle_t*>(&poll_timer_)) != 0;
   if (needed && !active) {
     auto repeat = static_cast<std::uint64_t>(poll_interval_.count());
-    uv_timer_start(&poll_timer_, &Watcher::on_poll_timer, repeat, repeat);
+    uv_timer_start(&poll_timer_, &Watcher::guarded<&Watcher::on_poll_timer>, repeat, repeat);
   } else if (!needed && active) {
     uv_timer_stop(&poll_timer_);
   }
@@ -617,7 +616,7 @@ void Watcher::schedule_flush(FlushUrgency urgency) {
     flush_deadline_ = std::min(now + settle, first_flush_request_at_ + kSettleCapFactor * settle);
   }
   std::uint64_t delay = flush_deadline_ > now ? flush_deadline_ - now : 0;
-  uv_timer_start(&flush_timer_, &Watcher::on_flush_timer, delay, 0);
+  uv_timer_start(&flush_timer_, &Watcher::guarded<&Watcher::on_flush_timer>, delay, 0);
 }
 
 void Watcher::on_flush_timer(uv_timer_t* handle) {
@@ -632,8 +631,7 @@ void Watcher::launch_sweeps() {
   // At the cap, the pending names wait; after_sweep calls back here.
   if (sweeps_in_flight_.size() >= kMaxSweepsInFlight) return;
 
-  auto job = std::make_unique<SweepJob>();
-  job->watcher = this;
+  auto job = std::make_shared<SweepJob>();
   job->number = next_sweep_number_++;
   std::vector<std::string> still_pending;
   for (auto& path : pending_paths_) {
@@ -657,32 +655,46 @@ void Watcher::launch_sweeps() {
   pending_paths_ = std::move(still_pending);
   if (job->entries.empty()) return;
 
-  job->request.data = job.get();
-  int status =
-      uv_queue_work(engine_.loop(), &job->request, &Watcher::run_sweep, &Watcher::after_sweep);
-  if (status < 0) {
-    // uv_queue_work fails only for a missing callback; keep the names
-    // pending rather than losing them.
+  try {
+    if (!sweep_pool_) {
+      sweep_pool_ = std::make_unique<WorkerPool>(engine_.loop(), kMaxSweepsInFlight);
+    }
+    sweeps_in_flight_.insert(job.get());
+    sweep_pool_->submit([job] { run_sweep(*job); },
+                        [this, job] {
+                          sweeps_in_flight_.erase(job.get());
+                          try {
+                            after_sweep(*job);
+                          } catch (...) {
+                            // The entries not applied must not stay in flight
+                            // for ever; recover() stats them all again.
+                            for (const auto& entry : job->entries) {
+                              auto path_it = paths_.find(entry.path);
+                              if (path_it != paths_.end()) path_it->second.stat_in_flight = false;
+                            }
+                            recover();
+                          }
+                        });
+  } catch (const std::exception& error) {
+    // Keep the names pending rather than losing them.
+    sweeps_in_flight_.erase(job.get());
     for (auto& entry : job->entries) {
       auto path_it = paths_.find(entry.path);
       if (path_it == paths_.end()) continue;
       path_it->second.stat_in_flight = false;
       request_stat(entry.path, path_it->second);
     }
-    notice_failure_once("uv_queue_work", -status,
+    const auto* system = dynamic_cast<const std::system_error*>(&error);
+    notice_failure_once("pthread_create", system ? system->code().value() : ENOMEM,
                         "the pending files are stat'ed on the next change or rescan");
-    return;
   }
-  // Ownership passes to the request until after_sweep takes it back.
-  sweeps_in_flight_.insert(job.release());
 }
 
-// Threadpool thread.  Touches only the job, never the watcher: a hung stat
-// here stalls this job alone while the loop goes on serving everything else.
-void Watcher::run_sweep(uv_work_t* request) {
-  auto* job = static_cast<SweepJob*>(request->data);
+// A pool thread.  Touches only the job, never the watcher: a hung stat here
+// stalls this job alone while the loop goes on serving everything else.
+void Watcher::run_sweep(SweepJob& job) noexcept {
   int delay_ms = watcher_test_hooks().stat_delay_ms.load(std::memory_order_relaxed);
-  for (auto& entry : job->entries) {
+  for (auto& entry : job.entries) {
     if (delay_ms > 0) {
       watcher_test_hooks().delayed_stats_started.fetch_add(1, std::memory_order_relaxed);
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
@@ -692,20 +704,51 @@ void Watcher::run_sweep(uv_work_t* request) {
     entry.is_symlink = lstat(entry.path.c_str(), &link_status) == 0 && S_ISLNK(link_status.st_mode);
     if (!entry.is_symlink) continue;
     if (char* resolved = realpath(entry.path.c_str(), nullptr)) {
-      entry.resolved = true;
-      entry.resolved_path = resolved;
+      try {
+        entry.resolved_path = resolved;
+        entry.resolved = true;
+      } catch (...) {
+        // Unresolved, the link is polled: its target is still seen.
+      }
       std::free(resolved);
     }
   }
 }
 
-void Watcher::after_sweep(uv_work_t* request, int status) {
-  std::unique_ptr<SweepJob> job(static_cast<SweepJob*>(request->data));
-  Watcher& self = *job->watcher;
-  self.sweeps_in_flight_.erase(job.get());
-  if (status < 0 || self.shutting_down_) return;
-  self.apply_sweep(*job);
-  if (!self.pending_paths_.empty()) self.schedule_flush(FlushUrgency::settle);
+void Watcher::after_sweep(SweepJob& job) {
+  if (shutting_down_) return;
+  apply_sweep(job);
+  if (!pending_paths_.empty()) schedule_flush(FlushUrgency::settle);
+}
+
+template <void (*Callback)(uv_timer_t*)>
+void Watcher::guarded(uv_timer_t* handle) noexcept {
+  try {
+    Callback(handle);
+  } catch (...) {
+    static_cast<Watcher*>(handle->data)->recover();
+  }
+}
+
+template <void (*Callback)(uv_poll_t*, int, int)>
+void Watcher::guarded(uv_poll_t* handle, int status, int events) noexcept {
+  try {
+    Callback(handle, status, events);
+  } catch (...) {
+    static_cast<Watcher*>(handle->data)->recover();
+  }
+}
+
+void Watcher::recover() noexcept {
+  engine_.report(RecordKind::notice, 0, 0,
+                 "fastrevert: the file watcher ran short of memory; every watched file is "
+                 "stat'ed again");
+  try {
+    mark_all_pending();
+    schedule_flush(FlushUrgency::now);
+  } catch (...) {
+    // The next poll, event or rescan tries again.
+  }
 }
 
 void Watcher::apply_sweep(SweepJob& job) {

@@ -9,8 +9,9 @@
 // becomes the new baseline, so one change is reported once.
 //
 // Everything here runs on the engine thread, except the stat sweeps, which
-// run on libuv's threadpool so that a hung file system stalls only the
-// watcher's own results and never the engine loop or Emacs.
+// run on threads of a WorkerPool so that a hung file system stalls only the
+// watcher's own results: never the engine loop, stopping the engine, or
+// Emacs's exit (see core/worker_pool.h).
 #pragma once
 
 #include <sys/types.h>
@@ -21,6 +22,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <set>
 #include <string>
 #include <unordered_map>
@@ -29,6 +31,7 @@
 #include <vector>
 
 #include "core/engine.h"
+#include "core/worker_pool.h"
 
 namespace fastrevert {
 
@@ -180,11 +183,10 @@ class Watcher : public Service {
     std::string resolved_path;
   };
 
-  // A batch of stats run on the threadpool.  Owned by the watcher from launch
-  // until its after-work callback, which frees it on the engine thread.
+  // A batch of stats run by a pool thread.  Shared by the job's two halves:
+  // the stats, which touch only the job, and the engine thread's reading of
+  // the results.
   struct SweepJob {
-    uv_work_t request{};
-    Watcher* watcher = nullptr;
     std::uint64_t number = 0;
     std::vector<SweepEntry> entries;
   };
@@ -194,8 +196,16 @@ class Watcher : public Service {
   static void on_inotify_readable(uv_poll_t* handle, int status, int events);
   static void on_flush_timer(uv_timer_t* handle);
   static void on_poll_timer(uv_timer_t* handle);
-  static void run_sweep(uv_work_t* request);
-  static void after_sweep(uv_work_t* request, int status);
+  static void run_sweep(SweepJob& job) noexcept;
+  void after_sweep(SweepJob& job);
+  // The watcher's libuv callbacks are registered through these, so that no
+  // exception leaves one: a failure (in practice, memory running out) is
+  // reported and every registered file is re-stat'ed, so no change is lost.
+  template <void (*Callback)(uv_timer_t*)>
+  static void guarded(uv_timer_t* handle) noexcept;
+  template <void (*Callback)(uv_poll_t*, int, int)>
+  static void guarded(uv_poll_t* handle, int status, int events) noexcept;
+  void recover() noexcept;
 
   void add_kernel_interest(const std::string& path, WatchedPath& watched);
   void drop_kernel_interest(const std::string& path, WatchedPath& watched);
@@ -252,6 +262,8 @@ class Watcher : public Service {
   std::uint64_t next_sweep_number_ = 1;
   std::uint64_t next_incarnation_ = 1;
   std::unordered_set<SweepJob*> sweeps_in_flight_;
+  // Runs the sweeps; made on first use.
+  std::unique_ptr<WorkerPool> sweep_pool_;
   // Failure kinds ("function:errno") already reported with a notice.
   std::set<std::pair<std::string, int>> noticed_failures_;
 

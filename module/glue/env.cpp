@@ -4,7 +4,9 @@
 #include <cstring>
 #include <exception>
 #include <new>
+#include <optional>
 
+#include "core/duration.h"
 #include "core/errors.h"
 
 namespace fastrevert::glue {
@@ -66,11 +68,14 @@ std::string Env::to_bytes(emacs_value value) const {
   return text;
 }
 
-std::chrono::milliseconds Env::to_duration(emacs_value seconds) const {
+std::chrono::nanoseconds Env::to_duration(emacs_value seconds) const {
+  // `float' signals `wrong-type-argument' for a non-number, and turns a
+  // bignum into a float that seconds_to_duration caps.
   double value = raw_->extract_float(raw_, call("float", {seconds}));
   check();
-  if (!(value >= 0)) wrong_type("natnump", seconds);
-  return std::chrono::milliseconds(static_cast<std::int64_t>(value * 1000.0));
+  std::optional<std::chrono::nanoseconds> duration = seconds_to_duration(value);
+  if (!duration) signal("args-out-of-range", list({seconds}));
+  return *duration;
 }
 
 bool Env::is_string(emacs_value value) const {

@@ -55,9 +55,11 @@ class Env {
   // The bytes of STRING: UTF-8 for a multibyte string, the bytes themselves
   // for a unibyte one (so Lisp passes file names encoded).
   std::string to_bytes(emacs_value string) const;
-  // A number of SECONDS (integer or float, not negative) as a duration;
-  // signals `wrong-type-argument' for anything else.
-  std::chrono::milliseconds to_duration(emacs_value seconds) const;
+  // A number of SECONDS, integer or float, as a duration (see
+  // core/duration.h): infinity and anything longer than a century become
+  // kForever.  Signals `wrong-type-argument' for a value that is not a
+  // number and `args-out-of-range' for NaN or a negative number.
+  std::chrono::nanoseconds to_duration(emacs_value seconds) const;
 
   bool truthy(emacs_value value) const noexcept { return raw_->is_not_nil(raw_, value); }
   bool eq(emacs_value a, emacs_value b) const noexcept { return raw_->eq(raw_, a, b); }

@@ -15,6 +15,7 @@
 #include <string>
 #include <utility>
 
+#include "core/duration.h"
 #include "core/engine.h"
 #include "core/errors.h"
 #include "glue/env.h"
@@ -29,9 +30,15 @@ namespace fastrevert::glue {
 
 namespace {
 
-// The engine lives here, owned by the main thread: every function in this
-// file runs on Emacs's main thread, so no lock is needed around the pointer.
-std::unique_ptr<Engine> running_engine;
+// The engine, owned by the main thread: every function in this file runs on
+// Emacs's main thread, so no lock is needed around the pointer.  It is
+// shared because a function that uses the engine across a call into Lisp
+// (a drain calls handlers) or across a wait (which a signal handler may
+// interrupt to run `kill-emacs') holds a reference of its own: stopping the
+// engine meanwhile then leaves that frame a stopped engine, never a freed
+// one.  The slot is made once and never destroyed, so that exit() runs no
+// destructor that would stop an engine from under a frame it interrupted.
+std::shared_ptr<Engine>& running_engine = *new std::shared_ptr<Engine>();
 
 const char* record_kind_name(RecordKind kind) {
   switch (kind) {
@@ -41,8 +48,27 @@ const char* record_kind_name(RecordKind kind) {
     case RecordKind::file_watched: return "file-watched";
     case RecordKind::process_output: return "process-output";
     case RecordKind::process_exit: return "process-exit";
+    case RecordKind::process_error: return "process-error";
   }
   return "unknown";
+}
+
+// Signals `wrong-type-argument' unless PROCESS is a live pipe process, the
+// only kind `open_channel' can take a descriptor of.
+void check_pipe_process(Env& env, emacs_value process) {
+  if (!env.truthy(env.call("processp", {process})) ||
+      !env.eq(env.call("process-type", {process}), env.intern("pipe")) ||
+      !env.truthy(env.call("process-live-p", {process}))) {
+    env.wrong_type("pipe-process-p", process);
+  }
+}
+
+// A descriptor of PROCESS's pipe for the engine to write wake bytes to.
+int wake_fd_of(Env& env, emacs_value process) {
+  check_pipe_process(env, process);
+  int fd = env.raw()->open_channel(env.raw(), process);
+  env.check();
+  return fd;
 }
 
 }  // namespace
@@ -55,6 +81,8 @@ Engine& engine(Env& env) {
 }
 
 Engine* engine_if_running() noexcept { return running_engine.get(); }
+
+std::shared_ptr<Engine> engine_reference() noexcept { return running_engine; }
 
 void post_or_signal(Env& env, Engine::Command command) {
   if (!engine(env).post(std::move(command))) {
@@ -74,20 +102,27 @@ FASTREVERT_DEFUN("fastrevert--mod-version", mod_version, 0, 0,
 
 FASTREVERT_DEFUN("fastrevert--mod-start", mod_start, 1, 1,
                  "Start the engine thread, waking PIPE-PROCESS when results wait.\n"
-                 "PIPE-PROCESS must be a pipe process made by `make-pipe-process';\n"
+                 "PIPE-PROCESS must be a live pipe process made by `make-pipe-process';\n"
                  "its filter should call `fastrevert--mod-drain'.\n\n(fn PIPE-PROCESS)") {
   if (running_engine) {
     env.signal("fastrevert-error", env.list({env.string("The fastrevert engine is already running")}));
   }
-  int wake_fd = env.raw()->open_channel(env.raw(), args[0]);
-  env.check();
-  running_engine = std::make_unique<Engine>(wake_fd);
-  try {
-    processes_attach(*running_engine);
-  } catch (...) {
-    running_engine.reset();
-    throw;
-  }
+  int wake_fd = wake_fd_of(env, args[0]);
+  auto started = std::make_shared<Engine>(wake_fd);
+  processes_attach(*started);
+  running_engine = std::move(started);
+  return env.t();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-set-wake-process", mod_set_wake_process, 1, 1,
+                 "Make the running engine wake PIPE-PROCESS from now on.\n"
+                 "For when the pipe process it was started with was deleted: every\n"
+                 "watch, process and result of the engine carries over, and results\n"
+                 "already waiting wake PIPE-PROCESS at once.  PIPE-PROCESS must be a\n"
+                 "live pipe process whose filter calls `fastrevert--mod-drain'.\n\n"
+                 "(fn PIPE-PROCESS)") {
+  Engine& running = engine(env);
+  running.set_wake_fd(wake_fd_of(env, args[0]));
   return env.t();
 }
 
@@ -99,15 +134,21 @@ FASTREVERT_DEFUN("fastrevert--mod-stop", mod_stop, 0, 1,
                  "(fn &optional TIMEOUT)") {
   if (!running_engine) return env.nil();
   auto timeout = std::chrono::milliseconds::max();
-  if (nargs > 0 && env.truthy(args[0])) timeout = env.to_duration(args[0]);
+  if (nargs > 0 && env.truthy(args[0])) timeout = ceil_milliseconds(env.to_duration(args[0]));
+  // Taken out of the slot first: whatever happens below, the engine is no
+  // longer the running one.
+  std::shared_ptr<Engine> stopping = std::move(running_engine);
+  running_engine.reset();
   processes_detach();
-  if (!running_engine->stop_within(timeout)) {
+  if (!stopping->stop_within(timeout)) {
     // The detached thread still uses the engine, so it must outlive this
     // call; it is left to the end of the process.
-    running_engine.release();
+    new std::shared_ptr<Engine>(std::move(stopping));
     return env.intern("abandoned");
   }
-  running_engine.reset();
+  // Descriptors in results nobody will see are closed, not leaked.
+  std::deque<Record> undrained;
+  if (stopping->try_drain(undrained)) processes_discard(undrained);
   return env.nil();
 }
 
@@ -125,21 +166,20 @@ FASTREVERT_DEFUN("fastrevert--mod-wait", mod_wait, 1, 1,
                  "runs meanwhile, so callers keep SECONDS short.  Children of\n"
                  "`fastrevert--mod-process-start' that the engine has not adopted yet\n"
                  "are read and reaped by this thread while it waits.\n\n(fn SECONDS)") {
-  std::chrono::milliseconds timeout = env.to_duration(args[0]);
-  Engine* current = engine_if_running();
-  if (current == nullptr) return env.nil();
+  std::chrono::nanoseconds timeout = env.to_duration(args[0]);
+  std::shared_ptr<Engine> current = engine_reference();
+  if (!current) return env.nil();
   // Children not yet adopted by the engine are served right here.
   if (std::optional<bool> served = serve_children(env, timeout)) return env.boolean(*served);
   // Quit is checked between slices, so C-g is seen within one.
   constexpr std::chrono::milliseconds kSlice(10);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
+    auto left = ceil_milliseconds(deadline - std::chrono::steady_clock::now());
     if (current->wait_for_records(std::clamp(left, std::chrono::milliseconds(0), kSlice))) {
       return env.t();
     }
-    if (left <= kSlice || env.quit_requested()) return env.nil();
+    if (left <= kSlice || !current->running() || env.quit_requested()) return env.nil();
   }
 }
 
@@ -147,17 +187,29 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
                  "Call HANDLER on every result the engine has ready, in order.\n"
                  "HANDLER gets four arguments: KIND (a symbol), ID, CODE (integers)\n"
                  "and DATA (a unibyte string).  Return the number of results handled.\n"
-                 "If HANDLER exits non-locally, the results after the one it was\n"
-                 "handling stay queued and the exit propagates.\n\n(fn HANDLER)") {
-  Engine* current = engine_if_running();
-  if (current == nullptr) return env.integer(0);
+                 "Results are taken one at a time: a HANDLER that drains again goes on\n"
+                 "with the next result.  If HANDLER exits non-locally, the results after\n"
+                 "the one it was handling stay queued and the exit propagates.\n\n"
+                 "(fn HANDLER)") {
+  // Checked before a result is taken: a HANDLER that cannot be called
+  // would lose the one it was handed.
+  if (!env.truthy(env.call("functionp", {args[0]}))) env.wrong_type("functionp", args[0]);
+  std::shared_ptr<Engine> current = engine_reference();
+  if (!current) return env.integer(0);
+  // The time of nested drains is inside their outer drain's: only the
+  // outermost one counts it.
+  static int depth = 0;
+  struct Nesting {
+    Nesting() noexcept { ++depth; }
+    ~Nesting() { --depth; }
+  } nesting;
   auto start = std::chrono::steady_clock::now();
-  std::deque<Record> records = current->drain();
+  std::uint64_t end = current->begin_drain();
   std::int64_t handled = 0;
+  Record record;
   try {
-    while (!records.empty()) {
-      Record record = std::move(records.front());
-      records.pop_front();
+    while (current->take(record, end)) {
+      processes_note_delivery(record);
       // DATA goes as unibyte bytes: paths and output need not be valid
       // UTF-8, and make_string would refuse them.
       env.funcall(args[0], {env.intern(record_kind_name(record.kind)),
@@ -166,10 +218,10 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
       ++handled;
     }
   } catch (const PendingExit&) {
-    current->unread(std::move(records));
+    current->rewake();
     throw;
   }
-  if (handled > 0) {
+  if (handled > 0 && depth == 1) {
     auto spent = std::chrono::steady_clock::now() - start;
     current->stats().drain_ns.fetch_add(
         static_cast<std::uint64_t>(
@@ -177,6 +229,18 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
         std::memory_order_relaxed);
   }
   return env.integer(handled);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-hold-wakes", mod_hold_wakes, 1, 1,
+                 "Hold the engine's wake bytes back while HOLD is non-nil.\n"
+                 "Calls nest: each non-nil HOLD needs a nil one.  For a wait that\n"
+                 "drains the engine itself while Emacs's event loop runs: a busy stream\n"
+                 "would otherwise keep the wake pipe readable, and the event loop reads\n"
+                 "it for as long as it stays so.  The last release wakes the pipe if\n"
+                 "results wait.  Do nothing when the engine is not running.\n\n"
+                 "(fn HOLD)") {
+  if (Engine* running = engine_if_running()) running->hold_wakes(env.truthy(args[0]));
+  return env.nil();
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-echo", mod_echo, 2, 2,

@@ -52,6 +52,7 @@
 #include "core/engine.h"
 #include "core/errors.h"
 #include "core/framing.h"
+#include "core/handed_fds.h"
 #include "core/nursery.h"
 #include "core/process.h"
 #include "core/reader.h"
@@ -437,7 +438,22 @@ struct Nearby {
   std::vector<pollfd> fds;
   std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> owners;
 };
-std::unique_ptr<Nearby> nearby;
+// Shared so that a wait in serve_children keeps it while a signal handler
+// that interrupted the wait stops the engine (see glue/module.cpp), and
+// never destroyed by exit() for the same reason.
+std::shared_ptr<Nearby>& nearby = *new std::shared_ptr<Nearby>();
+
+// The memfds of process output that Lisp holds (see core/handed_fds.h).
+HandedFds& handed_fds = *new HandedFds();
+
+// FD as a descriptor number, or a signal unless Lisp holds it.
+int handed_fd_arg(Env& env, emacs_value value) {
+  std::int64_t fd = integer_arg(env, value);
+  if (fd < 0 || fd > INT32_MAX || !handed_fds.contains(static_cast<int>(fd))) {
+    env.wrong_type("fastrevert-memfd-p", value);
+  }
+  return static_cast<int>(fd);
+}
 
 // Posts CHILD to the engine's table as ID; returns whether it was posted.  A
 // Command must be copyable, so the handover travels in a shared_ptr; if the
@@ -467,7 +483,7 @@ void post_for_process(Env& env, std::uint64_t id, Engine::Command command) {
 namespace fastrevert::glue {
 
 void processes_attach(Engine& running) {
-  auto near = std::make_unique<Nearby>();
+  auto near = std::make_shared<Nearby>();
   near->engine = &running;
   near->nursery = std::make_shared<Nursery>(kAdoptionDelay);
   near->table = std::make_unique<ProcessTable>(running, nullptr, Engine::Wake::no);
@@ -486,64 +502,91 @@ void processes_detach() noexcept {
   nearby.reset();
 }
 
-std::optional<bool> serve_children(Env& env, std::chrono::microseconds timeout) {
-  if (!nearby || nearby->nursery->size() == 0) return std::nullopt;
-  Nearby& near = *nearby;
-  Engine& running = *near.engine;
-  for (auto& entry : near.nursery->take_all()) {
-    near.table->adopt_or_report(entry.first, std::move(entry.second));
+void processes_note_delivery(const Record& record) {
+  if (record.kind == RecordKind::process_output &&
+      record.code == ProcessTable::kStdoutMemfdCode) {
+    handed_fds.add(std::stoi(record.data));
   }
+}
+
+void processes_discard(const std::deque<Record>& records) noexcept {
+  for (const Record& record : records) {
+    if (record.kind == RecordKind::process_output &&
+        record.code == ProcessTable::kStdoutMemfdCode) {
+      close(std::atoi(record.data.c_str()));
+    }
+  }
+}
+
+std::optional<bool> serve_children(Env& env, std::chrono::nanoseconds timeout) {
+  std::shared_ptr<Nearby> held = nearby;
+  if (!held || held->nursery->size() == 0) return std::nullopt;
+  Nearby& near = *held;
+  Engine& running = *near.engine;
   using Clock = std::chrono::steady_clock;
   const Clock::time_point deadline = Clock::now() + timeout;
   std::optional<Clock::time_point> linger_end;
-  // The engine's results (other children, files) end the wait too.
-  running.watch_records(true);
   bool ready = false;
   bool quit = false;
-  for (;;) {
-    ready = running.pending() > 0;
-    Clock::time_point now = Clock::now();
-    if (ready) {
-      if (near.table->size() == 0 || near.table->streams(kMemfdThreshold)) break;
-      if (!linger_end) linger_end = now + kLinger;
-      if (now >= *linger_end) break;
-    }
-    if (now >= deadline) break;
-    if (env.quit_requested()) {
-      quit = true;
-      break;
-    }
-    near.fds.clear();
-    near.owners.clear();
-    Clock::time_point changes = near.table->watched(near.fds, near.owners, now, kQuietStart);
-    near.fds.push_back(pollfd{running.records_fd(), POLLIN, 0});
-    // Quit is looked at least this often.
-    Clock::time_point until = std::min({deadline, now + std::chrono::milliseconds(10),
-                                        linger_end.value_or(deadline), changes});
-    auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now);
-    timespec span{static_cast<time_t>(left.count() / 1000000000),
-                  static_cast<long>(left.count() % 1000000000)};
-    if (ppoll(near.fds.data(), near.fds.size(), &span, nullptr) > 0 &&
-        (near.fds.back().revents & POLLIN)) {
-      std::uint64_t count;
-      ssize_t ignored = read(running.records_fd(), &count, sizeof count);
-      (void)ignored;
-    }
-    near.table->serve(near.fds, near.owners);
-  }
-  running.watch_records(false);
   // Children still running go back, to be served by the next wait or
   // adopted by the engine; a child that streams goes to the engine at once,
-  // which reads it while Lisp handles what came.
-  for (std::uint64_t id : near.table->ids()) {
-    bool streams = near.table->bytes_read(id) > kMemfdThreshold;
-    std::unique_ptr<ProcessHandover> child = near.table->hand_over(id);
-    if (streams) {
-      post_adoption(running, id, std::move(child));
-    } else {
-      near.nursery->put(id, std::move(child));
+  // which reads it while Lisp handles what came.  Run on every way out, so
+  // that a failure here leaves no child behind in this thread's table.
+  auto hand_back = [&near, &running]() {
+    running.watch_records(false);
+    for (std::uint64_t id : near.table->ids()) {
+      bool streams = near.table->bytes_read(id) > kMemfdThreshold;
+      std::unique_ptr<ProcessHandover> child = near.table->hand_over(id);
+      if (streams) {
+        post_adoption(running, id, std::move(child));
+      } else {
+        near.nursery->put(id, std::move(child));
+      }
     }
+  };
+  try {
+    for (auto& entry : near.nursery->take_all()) {
+      near.table->adopt_or_report(entry.first, std::move(entry.second));
+    }
+    // The engine's results (other children, files) end the wait too.
+    running.watch_records(true);
+    for (;;) {
+      ready = running.pending() > 0;
+      Clock::time_point now = Clock::now();
+      if (ready) {
+        if (near.table->size() == 0 || near.table->streams(kMemfdThreshold)) break;
+        if (!linger_end) linger_end = now + kLinger;
+        if (now >= *linger_end) break;
+      }
+      if (now >= deadline || !running.running()) break;
+      if (env.quit_requested()) {
+        quit = true;
+        break;
+      }
+      near.fds.clear();
+      near.owners.clear();
+      Clock::time_point changes = near.table->watched(near.fds, near.owners, now, kQuietStart);
+      near.fds.push_back(pollfd{running.records_fd(), POLLIN, 0});
+      // Quit is looked at least this often.
+      Clock::time_point until = std::min({deadline, now + std::chrono::milliseconds(10),
+                                          linger_end.value_or(deadline), changes});
+      auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now);
+      timespec span{static_cast<time_t>(left.count() / 1000000000),
+                    static_cast<long>(left.count() % 1000000000)};
+      if (ppoll(near.fds.data(), near.fds.size(), &span, nullptr) > 0 &&
+          (near.fds.back().revents & POLLIN)) {
+        std::uint64_t count;
+        ssize_t ignored = read(running.records_fd(), &count, sizeof count);
+        (void)ignored;
+      }
+      near.table->serve(near.fds, near.owners);
+    }
+  } catch (...) {
+    hand_back();
+    running.wake_if_pending();
+    throw;
   }
+  hand_back();
   // Results Lisp will not drain now must wake it later.
   if (!ready || quit) running.wake_if_pending();
   return ready && !quit;
@@ -773,17 +816,23 @@ FASTREVERT_DEFUN("fastrevert--mod-accessible-directory-p", mod_accessible_direct
 
 FASTREVERT_DEFUN("fastrevert--mod-memfd-read", mod_memfd_read, 3, 3,
                  "Return bytes [BEG, END) of the memfd FD as a unibyte string.\n"
-                 "Bytes past the end of the file are missing from the string.\n\n"
+                 "FD must be a memfd the engine handed over (see\n"
+                 "`fastrevert--mod-process-start').  Bytes past the end of the file are\n"
+                 "missing from the string.\n\n"
                  "(fn FD BEG END)") {
-  std::int64_t fd = integer_arg(env, args[0]);
+  int fd = handed_fd_arg(env, args[0]);
   std::int64_t beg = integer_arg(env, args[1]);
   std::int64_t end = integer_arg(env, args[2]);
-  if (fd < 0 || fd > INT32_MAX) env.signal("args-out-of-range", env.list({args[0]}));
   if (beg < 0 || end < beg) env.signal("args-out-of-range", env.list({args[1], args[2]}));
-  std::string bytes(static_cast<std::size_t>(end - beg), '\0');
+  // Only what the file holds is allocated, however far END reaches.
+  struct stat status;
+  if (fstat(fd, &status) != 0) throw_errno("fstat");
+  std::int64_t size = status.st_size;
+  std::int64_t stop = std::min(end, size);
+  std::string bytes(static_cast<std::size_t>(std::max<std::int64_t>(stop - beg, 0)), '\0');
   std::size_t done = 0;
   while (done < bytes.size()) {
-    ssize_t got = pread(static_cast<int>(fd), bytes.data() + done, bytes.size() - done,
+    ssize_t got = pread(fd, bytes.data() + done, bytes.size() - done,
                         static_cast<off_t>(beg) + static_cast<off_t>(done));
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) throw_errno("pread");
@@ -795,11 +844,12 @@ FASTREVERT_DEFUN("fastrevert--mod-memfd-read", mod_memfd_read, 3, 3,
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-close-fd", mod_close_fd, 1, 1,
-                 "Close the file descriptor FD returned by a fastrevert primitive.\n\n"
+                 "Close the memfd FD that the engine handed over.\n"
+                 "Any other descriptor is refused.\n\n"
                  "(fn FD)") {
-  std::int64_t fd = integer_arg(env, args[0]);
-  if (fd < 0 || fd > INT32_MAX) env.signal("args-out-of-range", env.list({args[0]}));
-  return env.boolean(close(static_cast<int>(fd)) == 0);
+  int fd = handed_fd_arg(env, args[0]);
+  handed_fds.remove(fd);
+  return env.boolean(close(fd) == 0);
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
@@ -867,19 +917,21 @@ FASTREVERT_DEFUN("fastrevert--mod-memfd-threshold", mod_memfd_threshold, 0, 0,
 
 FASTREVERT_DEFUN("fastrevert--mod-memfd-release", mod_memfd_release, 3, 3,
                  "Give back the memory of bytes [0, END) of the memfd FD; with CLOSE, close FD.\n"
+                 "FD must be a memfd the engine handed over.\n"
                  "The file keeps its size, so later offsets stay valid.  When the file\n"
                  "holds more than a few pages, the work is done on the engine thread,\n"
                  "in order with earlier calls, so that Emacs does not wait while the\n"
                  "kernel frees them; otherwise, and when the engine is not running,\n"
                  "here.  After a call with CLOSE non-nil, FD must not be used.\n\n"
                  "(fn FD END CLOSE)") {
-  std::int64_t fd = integer_arg(env, args[0]);
+  int descriptor = handed_fd_arg(env, args[0]);
   std::int64_t end = integer_arg(env, args[1]);
-  if (fd < 0 || fd > INT32_MAX) env.signal("args-out-of-range", env.list({args[0]}));
   if (end < 0) env.signal("args-out-of-range", env.list({args[1]}));
-  auto descriptor = static_cast<int>(fd);
   auto length = static_cast<off_t>(end);
   bool close_it = env.truthy(args[2]);
+  // From here on the number is no longer Lisp's: a second release or
+  // close of it is refused, even before the engine has closed it.
+  if (close_it) handed_fds.remove(descriptor);
   auto release = [descriptor, length, close_it] {
     if (length > 0) fallocate(descriptor, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, length);
     if (close_it) close(descriptor);
@@ -978,10 +1030,12 @@ FASTREVERT_DEFUN("fastrevert--mod-strsignal", mod_strsignal, 1, 1,
 
 FASTREVERT_DEFUN("fastrevert--mod-strerror", mod_strerror, 1, 1,
                  "Return the C library's text for the error named NAME, unibyte.\n"
-                 "NAME is one of the symbols `ENOENT', `EACCES', `EISDIR', `ENOTDIR'.\n\n"
+                 "NAME is one of the symbols `ENOENT', `EACCES', `EISDIR', `ENOTDIR',\n"
+                 "`ENAMETOOLONG'.\n\n"
                  "(fn NAME)") {
   static const std::pair<const char*, int> kErrors[] = {
-      {"ENOENT", ENOENT}, {"EACCES", EACCES}, {"EISDIR", EISDIR}, {"ENOTDIR", ENOTDIR}};
+      {"ENOENT", ENOENT},   {"EACCES", EACCES},   {"EISDIR", EISDIR},
+      {"ENOTDIR", ENOTDIR}, {"ENAMETOOLONG", ENAMETOOLONG}};
   for (const auto& entry : kErrors) {
     if (env.eq(args[0], env.intern(entry.first))) return env.unibyte(std::strerror(entry.second));
   }

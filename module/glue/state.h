@@ -2,6 +2,8 @@
 #pragma once
 
 #include <chrono>
+#include <deque>
+#include <memory>
 #include <optional>
 
 #include "core/engine.h"
@@ -15,6 +17,11 @@ Engine& engine(Env& env);
 // The running engine, or nullptr.
 Engine* engine_if_running() noexcept;
 
+// The running engine, or null, for a caller that uses it across a call into
+// Lisp or a wait: its reference keeps the engine alive (if stopped) until
+// the caller is done.
+std::shared_ptr<Engine> engine_reference() noexcept;
+
 // Posts COMMAND to the engine; signals `fastrevert-not-running' if the engine
 // is absent or stopping.
 void post_or_signal(Env& env, Engine::Command command);
@@ -25,10 +32,18 @@ void post_or_signal(Env& env, Engine::Command command);
 void processes_attach(Engine& engine);
 void processes_detach() noexcept;
 
+// Called by the drain on each RECORD before Lisp sees it: a memfd handed to
+// Lisp becomes one the memfd primitives accept.
+void processes_note_delivery(const Record& record);
+
+// Closes the descriptors handed over in RECORDS, results of a stopped engine
+// that Lisp will never see.
+void processes_discard(const std::deque<Record>& records) noexcept;
+
 // Serves the children that wait for the engine on this thread, for up to
 // TIMEOUT or until results are ready for Lisp, whichever comes first (see
 // glue/process.cpp).  Returns whether results are ready, or std::nullopt
 // without waiting when no child waits.  Returns false when the user quits.
-std::optional<bool> serve_children(Env& env, std::chrono::microseconds timeout);
+std::optional<bool> serve_children(Env& env, std::chrono::nanoseconds timeout);
 
 }  // namespace fastrevert::glue

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "core/duration.h"
 #include "core/watcher.h"
 #include "glue/env.h"
 #include "glue/state.h"
@@ -54,8 +55,8 @@ FASTREVERT_DEFUN("fastrevert--mod-watch-configure", mod_watch_configure, 3, 3,
                  "Set the watcher's POLL-INTERVAL and SETTLE-DELAY, both in seconds.\n"
                  "Non-nil SAFETY-POLL means files with a kernel watch are polled too.\n\n"
                  "(fn POLL-INTERVAL SETTLE-DELAY SAFETY-POLL)") {
-  auto poll_interval = env.to_duration(args[0]);
-  auto settle_delay = env.to_duration(args[1]);
+  auto poll_interval = ceil_milliseconds(env.to_duration(args[0]));
+  auto settle_delay = ceil_milliseconds(env.to_duration(args[1]));
   bool safety_poll = env.truthy(args[2]);
   post_or_signal(env, [poll_interval, settle_delay, safety_poll](Engine& e) {
     Watcher& watcher = e.service<Watcher>();

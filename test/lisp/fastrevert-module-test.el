@@ -160,11 +160,27 @@
 
 (ert-deftest fastrevert-module-engine-recovers-when-wake-process-is-deleted ()
   (fastrevert-module-test--with-echo-handler #'fastrevert-module-test--collect
-    (delete-process fastrevert--wake-process)
-    (should-not (fastrevert--engine-live-p))
-    (fastrevert--engine-ensure)
-    (fastrevert--mod-echo 5 "back")
-    (should (fastrevert-test-wait-for (lambda () fastrevert-module-test--echoes)))))
+    (let ((old fastrevert--wake-process))
+      ;; A result waits undrained as the pipe goes.
+      (set-process-filter old #'ignore)
+      (fastrevert--mod-echo 4 "waiting")
+      (should (fastrevert--mod-wait 10))
+      (delete-process old)
+      ;; A new wake process took its place at once, and the engine ran on.
+      (should (fastrevert--engine-live-p))
+      (should-not (eq fastrevert--wake-process old))
+      (fastrevert--mod-echo 5 "back")
+      (should (fastrevert-test-wait-for
+               (lambda () (= (length fastrevert-module-test--echoes) 2))))
+      (should (equal (reverse fastrevert-module-test--echoes) '((4 . "waiting") (5 . "back"))))
+      ;; Deleted while nothing else runs, it is noticed by the next user.
+      (let ((fastrevert--wake-process fastrevert--wake-process))
+        (set-process-sentinel fastrevert--wake-process #'ignore)
+        (delete-process fastrevert--wake-process))
+      (fastrevert--engine-ensure)
+      (fastrevert--mod-echo 6 "again")
+      (should (fastrevert-test-wait-for
+               (lambda () (= (length fastrevert-module-test--echoes) 3)))))))
 
 (ert-deftest fastrevert-module-stats-have-the-documented-keys ()
   (fastrevert--engine-ensure)

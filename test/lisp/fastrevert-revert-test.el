@@ -792,17 +792,12 @@ Return PREDICATE's value, or nil on timeout."
           ;; The change's stat is now stuck in the engine for three seconds.
           (should (fastrevert-test-wait-for
                    (lambda () (> (fastrevert--mod-test-delayed-stats) started)))))
-        (let ((start (float-time))
-              (messages nil))
-          (cl-letf* ((real-message (symbol-function 'message))
-                     ((symbol-function 'message)
-                      (lambda (format &rest args)
-                        (push (apply #'format format args) messages)
-                        (apply real-message format args))))
-            (fastrevert--engine-stop-at-exit))
-          (should (< (- (float-time) start) 2.8))
-          (should-not (fastrevert--mod-running-p))
-          (should (cl-some (lambda (m) (string-match-p "not responding" m)) messages)))))))
+        (let ((start (float-time)))
+          ;; The stat runs on a thread of its own that nothing waits for:
+          ;; the engine stops at once, well before the stat returns.
+          (fastrevert--engine-stop-at-exit)
+          (should (< (- (float-time) start) 1.5))
+          (should-not (fastrevert--mod-running-p)))))))
 
 (ert-deftest fastrevert-revert-check-vc-info-refreshes-vc-state-periodically ()
   (fastrevert-test-with-temp-dir dir

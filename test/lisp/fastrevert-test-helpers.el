@@ -20,6 +20,24 @@
 That is `lisp/' in the source tree, or a build's own copy of it; an
 Emacs started by a test gets this one, so it loads the same build.")
 
+(defconst fastrevert-test-sanitizer-preload
+  (let ((preload (getenv "LD_PRELOAD")))
+    (and preload (string-match-p "libasan" preload) preload))
+  "The sanitizer runtime preloaded into this Emacs by `make asan-emacs', or nil.
+The programs the tests run do not inherit it: under the sanitizer a
+shell would report, and turn into an abort, the signals the tests make
+it send itself.  An Emacs a test starts gets it back with
+`fastrevert-test-emacs-environment', since it loads the same module.")
+
+(when fastrevert-test-sanitizer-preload
+  (setenv "LD_PRELOAD"))
+
+(defun fastrevert-test-emacs-environment ()
+  "Return the `process-environment' for an Emacs a test starts."
+  (if fastrevert-test-sanitizer-preload
+      (cons (concat "LD_PRELOAD=" fastrevert-test-sanitizer-preload) process-environment)
+    process-environment))
+
 (defun fastrevert-test-wait-for (predicate &optional timeout)
   "Process events until PREDICATE returns non-nil or TIMEOUT seconds pass.
 Return PREDICATE's value, or nil on timeout.  TIMEOUT defaults to 10."
@@ -41,7 +59,8 @@ Return PREDICATE's value, or nil on timeout.  TIMEOUT defaults to 10."
   "Run FORM in a new batch Emacs with LOAD-DIRS on `load-path'.
 Return a cons (EXIT-CODE . OUTPUT)."
   (with-temp-buffer
-    (let ((code (apply #'call-process
+    (let* ((process-environment (fastrevert-test-emacs-environment))
+           (code (apply #'call-process
                        (expand-file-name invocation-name invocation-directory)
                        nil t nil "-Q" "--batch"
                        (append (mapcan (lambda (dir) (list "-L" dir)) load-dirs)
@@ -56,7 +75,7 @@ code waits, so a second Emacs runs FORM on a pseudo-terminal with
 READY-FILE, the quit key is typed on that terminal, exactly as a user
 would.  FORM must then write one Lisp object to RESULT-FILE and kill
 Emacs; that object, read back, is the value."
-  (let* ((process-environment (cons "TERM=xterm" process-environment))
+  (let* ((process-environment (cons "TERM=xterm" (fastrevert-test-emacs-environment)))
          (emacs (make-process
                  :name "fastrevert-tty-emacs"
                  :buffer nil

@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -298,4 +299,130 @@ TEST_CASE("wait_for_records returns as soon as a record is emitted, or at the ti
   REQUIRE(records.size() == 1);
   CHECK(records.front().data == "late");
   CHECK_FALSE(engine.wait_for_records(std::chrono::milliseconds(0)));
+}
+
+TEST_CASE("a drain nested in another goes on from the next record in order", "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  run_on_engine(engine, [](Engine& e) {
+    for (std::uint64_t i = 0; i < 6; ++i) e.emit(Record{RecordKind::echo, i, 0, ""});
+  });
+  // The consumer of record 1 drains again, as a filter that waits for more
+  // output does; the outer drain then finds what the inner one left.
+  std::vector<std::uint64_t> handled;
+  std::uint64_t outer_end = engine.begin_drain();
+  Record record;
+  while (engine.take(record, outer_end)) {
+    handled.push_back(record.id);
+    if (record.id == 1) {
+      std::uint64_t inner_end = engine.begin_drain();
+      Record inner;
+      for (int i = 0; i < 2 && engine.take(inner, inner_end); ++i) handled.push_back(inner.id);
+    }
+  }
+  REQUIRE(handled == std::vector<std::uint64_t>{0, 1, 2, 3, 4, 5});
+}
+
+TEST_CASE("a drain ends with the records that waited when it began", "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  run_on_engine(engine, [](Engine& e) { e.emit(Record{RecordKind::echo, 1, 0, ""}); });
+  std::uint64_t end = engine.begin_drain();
+  Record record;
+  REQUIRE(engine.take(record, end));
+  // A busy producer keeps emitting while the records are handled.
+  run_on_engine(engine, [](Engine& e) { e.emit(Record{RecordKind::echo, 2, 0, ""}); });
+  REQUIRE_FALSE(engine.take(record, end));
+  // The next drain takes it, and was woken for it.
+  REQUIRE(wake.take_bytes() >= 1);
+  REQUIRE(engine.take(record, engine.begin_drain()));
+  REQUIRE(record.id == 2);
+}
+
+TEST_CASE("a stream taken record by record keeps coalescing into its newest record",
+          "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  run_on_engine(engine, [](Engine& e) {
+    e.emit_coalesced(Record{RecordKind::process_output, 7, 1, "a"});
+    e.emit(Record{RecordKind::echo, 0, 0, ""});
+    e.emit_coalesced(Record{RecordKind::process_output, 7, 1, "b"});
+  });
+  std::uint64_t end = engine.begin_drain();
+  Record record;
+  REQUIRE(engine.take(record, end));
+  REQUIRE(record.data == "ab");
+  // "ab" is being delivered: new bytes go to a record after it, never to
+  // the one already taken.
+  run_on_engine(engine, [](Engine& e) {
+    e.emit_coalesced(Record{RecordKind::process_output, 7, 1, "c"});
+  });
+  REQUIRE(engine.take(record, end));
+  REQUIRE(record.kind == RecordKind::echo);
+  REQUIRE(engine.take(record, engine.begin_drain()));
+  REQUIRE(record.data == "c");
+  REQUIRE_FALSE(engine.take(record, engine.begin_drain()));
+}
+
+TEST_CASE("held wakes write no byte and the last release writes one for waiting records",
+          "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  engine.hold_wakes(true);
+  engine.hold_wakes(true);
+  run_on_engine(engine, [](Engine& e) { e.emit(Record{RecordKind::echo, 1, 0, ""}); });
+  REQUIRE(engine.wait_for_records(std::chrono::milliseconds(0)));
+  REQUIRE(wake.take_bytes() == 0);
+  engine.hold_wakes(false);
+  REQUIRE(wake.take_bytes() == 0);
+  engine.hold_wakes(false);
+  REQUIRE(wake.take_bytes() == 1);
+}
+
+TEST_CASE("a new wake descriptor carries the engine over with waiting records first", "[engine]") {
+  WakePipe first;
+  WakePipe second;
+  Engine engine(first.write_fd);
+  run_on_engine(engine, [](Engine& e) { e.emit(Record{RecordKind::echo, 1, 0, "kept"}); });
+  REQUIRE(first.take_bytes() == 1);
+  // The consumer's pipe is gone: the record waits, and its wake byte went
+  // to a pipe nobody reads.
+  engine.set_wake_fd(second.write_fd);
+  REQUIRE(second.take_bytes() == 1);
+  auto records = engine.drain();
+  REQUIRE(records.size() == 1);
+  REQUIRE(records.front().data == "kept");
+  run_on_engine(engine, [](Engine& e) { e.emit(Record{RecordKind::echo, 2, 0, ""}); });
+  REQUIRE(second.take_bytes() == 1);
+  REQUIRE(first.take_bytes() == 0);
+  // The first write end was closed: its reader sees end of file.
+  char byte;
+  REQUIRE(read(first.read_fd, &byte, 1) == 0);
+}
+
+TEST_CASE("no exception leaves a command whatever it throws", "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  REQUIRE(engine.post([](Engine&) { throw std::bad_alloc(); }));
+  REQUIRE(engine.post([](Engine&) { throw 42; }));
+  run_on_engine(engine, [](Engine& e) { e.emit(Record{RecordKind::echo, 9, 0, ""}); });
+  auto records = engine.drain();
+  REQUIRE(records.size() == 3);
+  REQUIRE(records[0].kind == RecordKind::notice);
+  REQUIRE(records[1].kind == RecordKind::notice);
+  REQUIRE(records[2].id == 9);
+}
+
+TEST_CASE("stopping from a frame that holds the engine leaves it usable until released",
+          "[engine]") {
+  WakePipe wake;
+  auto engine = std::make_shared<Engine>(wake.write_fd);
+  std::shared_ptr<Engine> held = engine;
+  engine->stop();
+  engine.reset();
+  // The frame that held it can still look and take, and finds it stopped.
+  REQUIRE_FALSE(held->running());
+  Record record;
+  REQUIRE_FALSE(held->take(record, held->begin_drain()));
+  REQUIRE_FALSE(held->wait_for_records(std::chrono::milliseconds(10)));
 }

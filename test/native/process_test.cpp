@@ -915,3 +915,113 @@ TEST_CASE("a young child's exit alone is watched, and its output is read with it
   near.remove(1);
   CHECK(is_gone(pid));
 }
+
+TEST_CASE("process table gives up a child whose output it cannot read with an error record "
+          "before its exit",
+          "[process]") {
+  EngineHarness harness;
+  harness.with_table([](ProcessTable& table) {
+    ProcessTable::Options failing;
+    failing.test_fail_first_read = true;
+    table.start(1, shell("echo lost; exec sleep 1000"), failing);
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  REQUIRE(harness.records().front().kind == RecordKind::process_error);
+  CHECK(harness.records().front().id == 1);
+  // The child was killed: its output could no longer be delivered whole.
+  const Record* exit = harness.exit_of(1);
+  CHECK(WIFSIGNALED(exit->code));
+  CHECK(WTERMSIG(exit->code) == SIGKILL);
+  CHECK(harness.output_of(1, 1).empty());
+  // The engine thread lives on and serves the next child.
+  harness.with_table([](ProcessTable& table) { table.start(2, shell("echo fine"), {}); });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(2) > 0; }));
+  CHECK(harness.output_of(2, 1) == "fine\n");
+}
+
+TEST_CASE("process table reads a child whatever first read size it is given", "[process]") {
+  EngineHarness harness;
+  harness.with_table([](ProcessTable& table) {
+    ProcessTable::Options huge;
+    // As from `read-process-output-max' bound to (expt 2 40).
+    huge.initial_read_size = std::size_t{1} << 40;
+    table.start(1, shell("head -c 300000 /dev/zero"), huge);
+  });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  for (const auto& record : harness.records()) CHECK(record.kind != RecordKind::process_error);
+  CHECK(harness.output_of(1, 1) == std::string(300000, '\0'));
+}
+
+TEST_CASE("a table without a loop turns a failed read into an error record and not an exception",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
+  ProcessTable::Options failing;
+  failing.test_fail_first_read = true;
+  near.start(1, shell("echo lost"), failing);
+  std::vector<Record> records;
+  REQUIRE(serve_until(near, [&] {
+    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
+    for (const auto& record : records)
+      if (record.kind == RecordKind::process_exit) return true;
+    return false;
+  }));
+  REQUIRE(records.size() >= 2);
+  CHECK(records.front().kind == RecordKind::process_error);
+  CHECK(records.back().kind == RecordKind::process_exit);
+}
+
+TEST_CASE("a child that outruns Emacs waits on its pipe and its undrained output stays bounded",
+          "[process]") {
+  EngineHarness harness;
+  const std::size_t total = std::size_t{96} << 20;
+  harness.with_table([&](ProcessTable& table) {
+    table.start(1, shell("head -c " + std::to_string(total) + " /dev/zero"), {});
+  });
+  Engine& engine = harness.engine();
+  // Nobody drains: the engine reads up to its limit and stops there.
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  while (engine.undrained_bytes() < (std::size_t{16} << 20) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  REQUIRE(engine.undrained_bytes() >= (std::size_t{16} << 20));
+  // Without the limit the whole output would pile up within a second.
+  deadline = Clock::now() + std::chrono::seconds(2);
+  while (engine.undrained_bytes() <= (std::size_t{24} << 20) && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  CHECK(engine.undrained_bytes() <= (std::size_t{24} << 20));
+  // Taking the output lets the child finish, every byte in order.
+  std::size_t received = 0;
+  bool zeros = true;
+  harness.on_record = [&](Record& record) {
+    if (record.kind == RecordKind::process_output && record.id == 1) {
+      received += record.data.size();
+      zeros = zeros && record.data.find_first_not_of('\0') == std::string::npos;
+    } else if (record.kind == RecordKind::process_exit) {
+      harness.records().push_back(std::move(record));
+    }
+  };
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }, std::chrono::seconds(60)));
+  CHECK(received == total);
+  CHECK(zeros);
+}
+
+TEST_CASE("a drain callback runs on the engine thread once the outbox is taken down",
+          "[engine]") {
+  EngineHarness harness;
+  Engine& engine = harness.engine();
+  std::atomic<int> called{0};
+  harness.with_table([&](ProcessTable&) {
+    engine.emit(Record{RecordKind::echo, 1, 0, std::string(1000, 'x')});
+    engine.when_drained(10, [&called](Engine&) { called.fetch_add(1); });
+  });
+  CHECK(called.load() == 0);
+  Record record;
+  REQUIRE(engine.take(record, engine.begin_drain()));
+  auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (called.load() == 0 && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  CHECK(called.load() == 1);
+}

@@ -263,3 +263,18 @@ TEST_CASE("run_to_completion reaps with waitpid alone when there is no pidfd", "
   CHECK(out == "polled\n");
   CHECK(WEXITSTATUS(result.wait_status) == 6);
 }
+
+TEST_CASE("adaptive reader caps its first read size at its largest", "[reader]") {
+  TestPipe pipe;
+  pipe.write_all("bytes");
+  // An enormous `read-process-output-max' must cost a buffer of the cap,
+  // not an allocation that cannot succeed.
+  AdaptiveReader reader(std::size_t{1} << 40, 65536, nullptr, 0);
+  CHECK(reader.read_size() == 65536);
+  CHECK(reader.max_size() == 65536);
+  ReadResult result = reader.read(pipe.read_end);
+  REQUIRE(result.status == ReadResult::Status::data);
+  CHECK(result.bytes == "bytes");
+  AdaptiveReader defaulted(std::size_t{1} << 40, 0, nullptr, 0);
+  CHECK(defaulted.read_size() == kDefaultMaxReadSize);
+}
