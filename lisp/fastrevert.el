@@ -202,11 +202,13 @@ spent handling engine results."
 (require 'autorevert)
 (require 'cl-lib)
 (require 'vc-hooks)
+(require 'fastrevert-vc)
 
 (declare-function fastrevert--mod-watch-add "fastrevert-module" (id file mode &optional contents))
 (declare-function fastrevert--mod-watch-remove "fastrevert-module" (id))
 (declare-function fastrevert--mod-watch-configure "fastrevert-module"
                   (poll-interval settle-delay safety-poll))
+(declare-function fastrevert--mod-watch-hold-limit "fastrevert-module" (limit))
 
 (defcustom fastrevert-settle-delay 0.03
   "Seconds a changed file must stay quiet before its buffer is checked.
@@ -434,11 +436,18 @@ non-nil if QUEUE was emptied."
       (progress-reporter-done reporter))
     (null buffers)))
 
+(defun fastrevert--queued (queue)
+  "Return the buffers of QUEUE, a hash table whose keys are buffers."
+  (let (buffers)
+    (maphash (lambda (buffer _) (push buffer buffers)) queue)
+    buffers))
+
 (defun fastrevert--revert-pending ()
   "Check every pending buffer, then refresh the reverted ones' VC state.
 Visible buffers go first, and Emacs redisplays the new texts before
-the VC refreshes start.  When `auto-revert-stop-on-user-input' is
-non-nil, stop at pending input and resume as soon as Emacs is idle."
+the VC refreshes start, which share their Git processes (see
+`fastrevert-vc-call-with-batch').  When `auto-revert-stop-on-user-input'
+is non-nil, stop at pending input and resume as soon as Emacs is idle."
   (setq fastrevert--revert-timer nil)
   (let ((start (float-time)))
     (unwind-protect
@@ -450,8 +459,12 @@ non-nil, stop at pending input and resume as soon as Emacs is idle."
                    (unless (or noninteractive
                                (zerop (hash-table-count fastrevert--vc-pending)))
                      (redisplay))
-                   (fastrevert--work-through fastrevert--vc-pending #'fastrevert--refresh-vc-of
-                                             "fastrevert: refreshing VC state...")))))
+                   (fastrevert-vc-call-with-batch
+                    (fastrevert--queued fastrevert--vc-pending)
+                    (lambda ()
+                      (fastrevert--work-through fastrevert--vc-pending
+                                                #'fastrevert--refresh-vc-of
+                                                "fastrevert: refreshing VC state...")))))))
       (when (and (not fastrevert--revert-timer)
                  (or (> (hash-table-count fastrevert--pending) 0)
                      (> (hash-table-count fastrevert--vc-pending) 0)))
@@ -476,9 +489,12 @@ changing the file; this does the same at `auto-revert-interval'."
                (when (and (buffer-live-p buffer) (buffer-local-value 'buffer-file-name buffer))
                  (push buffer buffers)))
              fastrevert--buffer-by-id)
-    (while (and buffers (not (and auto-revert-stop-on-user-input (input-pending-p))))
-      (with-demoted-errors "fastrevert: %S"
-        (fastrevert--refresh-vc-of (pop buffers))))
+    (fastrevert-vc-call-with-batch
+     buffers
+     (lambda ()
+       (while (and buffers (not (and auto-revert-stop-on-user-input (input-pending-p))))
+         (with-demoted-errors "fastrevert: %S"
+           (fastrevert--refresh-vc-of (pop buffers))))))
     (setq fastrevert--main-thread-seconds
           (+ fastrevert--main-thread-seconds (- (float-time) start)))))
 
@@ -544,7 +560,7 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
 (defconst fastrevert--watched-settings
   '(auto-revert-use-notify auto-revert-notify-exclude-dir-regexp
     auto-revert-interval auto-revert-avoid-polling auto-revert-remote-files
-    auto-revert-check-vc-info fastrevert-settle-delay)
+    auto-revert-check-vc-info fastrevert-settle-delay fastrevert-vc-hold-limit)
   "Settings whose change makes fastrevert re-register its buffers.")
 
 ;;;;; Settings
@@ -552,7 +568,8 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
 (defun fastrevert--configure-engine ()
   "Pass the current intervals to the engine."
   (fastrevert--mod-watch-configure auto-revert-interval fastrevert-settle-delay
-                                   (not auto-revert-avoid-polling)))
+                                   (not auto-revert-avoid-polling))
+  (fastrevert--mod-watch-hold-limit fastrevert-vc-hold-limit))
 
 (defvar fastrevert--reconfigure-timer nil
   "Timer that applies changed settings, or nil.")

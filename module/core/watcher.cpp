@@ -124,7 +124,12 @@ WatcherTestHooks& watcher_test_hooks() noexcept {
   return hooks;
 }
 
-Watcher::Watcher(Engine& engine) : engine_(engine) {
+Watcher::Watcher(Engine& engine)
+    : engine_(engine),
+      hold_(
+          engine.loop(),
+          [this](const std::unordered_set<std::uint64_t>& ids) { report_held_changes(ids); },
+          [this](const std::string& control_dir) { request_probe(control_dir); }) {
   // uv_timer_init only fills in the handle and links it into the loop; it
   // cannot fail on Unix, so there is no half-initialized state to undo.
   uv_timer_init(engine_.loop(), &flush_timer_);
@@ -187,6 +192,7 @@ void Watcher::remove(std::uint64_t id) {
   std::string path = std::move(registration_it->second.path);
   WatchMode mode = registration_it->second.mode;
   registrations_.erase(registration_it);
+  hold_.forget(id);
 
   auto path_it = paths_.find(path);
   if (path_it == paths_.end()) return;
@@ -244,7 +250,7 @@ void Watcher::inject_overflow() {
 }
 
 bool Watcher::idle() const noexcept {
-  if (flush_armed_ || !sweeps_in_flight_.empty()) return false;
+  if (flush_armed_ || !sweeps_in_flight_.empty() || !pending_probes_.empty()) return false;
   for (const auto& path : pending_paths_) {
     auto it = paths_.find(path);
     if (it != paths_.end() && it->second.stat_pending) return false;
@@ -259,6 +265,8 @@ void Watcher::shutdown() {
   // the loop (hence Engine::stop) waits for its stats to return.  Either way
   // after_sweep frees the job.
   for (SweepJob* job : sweeps_in_flight_) uv_cancel(reinterpret_cast<uv_req_t*>(&job->request));
+  hold_.shutdown();
+  pending_probes_.clear();
   uv_close(reinterpret_cast<uv_handle_t*>(&flush_timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&poll_timer_), nullptr);
   if (inotify_poll_initialized_) {
@@ -627,7 +635,7 @@ void Watcher::on_flush_timer(uv_timer_t* handle) {
 }
 
 void Watcher::launch_sweeps() {
-  if (shutting_down_ || pending_paths_.empty()) return;
+  if (shutting_down_ || (pending_paths_.empty() && pending_probes_.empty())) return;
   // At the cap, the pending names wait; after_sweep calls back here.
   if (sweeps_in_flight_.size() >= kMaxSweepsInFlight) return;
 
@@ -654,7 +662,11 @@ void Watcher::launch_sweeps() {
     job->entries.push_back(std::move(entry));
   }
   pending_paths_ = std::move(still_pending);
-  if (job->entries.empty()) return;
+  for (const auto& control_dir : pending_probes_) {
+    job->repositories.emplace_back(control_dir, RepositoryState{});
+  }
+  pending_probes_.clear();
+  if (job->entries.empty() && job->repositories.empty()) return;
 
   job->request.data = job.get();
   int status =
@@ -696,6 +708,7 @@ void Watcher::run_sweep(uv_work_t* request) {
       std::free(resolved);
     }
   }
+  probe_repositories(*job);
 }
 
 void Watcher::after_sweep(uv_work_t* request, int status) {
@@ -708,6 +721,7 @@ void Watcher::after_sweep(uv_work_t* request, int status) {
 }
 
 void Watcher::apply_sweep(SweepJob& job) {
+  apply_repositories(job);
   std::size_t emitted = 0;
   for (const auto& entry : job.entries) {
     auto path_it = paths_.find(entry.path);
@@ -734,6 +748,7 @@ void Watcher::apply_sweep(SweepJob& job) {
       }
       if (entry.signature == registration.baseline) continue;
       registration.baseline = entry.signature;
+      if (hold_change(id, job, entry)) continue;
       engine_.emit(Record{RecordKind::file_changed, id, 0, entry.path});
       ++emitted;
     }
@@ -765,6 +780,64 @@ void Watcher::update_link_target(const std::string& path, WatchedPath& watched,
   }
   refresh_coverage(path, watched);
 }
+
+// ---------------------------------------------------------------------------
+// VCS operations.  Every sweep finds the repositories of its files and looks
+// into each of them after it has stat'ed the files, so a repository found
+// idle was idle when the last of them was stat'ed: whatever Emacs reads
+// afterwards is what the operation left.  The hold (vcs.h) decides from that
+// whether a confirmed change is reported at once or when the operation ends.
+
+void Watcher::probe_repositories(SweepJob& job) {
+  RepositoryFinder finder;
+  std::unordered_map<std::string, int> index_of;
+  for (std::size_t i = 0; i < job.repositories.size(); ++i) {
+    index_of.emplace(job.repositories[i].first, static_cast<int>(i));
+  }
+  for (auto& entry : job.entries) {
+    // A directory registered with its contents (Dired) belongs to the
+    // repository it is in; a file, even a deleted one, to its directory's.
+    const std::string& control_dir =
+        finder.control_dir_of(entry.contents ? entry.path : split_path(entry.path).first);
+    if (control_dir.empty()) continue;
+    auto [index_it, inserted] =
+        index_of.try_emplace(control_dir, static_cast<int>(job.repositories.size()));
+    if (inserted) job.repositories.emplace_back(control_dir, RepositoryState{});
+    entry.repository = index_it->second;
+  }
+  for (auto& [control_dir, state] : job.repositories) state = probe_repository(control_dir);
+}
+
+void Watcher::apply_repositories(const SweepJob& job) {
+  for (const auto& [control_dir, state] : job.repositories) hold_.update(control_dir, state);
+}
+
+bool Watcher::hold_change(std::uint64_t id, const SweepJob& job, const SweepEntry& entry) {
+  if (entry.repository < 0) return false;
+  const auto& [control_dir, state] = job.repositories[static_cast<std::size_t>(entry.repository)];
+  return hold_.offer(id, control_dir, state);
+}
+
+void Watcher::report_held_changes(const std::unordered_set<std::uint64_t>& ids) {
+  std::size_t emitted = 0;
+  for (std::uint64_t id : ids) {
+    auto registration_it = registrations_.find(id);
+    if (registration_it == registrations_.end()) continue;
+    engine_.emit(Record{RecordKind::file_changed, id, 0, registration_it->second.path});
+    ++emitted;
+  }
+  if (emitted > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Watcher::request_probe(const std::string& control_dir) {
+  if (shutting_down_) return;
+  pending_probes_.insert(control_dir);
+  // With the settle delay, files still being reported join the same sweep,
+  // and the hold ends in the batch that reports them.
+  schedule_flush(FlushUrgency::settle);
+}
+
+void Watcher::set_hold_limit(std::chrono::milliseconds limit) { hold_.set_limit(limit); }
 
 void Watcher::notice_failure_once(const char* function, int error, const char* consequence) {
   if (!noticed_failures_.emplace(function, error).second) return;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/engine.h"
+#include "core/vcs.h"
 
 namespace fastrevert {
 
@@ -113,12 +114,16 @@ class Watcher : public Service {
   void rescan();
   // Behaves exactly as if the kernel had reported IN_Q_OVERFLOW.
   void inject_overflow();
+  // The longest a running VCS operation holds back its repository's
+  // changes (see OperationHold); zero holds nothing.  Default 5 s.
+  void set_hold_limit(std::chrono::milliseconds limit);
 
   // True when no stat is in flight or pending: every event read so far has
   // been confirmed and reported.  Tests use it as a synchronization point.
   bool idle() const noexcept;
   std::size_t registration_count() const noexcept { return registrations_.size(); }
   std::size_t sweeps_in_flight() const noexcept { return sweeps_in_flight_.size(); }
+  std::size_t held_changes() const noexcept { return hold_.held_changes(); }
 
   void shutdown() override;
 
@@ -177,6 +182,9 @@ class Watcher : public Service {
     bool contents = false;
     bool resolved = false;
     std::string resolved_path;
+    // Index into SweepJob::repositories of the repository holding PATH, or
+    // -1 for none.
+    int repository = -1;
   };
 
   // A batch of stats run on the threadpool.  Owned by the watcher from launch
@@ -186,6 +194,9 @@ class Watcher : public Service {
     Watcher* watcher = nullptr;
     std::uint64_t number = 0;
     std::vector<SweepEntry> entries;
+    // The repositories of the entries, and those the hold asked to look
+    // into, each with what the sweep found after it stat'ed the entries.
+    std::vector<std::pair<std::string, RepositoryState>> repositories;
   };
 
   enum class FlushUrgency { settle, now };
@@ -214,6 +225,17 @@ class Watcher : public Service {
   void launch_sweeps();
   void apply_sweep(SweepJob& job);
   void update_link_target(const std::string& path, WatchedPath& watched, const SweepEntry& entry);
+  // VCS operations (see vcs.h).  Sweep thread: finds the entries'
+  // repositories and looks into each once its files are stat'ed.
+  static void probe_repositories(SweepJob& job);
+  // Engine thread: hands the sweep's findings to the hold, and reports the
+  // change of ID (confirmed by a sweep) unless the hold keeps it.
+  void apply_repositories(const SweepJob& job);
+  bool hold_change(std::uint64_t id, const SweepJob& job, const SweepEntry& entry);
+  // Reports, as one batch, the changes of IDS that a hold kept; and asks
+  // for a look into a repository on the hold's behalf.
+  void report_held_changes(const std::unordered_set<std::uint64_t>& ids);
+  void request_probe(const std::string& control_dir);
   // Emits one notice per failure kind (FUNCTION and ERROR) in the watcher's
   // lifetime.  CONSEQUENCE says what happens next; null means the fallback
   // to polling.
@@ -251,6 +273,10 @@ class Watcher : public Service {
   std::uint64_t next_sweep_number_ = 1;
   std::uint64_t next_incarnation_ = 1;
   std::unordered_set<SweepJob*> sweeps_in_flight_;
+  // Changes held while a VCS operation runs, and the repositories the hold
+  // has asked to look into with the next sweep.
+  OperationHold hold_;
+  std::unordered_set<std::string> pending_probes_;
   // Failure kinds ("function:errno") already reported with a notice.
   std::set<std::pair<std::string, int>> noticed_failures_;
 

@@ -1,0 +1,223 @@
+;;; fastrevert-vc-test.el --- Tests of the VC state of a batch -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; The VC state that `fastrevert-vc-call-with-batch' gives each buffer is
+;; compared with what the stock `vc-refresh-state' of the running Emacs
+;; gives it, over Git repositories in every state vc-git knows; and the
+;; Git processes a batch starts are counted by a wrapper around Git.
+
+;;; Code:
+
+(require 'fastrevert-test-helpers)
+(require 'fastrevert-vc)
+(require 'vc-git)
+(require 'smerge-mode)
+
+(defconst fastrevert-vc-test--fixture
+  "set -e
+top=$1
+detached=$2
+cd \"$top\"
+mkdir sub-origin
+cd sub-origin
+git init -q -b main
+printf 'inner\\n' > inner.txt
+git add .
+git commit -qm inner
+cd ..
+mkdir fresh
+cd fresh
+git init -q -b trunk
+printf 'a\\n' > staged.txt
+git add staged.txt
+printf 'u\\n' > loose.txt
+cd ..
+mkdir repo
+cd repo
+git init -q -b main
+mkdir dir 'with space' ign
+for f in up.txt edited.txt removed.txt unindexed.txt gone.txt dir/deep.txt \\
+         'with space/a b.txt'; do printf '1\\n' > \"$f\"; done
+printf 'base\\n' > conflict.txt
+printf 'ign/\\n*.log\\n' > .gitignore
+git add .
+git commit -qm base
+git -c protocol.file.allow=always submodule -q add ../sub-origin sub
+git commit -qm sub
+git checkout -qb other
+printf 'other\\n' > conflict.txt
+git commit -qam other
+git checkout -q main
+printf 'main\\n' > conflict.txt
+git commit -qam main
+if [ \"$detached\" = yes ]; then git checkout -q --detach; fi
+git merge -q other >/dev/null 2>&1 || true
+printf '2\\n' >> edited.txt
+git rm -q removed.txt
+git rm -q --cached unindexed.txt
+rm gone.txt
+printf 'n\\n' > added.txt
+git add added.txt
+printf 'u\\n' > untracked.txt
+printf 'i\\n' > ign/ignored.txt
+printf 'l\\n' > x.log
+printf 'e\\n' >> sub/inner.txt
+"
+  "Shell script that makes the repositories of the differential test.
+Arguments: the directory to make them in, and `yes' for a detached HEAD.")
+
+(defconst fastrevert-vc-test--visited
+  '("repo/up.txt" "repo/edited.txt" "repo/removed.txt" "repo/unindexed.txt"
+    "repo/conflict.txt" "repo/gone.txt" "repo/dir/deep.txt" "repo/with space/a b.txt"
+    "repo/added.txt" "repo/untracked.txt" "repo/ign/ignored.txt" "repo/x.log"
+    "repo/sub/inner.txt" "fresh/staged.txt" "fresh/loose.txt")
+  "The files the differential test visits, relative to its directory.")
+
+(defun fastrevert-vc-test--environment (dir)
+  "Return `process-environment' for Git commands run by the tests in DIR.
+Commits get a fixed author, and no configuration of the user's is read."
+  (append (list (concat "HOME=" dir) "GIT_CONFIG_NOSYSTEM=1"
+                "GIT_AUTHOR_NAME=fastrevert" "GIT_AUTHOR_EMAIL=fastrevert@example.org"
+                "GIT_COMMITTER_NAME=fastrevert" "GIT_COMMITTER_EMAIL=fastrevert@example.org")
+          process-environment))
+
+(defun fastrevert-vc-test--sh (dir script &rest args)
+  "Run the shell SCRIPT in DIR with ARGS as $1...; fail unless it succeeds."
+  (let ((default-directory dir))
+    (with-temp-buffer
+      (unless (zerop (apply #'call-process "sh" nil t nil "-c" script "sh" args))
+        (error "Shell script failed: %s" (buffer-string))))))
+
+(defmacro fastrevert-vc-test--with-git-log (log &rest body)
+  "Run BODY with every Git process recorded, one line of arguments each, in LOG.
+LOG is a variable bound to the log file's name; `vc-git-program' is a
+wrapper that appends to it and runs Git."
+  (declare (indent 1))
+  (let ((wrapper (make-symbol "wrapper")))
+    `(let* ((,wrapper (make-temp-file "fastrevert-git-" nil ".sh"
+                                      (format "#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\nexec %s \"$@\"\n"
+                                              (shell-quote-argument ,log)
+                                              (shell-quote-argument (executable-find "git")))))
+            (vc-git-program ,wrapper))
+       (unwind-protect
+           (progn (set-file-modes ,wrapper #o700) ,@body)
+         (delete-file ,wrapper)))))
+
+(defun fastrevert-vc-test--log-lines (log)
+  "Return the lines of the Git LOG, or nil if there is none."
+  (and (file-exists-p log)
+       (with-temp-buffer
+         (insert-file-contents log)
+         (split-string (buffer-string) "\n" t))))
+
+(defun fastrevert-vc-test--reset (buffer)
+  "Forget every piece of VC state of BUFFER and of its file."
+  (with-current-buffer buffer
+    (vc-file-clearprops buffer-file-name)
+    (setq vc-mode "stale")
+    (when smerge-mode (smerge-mode -1))
+    (kill-local-variable 'backup-inhibited)
+    (kill-local-variable 'vc-mode-line-hook)
+    (setq buffer-read-only nil)))
+
+(defun fastrevert-vc-test--state (buffer)
+  "Return everything `vc-refresh-state' decides for BUFFER."
+  (with-current-buffer buffer
+    ;; The text of the mode line and its properties (which Emacs 28's
+    ;; `equal-including-properties' compares with `eq').
+    (list :vc-mode (and vc-mode (cons (substring-no-properties vc-mode)
+                                      (object-intervals vc-mode)))
+          :properties (symbol-plist (intern-soft (expand-file-name buffer-file-name)
+                                                 vc-file-prop-obarray))
+          :smerge smerge-mode
+          :read-only buffer-read-only
+          :backup-inhibited backup-inhibited
+          :hook (and (local-variable-p 'vc-mode-line-hook) vc-mode-line-hook)
+          :error fastrevert-vc-test--error)))
+
+(defvar-local fastrevert-vc-test--error nil
+  "The error the last refresh of this buffer signaled, or nil.")
+
+(defun fastrevert-vc-test--refresh (buffer)
+  "Refresh BUFFER's VC state as the stock auto-revert handler does.
+An error is recorded: as root, stock `vc-mode-line' fails on a file
+that is registered but missing."
+  (with-current-buffer buffer
+    (setq fastrevert-vc-test--error nil)
+    (condition-case err
+        (let ((revert-buffer-in-progress-p t))
+          (vc-refresh-state))
+      (error (setq fastrevert-vc-test--error err)))))
+
+(defvar vc-use-short-revision)
+
+(defun fastrevert-vc-test--compare (detached &optional short)
+  "Compare stock and batch VC states over the fixture; DETACHED as its HEAD.
+SHORT non-nil sets `vc-use-short-revision' (Emacs 30 and later), which
+has vc-git ask Git for a short revision: one more process per
+repository."
+  (fastrevert-test-with-temp-dir dir
+    (let* ((process-environment (fastrevert-vc-test--environment dir))
+           (vc-use-short-revision short)
+           (log (expand-file-name "git.log" dir))
+           (vc-handled-backends vc-handled-backends))
+      (fastrevert-vc-test--sh dir fastrevert-vc-test--fixture dir (if detached "yes" "no"))
+      (let ((buffers (let ((vc-handled-backends nil))
+                       (mapcar (lambda (name) (find-file-noselect (expand-file-name name dir)))
+                               fastrevert-vc-test--visited))))
+        (unwind-protect
+            (fastrevert-vc-test--with-git-log log
+              (let ((stock (mapcar (lambda (buffer)
+                                     (fastrevert-vc-test--reset buffer)
+                                     (fastrevert-vc-test--refresh buffer)
+                                     (fastrevert-vc-test--state buffer))
+                                   buffers)))
+                ;; The fixture covers every state a refresh gives (an
+                ;; ignored file, like one outside VC, is not registered).
+                (should (equal (sort (delete-dups
+                                      (mapcar (lambda (state)
+                                                (symbol-name (plist-get (plist-get state :properties)
+                                                                        'vc-state)))
+                                              stock))
+                                     #'string<)
+                               '("added" "conflict" "edited" "nil" "removed"
+                                 "unregistered" "up-to-date")))
+                (should (plist-get (nth 4 stock) :smerge))
+                (when (file-exists-p log) (delete-file log))
+                (mapc #'fastrevert-vc-test--reset buffers)
+                (fastrevert-vc-call-with-batch buffers
+                                               (lambda () (mapc #'fastrevert-vc-test--refresh buffers)))
+                (cl-loop for buffer in buffers
+                         for expected in stock
+                         do (ert-info ((format "%s" (buffer-file-name buffer)))
+                              (should (equal (fastrevert-vc-test--state buffer) expected))))
+                ;; Three repositories (the work tree, its submodule, one
+                ;; without commits), two or three Git processes each, and
+                ;; nothing started for any one buffer.
+                (let ((commands (fastrevert-vc-test--log-lines log)))
+                  (should (= (length commands) (if short 9 6)))
+                  (should (cl-every (lambda (command)
+                                      (string-match-p
+                                       (concat "\\`--no-pager \\(status --porcelain=v2 \\|"
+                                               "ls-files -c -z -- :(glob)\\|"
+                                               "rev-parse --short HEAD\\'\\)")
+                                       command))
+                                    commands)))))
+          (dolist (buffer buffers)
+            (with-current-buffer buffer (set-buffer-modified-p nil))
+            (kill-buffer buffer)))))))
+
+(ert-deftest fastrevert-vc-batch-gives-every-buffer-the-stock-vc-state-on-a-branch ()
+  (fastrevert-vc-test--compare nil))
+
+(ert-deftest fastrevert-vc-batch-gives-every-buffer-the-stock-vc-state-at-a-detached-head ()
+  (fastrevert-vc-test--compare t))
+
+(ert-deftest fastrevert-vc-batch-asks-for-a-short-revision-once-per-repository ()
+  (skip-unless (boundp 'vc-use-short-revision))
+  (fastrevert-vc-test--compare nil t))
+
+(provide 'fastrevert-vc-test)
+
+;;; fastrevert-vc-test.el ends here
