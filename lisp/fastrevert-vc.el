@@ -113,8 +113,10 @@ answer.")
   "The batch being refreshed, or nil.
 A plist: `:repos' maps a root to its `fastrevert-vc--repo', or to
 `failed' if Git could not answer for it; `:files' maps a root to
-the root-relative names of the batch's files in it; `:roots' memoizes
-`vc-git-root' by directory.")
+the root-relative names of the batch's files in it, and `:places' an
+absolute file name to its (ROOT . RELATIVE-NAME); `:roots' memoizes
+`vc-git-root' by directory; `:coding' is the coding system of Git's
+output.")
 
 (defun fastrevert-vc--glob-quote (name)
   "Return NAME with the characters special to Git's glob magic escaped."
@@ -230,10 +232,12 @@ is left to the stock refresh."
   (equal (file-relative-name (file-truename directory) (file-truename root))
          (file-relative-name directory root)))
 
-(defun fastrevert-vc--collect (buffers)
+(defun fastrevert-vc--collect (buffers places)
   "Return a hash table from Git root to the root-relative files of BUFFERS.
 Only local buffers in a Git work tree are counted, and only when
-nothing in the environment changes how Git reads a pathspec."
+nothing in the environment changes how Git reads a pathspec.  Each
+file counted is entered in the hash table PLACES, as the key of a
+cons (ROOT . RELATIVE-NAME)."
   (let ((files (make-hash-table :test #'equal))
         (plain (make-hash-table :test #'equal)))
     (when (fastrevert-vc--environment-plain-p)
@@ -248,7 +252,9 @@ nothing in the environment changes how Git reads a pathspec."
                 (setq lexical (puthash directory (fastrevert-vc--lexical-p directory root)
                                        plain)))
               (when lexical
-                (push (file-relative-name file root) (gethash root files))))))))
+                (let ((relative (file-relative-name file root)))
+                  (puthash file (cons root relative) places)
+                  (push relative (gethash root files)))))))))
     files))
 
 ;;;; Answering vc-git's commands
@@ -270,19 +276,14 @@ if this is the first time the repository is asked about."
 
 (defun fastrevert-vc--file-in (name)
   "Return (REPO . RELATIVE) for NAME, a file named from `default-directory'.
-REPO answers for the repository Git would find from `default-directory',
-RELATIVE is NAME relative to its root, and NAME's directory must be
-one the batch covered.  Return nil otherwise."
-  (let* ((repo (fastrevert-vc--repo-for default-directory))
-         (file (and repo (expand-file-name name)))
-         (relative (and file (file-relative-name file (fastrevert-vc--repo-root repo)))))
-    (and relative
-         (not (string-prefix-p "../" relative))
-         (equal (fastrevert-vc--root-of (file-name-directory file))
-                (fastrevert-vc--repo-root repo))
-         (gethash (or (file-name-directory relative) "")
-                  (fastrevert-vc--repo-directories repo))
-         (cons repo relative))))
+NAME must be a file of the batch, in the repository Git finds from
+`default-directory'; REPO answers for that repository, and RELATIVE
+is NAME relative to its root.  Return nil otherwise."
+  (let ((place (gethash (expand-file-name name) (plist-get fastrevert-vc--batch :places))))
+    (and place
+         (equal (car place) (fastrevert-vc--root-of default-directory))
+         (let ((repo (fastrevert-vc--repo-for default-directory)))
+           (and repo (cons repo (cdr place)))))))
 
 (defun fastrevert-vc--answer (args run)
   "Return (EXIT . OUTPUT) for the Git command ARGS, or nil to run it.
@@ -372,10 +373,12 @@ outside Git, or other backends' commands, are not affected."
            (list :repos (make-hash-table :test #'equal)
                  :roots (make-hash-table :test #'equal)
                  :coding (or coding-system-for-read vc-git-log-output-coding-system))))
-      (let ((files (fastrevert-vc--collect buffers)))
+      (let* ((places (make-hash-table :test #'equal))
+             (files (fastrevert-vc--collect buffers places)))
         (if (zerop (hash-table-count files))
             (funcall function)
-          (setq fastrevert-vc--batch (plist-put fastrevert-vc--batch :files files))
+          (setq fastrevert-vc--batch (nconc fastrevert-vc--batch (list :files files
+                                                                       :places places)))
           (advice-add 'process-file :around #'fastrevert-vc--process-file-advice)
           (unwind-protect
               (funcall function)

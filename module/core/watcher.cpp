@@ -156,22 +156,21 @@ void Watcher::add(std::uint64_t id, std::string path, WatchMode mode, bool conte
   Registration registration;
   registration.mode = mode;
   registration.first_usable_sweep = next_sweep_number_;
-  registration.path = path;
 
   auto [path_it, inserted] = paths_.try_emplace(std::move(path));
   // The map's key outlives every use below (unlike PATH, moved into it).
   const std::string& registered_path = path_it->first;
+  registration.path = &registered_path;
   WatchedPath& watched = path_it->second;
   if (inserted) {
     watched.incarnation = next_incarnation_++;
-    std::tie(watched.own_dir, watched.own_name) = split_path(registered_path);
     watched.contents = contents;
   } else if (contents && !watched.contents) {
     // A name first registered as a plain file now matters as a directory.
     if (watched.has_kernel_interest) add_interest(registered_path, kAnyName, registered_path);
     watched.contents = true;
   }
-  watched.ids.insert(id);
+  watched.ids.push_back(id);
   if (mode == WatchMode::notify) {
     if (++watched.notify_registrations == 1) add_kernel_interest(registered_path, watched);
   } else {
@@ -189,7 +188,7 @@ void Watcher::add(std::uint64_t id, std::string path, WatchMode mode, bool conte
 void Watcher::remove(std::uint64_t id) {
   auto registration_it = registrations_.find(id);
   if (registration_it == registrations_.end()) return;
-  std::string path = std::move(registration_it->second.path);
+  std::string path = *registration_it->second.path;
   WatchMode mode = registration_it->second.mode;
   registrations_.erase(registration_it);
   hold_.forget(id);
@@ -197,7 +196,7 @@ void Watcher::remove(std::uint64_t id) {
   auto path_it = paths_.find(path);
   if (path_it == paths_.end()) return;
   WatchedPath& watched = path_it->second;
-  watched.ids.erase(id);
+  watched.ids.erase(std::remove(watched.ids.begin(), watched.ids.end(), id), watched.ids.end());
   if (mode == WatchMode::notify) {
     if (--watched.notify_registrations == 0) drop_kernel_interest(path, watched);
   } else {
@@ -296,22 +295,35 @@ void Watcher::shutdown() {
 
 void Watcher::add_kernel_interest(const std::string& path, WatchedPath& watched) {
   watched.has_kernel_interest = true;
-  add_interest(watched.own_dir, watched.own_name, path);
+  auto [own_dir, own_name] = split_path(path);
+  add_interest(own_dir, own_name, path);
   if (watched.contents) add_interest(path, kAnyName, path);
-  if (!watched.target_dir.empty()) add_interest(watched.target_dir, watched.target_name, path);
+  if (!watched.target.empty()) {
+    auto [target_dir, target_name] = split_path(watched.target);
+    add_interest(target_dir, target_name, path);
+  }
 }
 
 void Watcher::drop_kernel_interest(const std::string& path, WatchedPath& watched) {
   watched.has_kernel_interest = false;
-  drop_interest(watched.own_dir, watched.own_name, path);
+  auto [own_dir, own_name] = split_path(path);
+  drop_interest(own_dir, own_name, path);
   if (watched.contents) drop_interest(path, kAnyName, path);
-  if (!watched.target_dir.empty()) drop_interest(watched.target_dir, watched.target_name, path);
+  if (!watched.target.empty()) {
+    auto [target_dir, target_name] = split_path(watched.target);
+    drop_interest(target_dir, target_name, path);
+  }
 }
 
 void Watcher::add_interest(const std::string& dir, const std::string& name,
                            const std::string& path) {
+  auto path_it = paths_.find(path);
+  if (path_it == paths_.end()) return;
   auto [dir_it, inserted] = dirs_.try_emplace(dir);
-  dir_it->second.paths_by_name[name].insert(path);
+  auto& paths = dir_it->second.paths_by_name[name];
+  if (std::find(paths.begin(), paths.end(), &path_it->first) == paths.end()) {
+    paths.push_back(&path_it->first);
+  }
   if (inserted) try_watch_directory(dir, dir_it->second);
 }
 
@@ -322,8 +334,11 @@ void Watcher::drop_interest(const std::string& dir, const std::string& name,
   auto& paths_by_name = dir_it->second.paths_by_name;
   auto name_it = paths_by_name.find(name);
   if (name_it != paths_by_name.end()) {
-    name_it->second.erase(path);
-    if (name_it->second.empty()) paths_by_name.erase(name_it);
+    auto& paths = name_it->second;
+    paths.erase(std::remove_if(paths.begin(), paths.end(),
+                               [&](const std::string* key) { return *key == path; }),
+                paths.end());
+    if (paths.empty()) paths_by_name.erase(name_it);
   }
   if (paths_by_name.empty()) {
     unwatch_directory(dir, dir_it->second);
@@ -416,11 +431,11 @@ void Watcher::lose_watch(int wd, bool still_registered) {
     if (dir_it == dirs_.end()) continue;
     dir_it->second.wd = -1;
     for (const auto& name_entry : dir_it->second.paths_by_name) {
-      for (const auto& path : name_entry.second) {
-        auto path_it = paths_.find(path);
+      for (const std::string* path : name_entry.second) {
+        auto path_it = paths_.find(*path);
         if (path_it == paths_.end()) continue;
-        request_stat(path, path_it->second);
-        refresh_coverage(path, path_it->second);
+        request_stat(*path, path_it->second);
+        refresh_coverage(*path, path_it->second);
       }
     }
   }
@@ -432,9 +447,10 @@ void Watcher::refresh_coverage(const std::string& path, WatchedPath& watched) {
     auto it = dirs_.find(dir);
     return it != dirs_.end() && it->second.wd >= 0;
   };
-  bool kernel_covers = watched.notify_registrations > 0 && !watched.own_name.empty() &&
-                       !watched.link_unresolved && watched_dir(watched.own_dir) &&
-                       (watched.target_dir.empty() || watched_dir(watched.target_dir)) &&
+  auto [own_dir, own_name] = split_path(path);
+  bool kernel_covers = watched.notify_registrations > 0 && !own_name.empty() &&
+                       !watched.link_unresolved && watched_dir(own_dir) &&
+                       (watched.target.empty() || watched_dir(split_path(watched.target).first)) &&
                        (!watched.contents || watched_dir(path));
   bool should_poll =
       watched.poll_registrations > 0 || (watched.notify_registrations > 0 && !kernel_covers);
@@ -527,10 +543,10 @@ void Watcher::read_inotify_events() {
             if (key == &name && name.empty()) continue;
             auto name_it = dir_it->second.paths_by_name.find(*key);
             if (name_it == dir_it->second.paths_by_name.end()) continue;
-            for (const auto& path : name_it->second) {
-              auto path_it = paths_.find(path);
+            for (const std::string* path : name_it->second) {
+              auto path_it = paths_.find(*path);
               if (path_it == paths_.end()) continue;
-              request_stat(path, path_it->second);
+              request_stat(*path, path_it->second);
               matched = true;
             }
           }
@@ -567,11 +583,11 @@ void Watcher::on_poll_timer(uv_timer_t* handle) {
     WatchedDir& dir = dir_entry.second;
     if (dir.wd >= 0 || !self->try_watch_directory(dir_entry.first, dir)) continue;
     for (const auto& name_entry : dir.paths_by_name) {
-      for (const auto& path : name_entry.second) {
-        auto path_it = self->paths_.find(path);
+      for (const std::string* path : name_entry.second) {
+        auto path_it = self->paths_.find(*path);
         if (path_it == self->paths_.end()) continue;
-        self->request_stat(path, path_it->second);
-        self->refresh_coverage(path, path_it->second);
+        self->request_stat(*path, path_it->second);
+        self->refresh_coverage(*path, path_it->second);
       }
     }
   }
@@ -759,20 +775,17 @@ void Watcher::apply_sweep(SweepJob& job) {
 
 void Watcher::update_link_target(const std::string& path, WatchedPath& watched,
                                  const SweepEntry& entry) {
-  std::string target_dir;
-  std::string target_name;
-  if (entry.is_symlink && entry.resolved) {
-    std::tie(target_dir, target_name) = split_path(entry.resolved_path);
-  }
+  std::string target = entry.is_symlink && entry.resolved ? entry.resolved_path : std::string();
   watched.link_unresolved = entry.is_symlink && !entry.resolved;
-  if (target_dir != watched.target_dir || target_name != watched.target_name) {
-    if (watched.has_kernel_interest && !watched.target_dir.empty()) {
-      drop_interest(watched.target_dir, watched.target_name, path);
+  if (target != watched.target) {
+    if (watched.has_kernel_interest && !watched.target.empty()) {
+      auto [target_dir, target_name] = split_path(watched.target);
+      drop_interest(target_dir, target_name, path);
     }
-    watched.target_dir = std::move(target_dir);
-    watched.target_name = std::move(target_name);
-    if (watched.has_kernel_interest && !watched.target_dir.empty()) {
-      add_interest(watched.target_dir, watched.target_name, path);
+    watched.target = std::move(target);
+    if (watched.has_kernel_interest && !watched.target.empty()) {
+      auto [target_dir, target_name] = split_path(watched.target);
+      add_interest(target_dir, target_name, path);
       // The target may have changed between this sweep's stat and the new
       // watch; one more stat closes that window.
       request_stat(path, watched);
@@ -823,7 +836,7 @@ void Watcher::report_held_changes(const std::unordered_set<std::uint64_t>& ids) 
   for (std::uint64_t id : ids) {
     auto registration_it = registrations_.find(id);
     if (registration_it == registrations_.end()) continue;
-    engine_.emit(Record{RecordKind::file_changed, id, 0, registration_it->second.path});
+    engine_.emit(Record{RecordKind::file_changed, id, 0, *registration_it->second.path});
     ++emitted;
   }
   if (emitted > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);

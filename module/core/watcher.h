@@ -128,8 +128,14 @@ class Watcher : public Service {
   void shutdown() override;
 
  private:
+  // What a watched file costs is mostly its name, so each registered name is
+  // stored once, as the key of its entry in paths_, and everything else
+  // refers to that key: entries of an unordered_map keep their address as
+  // the map grows.
   struct Registration {
-    std::string path;
+    // The key of the registered name's entry in paths_, which outlives the
+    // registration.
+    const std::string* path = nullptr;
     WatchMode mode = WatchMode::notify;
     FileSignature baseline;
     bool has_baseline = false;
@@ -140,19 +146,16 @@ class Watcher : public Service {
 
   // One registered name, shared by every id that registered it.
   struct WatchedPath {
-    std::set<std::uint64_t> ids;
+    // Nearly always one id: buffers rarely share a file.
+    std::vector<std::uint64_t> ids;
     int notify_registrations = 0;
     int poll_registrations = 0;
     // Distinguishes this entry from an earlier one for the same name, so a
     // sweep started before a remove and re-add cannot update the new one.
     std::uint64_t incarnation = 0;
-    // The directory the kernel watch for the name itself lives on, and the
-    // name within it.
-    std::string own_dir;
-    std::string own_name;
     // For a symlink, where it resolved on the last sweep; empty otherwise.
-    std::string target_dir;
-    std::string target_name;
+    // The kernel watch for the name itself is on its own directory.
+    std::string target;
     // A symlink whose target could not be resolved is polled: no directory
     // watch can see its target appear.
     bool link_unresolved = false;
@@ -169,8 +172,8 @@ class Watcher : public Service {
   struct WatchedDir {
     int wd = -1;
     // The registered names in this directory that matter, each mapped to the
-    // registered paths that an event on it makes dirty.
-    std::unordered_map<std::string, std::unordered_set<std::string>> paths_by_name;
+    // registered paths (keys of paths_) that an event on it makes dirty.
+    std::unordered_map<std::string, std::vector<const std::string*>> paths_by_name;
   };
 
   struct SweepEntry {

@@ -1030,6 +1030,7 @@ TEST_CASE("watcher: a lock left behind holds changes only up to the limit, and o
   append_file(file, "z");
   REQUIRE(harness.wait_for_change(1));
   CHECK(wait_for_held(harness, 0));
+  harness.clear();
   // Once the lock is gone and seen gone, a new one holds changes again.
   REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
   append_file(file, "seen idle");
