@@ -204,7 +204,7 @@ fastrevert's engine wake-ups.")
 ;;;; Watching buffers catch up
 
 (defun fastrevert-bench-vc--tracker (buffers done-p)
-  "Return a function that tells whether DONE-P holds for all of BUFFERS.
+  "Return a predicate: does DONE-P hold for every one of BUFFERS?
 It resumes at the buffer last seen not done, since a buffer once done
 stays so."
   (let ((tail buffers)
@@ -297,9 +297,10 @@ Auto-Revert mode) or `magit' (`magit-auto-revert-mode')."
 
 (defun fastrevert-bench-vc--checkout-once (impl buffers dir deadline)
   "Check out `other' in DIR under IMPL and time BUFFERS catching up.
-Give up after DEADLINE seconds.  Return a plist: :text and :vc (seconds until every text and every
-`vc-mode' matched, nil if not within DEADLINE), :stale-text,
-:stale-vc, :busy-ms (main thread), :git and :vc-git (processes)."
+Give up after DEADLINE seconds.  Return a plist: :text and :vc
+\(seconds until every text and every `vc-mode' matched, nil if not
+within DEADLINE), :stale-text, :stale-vc, :busy-ms (main thread),
+:git and :vc-git (processes)."
   (let* ((text-done (fastrevert-bench-vc--tracker
                      buffers (lambda (buffer)
                                (with-current-buffer buffer

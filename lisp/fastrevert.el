@@ -480,12 +480,12 @@ Return non-nil if BUFFER had none, so that it must be taken back."
       (mapc #'fastrevert--take-back-local-case-fold given))))
 
 (defun fastrevert--in-batch (function)
-  "Return a function that calls FUNCTION on a buffer as a batch does.
-The buffer has a local `case-fold-search' meanwhile."
+  "Return FUNCTION wrapped for a batch, as a function of one buffer.
+The buffer has a local `case-fold-search' while FUNCTION handles it."
   (lambda (buffer) (fastrevert--call-with-local-case-fold (list buffer) function buffer)))
 
 (defun fastrevert--call-as-batch (function)
-  "Call FUNCTION as a batch of reverts or VC refreshes runs.
+  "Call FUNCTION in the setting of a batch of reverts or VC refreshes.
 Emacs's coding work buffers have a local `case-fold-search', and
 garbage is collected less often."
   (let ((gc-cons-threshold (max gc-cons-threshold fastrevert--batch-gc-threshold)))
