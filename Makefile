@@ -9,10 +9,14 @@ CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 
 # Debian packages the build and the tests need.
-DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2
+DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git
 FUZZ_PACKAGES := clang libclang-rt-14-dev
+# And the benchmarks: Magit for its checkout, gnuplot for the plot.
+BENCH_PACKAGES := elpa-magit gnuplot-nox
+# Where `make bench' writes its plot (PNG), next to bench/RESULTS.md.
+FASTREVERT_BENCH_PLOT ?= $(CURDIR)/bench/fastrevert-bench.png
 
-.PHONY: all build deps deps-fuzz test bench asan tsan fuzz lint clean help
+.PHONY: all build deps deps-fuzz deps-bench test bench asan tsan fuzz lint clean help
 
 all: build
 
@@ -39,6 +43,8 @@ define install_missing
 	    libuv1-dev)  pkg-config --exists libuv 2>/dev/null || missing="$$missing libuv1-dev" ;; \
 	    catch2)      test -f /usr/include/catch2/catch.hpp || missing="$$missing catch2" ;; \
 	    clang)       command -v clang++ >/dev/null 2>&1 || missing="$$missing clang" ;; \
+	    git)         command -v git >/dev/null 2>&1 || missing="$$missing git" ;; \
+	    gnuplot-nox) command -v gnuplot >/dev/null 2>&1 || missing="$$missing gnuplot-nox" ;; \
 	    *)           dpkg-query -W -f='$${Status}' $$need 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$need" ;; \
 	  esac; \
 	done; \
@@ -60,6 +66,9 @@ deps:
 deps-fuzz:
 	$(call install_missing,$(FUZZ_PACKAGES))
 
+deps-bench:
+	$(call install_missing,$(BENCH_PACKAGES))
+
 $(BUILD)/CMakeCache.txt:
 	cmake -S . -B $(BUILD) -DFASTREVERT_WERROR=$(WERROR) $(CMAKE_ARGS)
 
@@ -70,11 +79,12 @@ build: deps $(BUILD)/CMakeCache.txt
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
-bench: deps
+bench: deps deps-bench
 	cmake -S . -B $(BUILD)-release -DCMAKE_BUILD_TYPE=Release -DFASTREVERT_BUILD_TESTS=OFF
 	cmake --build $(BUILD)-release -j $(JOBS) --target fastrevert-module fastrevert-lisp
 	cc -O2 -Wall -Wextra -o $(BUILD)-release/cbaseline bench/cbaseline.c
 	FASTREVERT_CBASELINE=$(CURDIR)/$(BUILD)-release/cbaseline \
+	FASTREVERT_BENCH_PLOT=$(FASTREVERT_BENCH_PLOT) \
 	  $(EMACS) -Q --batch -L lisp -L bench -l bench/fastrevert-bench.el -f fastrevert-bench-run
 
 # The sanitizer builds leave the module alone (it is loaded into an

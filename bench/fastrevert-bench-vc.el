@@ -421,9 +421,11 @@ Each is (SERIES FILES SECONDS).")
                                                 (fastrevert-bench-vc--impl-name impl)
                                                 (plist-get result :stale-text)
                                                 (plist-get result :stale-vc)))
-                      (push (list (fastrevert-bench-vc--impl-name impl) count
-                                  (or (plist-get result :vc) (float deadline)))
-                            fastrevert-bench-vc-results)
+                      ;; A run that never caught up has no point on the plot.
+                      (when (plist-get result :vc)
+                        (push (list (fastrevert-bench-vc--impl-name impl) count
+                                    (plist-get result :vc))
+                              fastrevert-bench-vc-results))
                       (push (list count impl floor result) rows))))))
           (fastrevert-bench--kill-buffers buffers)
           (delete-directory dir t))))
