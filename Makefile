@@ -9,20 +9,31 @@ CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 
 # Debian packages the build and the tests need.
-DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git
+DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit
 FUZZ_PACKAGES := clang libclang-rt-14-dev
-# And the benchmarks: Magit for its checkout, gnuplot for the plot.
-BENCH_PACKAGES := elpa-magit gnuplot-nox
+# And the benchmarks: gnuplot for the plot.
+BENCH_PACKAGES := gnuplot-nox
 # Where `make bench' writes its plot (PNG), next to bench/RESULTS.md.
 FASTREVERT_BENCH_PLOT ?= $(CURDIR)/bench/fastrevert-bench.png
 
-.PHONY: all build deps deps-fuzz deps-bench test bench asan tsan fuzz lint clean help
+# The Emacs 30 suite runs in a Debian 13 (trixie) root made by debootstrap and
+# kept in EMACS30_ROOT; it builds into a directory of its own, module and
+# compiled Lisp included, so that it never loads this machine's build.
+EMACS30_ROOT     ?= $(HOME)/.cache/fastrevert/trixie-root
+EMACS30_BUILD    ?= build-emacs30
+DEBIAN_MIRROR    ?= http://deb.debian.org/debian
+EMACS30_PACKAGES := $(sort $(DEPS_PACKAGES) make git elpa-magit)
+# Where the module and compiled Lisp go; empty means lisp/, next to the sources.
+MODULE_DIR       ?=
+
+.PHONY: all build deps deps-fuzz deps-root deps-bench test test-emacs30 bench asan tsan fuzz lint clean help
 
 all: build
 
 help:
 	@echo "make          build the module (into lisp/) and the native tests"
 	@echo "make test     install missing dependencies, build, run every test (Catch2 + ERT)"
+	@echo "make test-emacs30  the same in a Debian 13 root (Emacs 30, GCC 14, Catch2 3); as root"
 	@echo "make bench    build in Release mode and print the benchmark tables"
 	@echo "make asan     run the native tests under AddressSanitizer + UBSan"
 	@echo "make tsan     run the native tests under ThreadSanitizer"
@@ -41,7 +52,8 @@ define install_missing
 	    g++)         command -v g++ >/dev/null 2>&1 || missing="$$missing g++" ;; \
 	    pkg-config)  command -v pkg-config >/dev/null 2>&1 || missing="$$missing pkg-config" ;; \
 	    libuv1-dev)  pkg-config --exists libuv 2>/dev/null || missing="$$missing libuv1-dev" ;; \
-	    catch2)      test -f /usr/include/catch2/catch.hpp || missing="$$missing catch2" ;; \
+	    catch2)      test -f /usr/include/catch2/catch.hpp || \
+	                 test -f /usr/include/catch2/catch_test_macros.hpp || missing="$$missing catch2" ;; \
 	    clang)       command -v clang++ >/dev/null 2>&1 || missing="$$missing clang" ;; \
 	    git)         command -v git >/dev/null 2>&1 || missing="$$missing git" ;; \
 	    gnuplot-nox) command -v gnuplot >/dev/null 2>&1 || missing="$$missing gnuplot-nox" ;; \
@@ -51,10 +63,13 @@ define install_missing
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ]; then \
 	    echo "Installing:$$missing"; \
-	    apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing || exit 1; \
+	    apt-get update -q && \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing || \
+	      exit 1; \
 	  else \
 	    echo "Missing Debian packages:$$missing"; \
-	    echo "Install them with:  sudo apt-get update && sudo apt-get install -y$$missing"; \
+	    echo "Install them with:  sudo apt-get update &&" \
+	         "sudo apt-get install -y --no-install-recommends$$missing"; \
 	    exit 1; \
 	  fi; \
 	fi
@@ -69,15 +84,28 @@ deps-fuzz:
 deps-bench:
 	$(call install_missing,$(BENCH_PACKAGES))
 
+deps-root:
+	$(call install_missing,debootstrap)
+
+CONFIGURE_ARGS = -DFASTREVERT_WERROR=$(WERROR) \
+  $(if $(MODULE_DIR),-DFASTREVERT_MODULE_DIR=$(abspath $(MODULE_DIR))) $(CMAKE_ARGS)
+
 $(BUILD)/CMakeCache.txt:
-	cmake -S . -B $(BUILD) -DFASTREVERT_WERROR=$(WERROR) $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) $(CONFIGURE_ARGS)
 
 build: deps $(BUILD)/CMakeCache.txt
-	cmake -S . -B $(BUILD) -DFASTREVERT_WERROR=$(WERROR) $(CMAKE_ARGS)
+	cmake -S . -B $(BUILD) $(CONFIGURE_ARGS)
 	cmake --build $(BUILD) -j $(JOBS)
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+# The whole suite again, on Debian 13: `make test' inside the root, with the
+# build, module and compiled Lisp in EMACS30_BUILD.
+test-emacs30: deps-root
+	test/debian-root.sh $(EMACS30_ROOT) trixie $(DEBIAN_MIRROR) "$(EMACS30_PACKAGES)" $(CURDIR) -- \
+	  make test BUILD=$(EMACS30_BUILD) MODULE_DIR=$(CURDIR)/$(EMACS30_BUILD)/lisp \
+	    WERROR=$(WERROR) JOBS=$(JOBS)
 
 bench: deps deps-bench
 	cmake -S . -B $(BUILD)-release -DCMAKE_BUILD_TYPE=Release -DFASTREVERT_BUILD_TESTS=OFF
@@ -111,5 +139,5 @@ lint: deps
 	  -f ert-run-tests-batch-and-exit
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-release $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz
+	rm -rf $(BUILD) $(BUILD)-release $(BUILD)-asan $(BUILD)-tsan $(BUILD)-fuzz $(EMACS30_BUILD)
 	rm -f lisp/fastrevert-module.so lisp/*.elc bench/*.elc test/lisp/*.elc

@@ -217,6 +217,12 @@ batch.  A file written continuously is still checked at least every
 ten settle delays."
   :type 'number)
 
+;; `define-minor-mode' defines the mode's variable at the end of this
+;; file, after the functions that read it.  Declaring it here makes them
+;; compile cleanly in an Emacs that has not loaded fastrevert, such as
+;; the one the background native compiler runs.
+(defvar fastrevert-mode)
+
 (defvar fastrevert--next-id 0
   "The last watch id handed to the engine.")
 
@@ -242,6 +248,11 @@ notification.")
 
 (defvar-local fastrevert--watching nil
   "Non-nil once the engine reports every change to this buffer's file.")
+
+(defvar-local fastrevert--polled nil
+  "Non-nil if the engine polls this buffer's file instead of being notified.
+Stock auto-revert has no notification watch for such a file, so that
+every check of the buffer asks its stale predicate.")
 
 (defun fastrevert--descriptor-p (descriptor)
   "Return non-nil if DESCRIPTOR is a watch held by the engine."
@@ -276,15 +287,20 @@ the stock machinery."
 
 (defun fastrevert--register (target)
   "Watch TARGET in the engine on behalf of the current buffer."
-  (let ((id (setq fastrevert--next-id (1+ fastrevert--next-id))))
+  (let ((id (setq fastrevert--next-id (1+ fastrevert--next-id)))
+        (mode (fastrevert--watch-mode)))
     (fastrevert--mod-watch-add id (fastrevert--encode-file-name target)
-                               (fastrevert--watch-mode) (not buffer-file-name))
+                               mode (not buffer-file-name))
     (puthash id (current-buffer) fastrevert--buffer-by-id)
     ;; The engine answers with `file-watched' once it has taken its first
     ;; look; the buffer is checked then (see `fastrevert--on-file-changed'),
-    ;; which covers a change made since the file was read.
+    ;; which covers a change made since the file was read.  As with a new
+    ;; stock watch, the buffer counts as modified on disk until its first
+    ;; check, so that a check made before that look (the one that turning
+    ;; an auto-revert mode on makes at once) asks the stale predicate.
     (setq auto-revert-notify-watch-descriptor (cons 'fastrevert id)
-          auto-revert-notify-modified-p nil)
+          auto-revert-notify-modified-p t
+          fastrevert--polled (eq mode 'poll))
     (add-hook 'kill-buffer-hook #'auto-revert-notify-rm-watch nil t)))
 
 (defun fastrevert--unregister ()
@@ -296,7 +312,8 @@ the stock machinery."
       (remove-hook 'kill-buffer-hook #'auto-revert-notify-rm-watch t)
       (setq auto-revert-notify-watch-descriptor nil
             auto-revert-notify-modified-p nil
-            fastrevert--watching nil))))
+            fastrevert--watching nil
+            fastrevert--polled nil))))
 
 (defun fastrevert--adopt-current-buffer ()
   "Hand the current buffer to the engine or to stock polling, as fits.
@@ -378,17 +395,25 @@ the revert (a process per file for Git), and the text comes first."
   (with-current-buffer buffer
     (when (and (auto-revert-active-p)
                (fastrevert--descriptor-p auto-revert-notify-watch-descriptor))
-      (let ((fastrevert--reverted nil))
-        (cl-letf (((symbol-function 'vc-refresh-state) #'fastrevert--defer-vc-refresh))
-          (auto-revert-handler))
-        (when fastrevert--reverted
-          (fastrevert--count :reverts))))))
+      (cl-letf (((symbol-function 'vc-refresh-state) #'fastrevert--defer-vc-refresh))
+        (auto-revert-handler)))))
 
 (defun fastrevert--refresh-vc-of (buffer)
   "Refresh BUFFER's VC state as the stock handler does after a revert."
   (with-current-buffer buffer
-    (let ((revert-buffer-in-progress-p t))
-      (vc-refresh-state))))
+    (fastrevert--call-as-revert #'vc-refresh-state)))
+
+(defun fastrevert--call-as-revert (function)
+  "Call FUNCTION as `revert-buffer' would, and return its value.
+The variable that says a revert is in progress is bound non-nil, as
+the stock handler binds it around its VC refresh; VC then spares the
+repository's locks.  Emacs 31 renamed `revert-buffer-in-progress-p'
+to `revert-buffer-in-progress', so each of the two names this Emacs
+defines is bound."
+  (let ((names (cl-remove-if-not #'boundp '(revert-buffer-in-progress
+                                             revert-buffer-in-progress-p))))
+    (cl-progv names (make-list (length names) t)
+      (funcall function))))
 
 (defvar fastrevert--dominating-cache nil
   "Memo of `locate-dominating-file' for one batch of checks, or nil.
@@ -599,27 +624,69 @@ changing the file; this does the same at `auto-revert-interval'."
                                               auto-revert-notify-watch-descriptor))))))
                           fastrevert--stock-buffers)))
 
+(defun fastrevert--stock-polled-buffers ()
+  "Return the buffers left to the ticks of stock polling.
+These are the buffers the engine cannot watch, less those with a
+notification watch when `auto-revert-avoid-polling' is non-nil."
+  (cl-remove-if (lambda (buffer)
+                  (and auto-revert-avoid-polling
+                       (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
+                (fastrevert--stock-buffers-live)))
+
+(defvar fastrevert--checking-now nil
+  "Non-nil while a call of `auto-revert-buffers' reaches the engine's buffers.
+Bound by `fastrevert--buffers-advice' for any call of it but a tick
+of stock polling.")
+
+(defun fastrevert--covered-buffers ()
+  "Return the buffers a call of `auto-revert-buffers' covers.
+The rule is stock's: every buffer under auto-revert when
+`global-auto-revert-mode' is on, else `auto-revert-buffer-list', which
+a caller may have narrowed (as Magit does); with
+`auto-revert-avoid-polling', less the buffers with a notification
+watch.  A buffer the engine watches counts as one with such a watch
+unless a check is owed to it: its first since it was adopted, one for
+a change the engine reported, or any, for a file the engine polls."
+  (let ((candidates (if global-auto-revert-mode
+                        (cl-remove-if-not (lambda (buffer)
+                                            (with-current-buffer buffer (auto-revert-active-p)))
+                                          (buffer-list))
+                      auto-revert-buffer-list)))
+    (if (not auto-revert-avoid-polling)
+        candidates
+      (cl-remove-if (lambda (buffer)
+                      (and (buffer-live-p buffer)
+                           (with-current-buffer buffer
+                             (and auto-revert-notify-watch-descriptor
+                                  (not (and (fastrevert--descriptor-p
+                                             auto-revert-notify-watch-descriptor)
+                                            (or auto-revert-notify-modified-p
+                                                fastrevert--polled)))))))
+                    candidates))))
+
 (defun fastrevert--polled-buffers-advice (function)
   "Return the buffers for stock polling; FUNCTION is the stock version.
-With `fastrevert-mode' on, only buffers the engine cannot watch."
-  (if (or fastrevert--bypass (not fastrevert-mode))
-      (funcall function)
-    (cl-remove-if (lambda (buffer)
-                    (and auto-revert-avoid-polling
-                         (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
-                  (fastrevert--stock-buffers-live))))
+With `fastrevert-mode' on, a tick of stock polling gets the buffers the
+engine cannot watch, and any other call of `auto-revert-buffers' every
+buffer it covers (see `fastrevert--covered-buffers')."
+  (cond ((or fastrevert--bypass (not fastrevert-mode)) (funcall function))
+        (fastrevert--checking-now (fastrevert--covered-buffers))
+        (t (fastrevert--stock-polled-buffers))))
 
 (defun fastrevert--need-polling-advice (function)
   "Return non-nil if stock polling is still needed; FUNCTION is stock's."
   (if (or fastrevert--bypass (not fastrevert-mode))
       (funcall function)
-    (and (fastrevert--polled-buffers-advice function) t)))
+    (and (fastrevert--stock-polled-buffers) t)))
 
 (defconst fastrevert--advice
   '((auto-revert-notify-add-watch . fastrevert--add-watch-advice)
     (auto-revert-notify-rm-watch . fastrevert--rm-watch-advice)
     (auto-revert--polled-buffers . fastrevert--polled-buffers-advice)
-    (auto-revert--need-polling-p . fastrevert--need-polling-advice))
+    (auto-revert--need-polling-p . fastrevert--need-polling-advice)
+    (auto-revert-buffers . fastrevert--buffers-advice)
+    (auto-revert-handler . fastrevert--handler-advice)
+    (auto-revert-set-timer . fastrevert--set-timer-advice))
   "Stock auto-revert functions and the :around advice fastrevert puts on them.")
 
 (defconst fastrevert--watched-settings
@@ -658,6 +725,126 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
         (fastrevert--adopt-current-buffer)))
     (auto-revert-set-timer)))
 
+;;;;; Checks that happen at once
+
+;; Stock auto-revert checks buffers synchronously in a few places that
+;; code and users rely on.  Turning `auto-revert-mode',
+;; `auto-revert-tail-mode' or `global-auto-revert-mode' on checks the
+;; buffers it adopts, so that a buffer whose file changed before matches
+;; it when the call returns.  A call of `auto-revert-buffers' (Magit makes
+;; one after each Git command) or of `auto-revert-handler' checks there
+;; and then each buffer whose notification has come and each buffer
+;; without a notification watch, which stock polls.  All of these run
+;; the stock functions, and the advice below lets them reach the
+;; engine's buffers, the engine's watch standing for stock's: a buffer is
+;; owed a check when it has just been adopted or the engine has reported
+;; a change, and at every call when the engine polls its file.  The ticks
+;; of stock polling keep to the buffers the engine cannot watch.
+
+(defvar fastrevert--polling-tick nil
+  "Non-nil while a tick of stock polling runs `auto-revert-buffers'.")
+
+(defun fastrevert--poll-stock-buffers ()
+  "Run one tick of stock polling, which fastrevert narrows to stock's buffers.
+This is the function of `auto-revert-timer' while `fastrevert-mode' is on."
+  (let ((fastrevert--polling-tick t))
+    (auto-revert-buffers)))
+
+(defun fastrevert--apply-changed-settings ()
+  "Apply changed auto-revert settings now if they wait for a timer."
+  (when (timerp fastrevert--reconfigure-timer)
+    (cancel-timer fastrevert--reconfigure-timer)
+    (fastrevert--reconfigure)))
+
+(defun fastrevert--buffers-advice (function)
+  "Call FUNCTION, the stock `auto-revert-buffers', checking at once.
+Except on a tick of stock polling, the call reaches the engine's
+buffers too (see `fastrevert--covered-buffers'), and checks before it
+returns each one owed a check.  Those that input kept it from reaching
+are checked as soon as Emacs is idle."
+  (if (or fastrevert--bypass (not fastrevert-mode) fastrevert--polling-tick)
+      (funcall function)
+    (fastrevert--apply-changed-settings)
+    (prog1 (let ((fastrevert--checking-now t))
+             (funcall function))
+      (dolist (buffer auto-revert-remaining-buffers)
+        (when (and (buffer-live-p buffer)
+                   (fastrevert--descriptor-p
+                    (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
+          (fastrevert--queue buffer))))))
+
+(defvar fastrevert--held (make-hash-table :test #'eq)
+  "Buffers whose check `inhibit-auto-revert' put off.
+Each is checked once it leaves `inhibit-auto-revert-buffers'.")
+
+(defvar fastrevert--release-timer nil
+  "Timer that checks the held buffers released since, or nil.")
+
+(defun fastrevert--inhibited-p (buffer)
+  "Return non-nil if auto-revert is inhibited in BUFFER.
+Emacs 31 keeps such buffers in `inhibit-auto-revert-buffers' (see
+`inhibit-auto-revert'); older Emacsen have no such list."
+  (and (boundp 'inhibit-auto-revert-buffers)
+       (memq buffer (symbol-value 'inhibit-auto-revert-buffers))))
+
+(defun fastrevert--inhibition-changed (_symbol _value _operation _where)
+  "Check the held buffers once `inhibit-auto-revert-buffers' has changed."
+  (when (and (> (hash-table-count fastrevert--held) 0)
+             (not fastrevert--release-timer))
+    (setq fastrevert--release-timer
+          (run-at-time 0 nil #'fastrevert--release-held))))
+
+(defun fastrevert--release-held ()
+  "Queue the check of every held buffer no longer inhibited."
+  (setq fastrevert--release-timer nil)
+  (let ((released nil))
+    (maphash (lambda (buffer _)
+               (unless (and (buffer-live-p buffer) (fastrevert--inhibited-p buffer))
+                 (push buffer released)))
+             fastrevert--held)
+    (dolist (buffer released)
+      (remhash buffer fastrevert--held)
+      (when (buffer-live-p buffer)
+        (fastrevert--queue buffer)))))
+
+(defun fastrevert--handler-advice (function)
+  "Check the current buffer with FUNCTION, the stock `auto-revert-handler'.
+The engine's watch counts as stock's notification watch: the handler
+asks the buffer's stale predicate when the engine has reported a
+change or the buffer awaits its first check.  A file the engine polls
+has no such watch in stock, so its buffer is checked whenever the
+handler runs.  A buffer in `inhibit-auto-revert-buffers' is not
+checked but held, and checked once it leaves that list.  A revert
+counts in `fastrevert-stats'."
+  (let ((buffer (current-buffer)))
+    (cond ((or fastrevert--bypass (not fastrevert-mode)
+               (not (fastrevert--descriptor-p auto-revert-notify-watch-descriptor)))
+           (funcall function))
+          ((fastrevert--inhibited-p buffer)
+           (puthash buffer t fastrevert--held))
+          (t
+           (when fastrevert--polled
+             (setq auto-revert-notify-modified-p t))
+           ;; The check made here is the one the buffer waited for.
+           (when auto-revert-notify-modified-p
+             (remhash buffer fastrevert--pending))
+           (let ((fastrevert--reverted nil))
+             (prog1 (funcall function)
+               (when fastrevert--reverted
+                 (fastrevert--count :reverts))))))))
+
+(defun fastrevert--set-timer-advice (function)
+  "Call FUNCTION, the stock `auto-revert-set-timer', as fastrevert needs.
+Settings changed since are applied first, as the stock command
+promises for `auto-revert-interval'; the polling timer, if any, then
+runs `fastrevert--poll-stock-buffers'."
+  (if (or fastrevert--bypass (not fastrevert-mode))
+      (funcall function)
+    (fastrevert--apply-changed-settings)
+    (prog1 (funcall function)
+      (when (timerp auto-revert-timer)
+        (timer-set-function auto-revert-timer #'fastrevert--poll-stock-buffers)))))
+
 ;;;;; The mode
 
 (defun fastrevert--enable ()
@@ -676,16 +863,22 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
   (add-hook 'after-revert-hook #'fastrevert--note-revert)
   (dolist (symbol fastrevert--watched-settings)
     (add-variable-watcher symbol #'fastrevert--setting-changed))
+  (add-variable-watcher 'inhibit-auto-revert-buffers #'fastrevert--inhibition-changed)
   (dolist (buffer (buffer-list))
     (with-current-buffer buffer
       (fastrevert--adopt-current-buffer)))
   (fastrevert--update-vc-timer)
-  (auto-revert-set-timer))
+  (auto-revert-set-timer)
+  ;; Replacing the stock watches drops the notifications they had queued;
+  ;; one check now covers every change made before the engine's watches.
+  (when (or global-auto-revert-mode auto-revert-buffer-list)
+    (auto-revert-buffers)))
 
 (defun fastrevert--disable ()
   "Give auto-revert back to the stock machinery."
   (dolist (symbol fastrevert--watched-settings)
     (remove-variable-watcher symbol #'fastrevert--setting-changed))
+  (remove-variable-watcher 'inhibit-auto-revert-buffers #'fastrevert--inhibition-changed)
   (dolist (buffer (buffer-list))
     (with-current-buffer buffer
       (fastrevert--unregister)))
@@ -702,13 +895,15 @@ With `fastrevert-mode' on, only buffers the engine cannot watch."
   (clrhash fastrevert--buffer-by-id)
   (clrhash fastrevert--pending)
   (clrhash fastrevert--vc-pending)
+  (clrhash fastrevert--held)
   (setq fastrevert--stock-buffers nil)
   (dolist (timer (list fastrevert--revert-timer fastrevert--reconfigure-timer
-                       fastrevert--vc-timer))
+                       fastrevert--vc-timer fastrevert--release-timer))
     (when (timerp timer) (cancel-timer timer)))
   (setq fastrevert--revert-timer nil
         fastrevert--reconfigure-timer nil
-        fastrevert--vc-timer nil)
+        fastrevert--vc-timer nil
+        fastrevert--release-timer nil)
   ;; Stock auto-revert adds its file-notify watches as it polls; one pass
   ;; now restores them and the timer at once.
   (auto-revert-set-timer)
@@ -724,8 +919,12 @@ watched by fastrevert's engine thread instead of by `file-notify' and
 the polling timer.  Nothing runs on the main thread while no file
 changes; when one does, its buffer is checked and reverted by the
 stock machinery, so every `auto-revert-*' setting keeps its meaning.
-Remote buffers, and non-file buffers that cannot be notified, keep
-stock polling.  Turning the mode off restores the stock behavior."
+What stock auto-revert checks at once is still checked at once:
+turning an auto-revert mode on checks the buffers it adopts, and a
+call of `auto-revert-buffers' the buffers whose change was reported
+and those whose files are polled.  Remote buffers, and non-file
+buffers that cannot be notified, keep stock polling.  Turning the
+mode off restores the stock behavior."
   :global t
   :group 'fastrevert
   (if fastrevert-mode

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
+#include <exception>
 #include <utility>
 
 #include "core/errors.h"

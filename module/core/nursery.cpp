@@ -3,6 +3,7 @@
 #include <sys/timerfd.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/errors.h"

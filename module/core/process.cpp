@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <iterator>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <exception>
+#include <iterator>
 #include <stdexcept>
 #include <utility>
 #include <vector>

@@ -1,7 +1,11 @@
 // Module entry point and the engine's Lisp interface: start, stop, drain,
 // stats, and the round-trip and error hooks that the tests use.
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <deque>
 #include <memory>
@@ -9,6 +13,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "core/engine.h"
 #include "core/errors.h"

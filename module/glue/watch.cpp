@@ -1,9 +1,11 @@
 // The watcher's Lisp interface: register and forget files, configure the
 // intervals, and the fault hooks the tests use.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "core/watcher.h"
 #include "glue/env.h"

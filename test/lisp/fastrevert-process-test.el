@@ -776,7 +776,7 @@ its process ends."
   (fastrevert-test-with-temp-dir dir
     (let* ((pid-file (expand-file-name "pid" dir))
            (result (fastrevert-test-batch-emacs
-                    (list (expand-file-name "lisp/" fastrevert-test-root))
+                    (list fastrevert-test-lisp-directory)
                     `(progn
                        (require 'fastrevert-process)
                        (let ((process (fastrevert-make-process

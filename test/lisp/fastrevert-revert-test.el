@@ -48,6 +48,13 @@
                                           "-c" "cat > \"$1\"" "sh" file))
         (error "Could not write %s" file)))))
 
+(defun fastrevert-revert-test--write-stale (file content)
+  "Write CONTENT to FILE as another program does, with a distinct modification time.
+A buffer visiting FILE is then stale by the stock predicate whatever
+the resolution of the file system's clock."
+  (fastrevert-revert-test--write file content)
+  (fastrevert-revert-test--sh "touch -d '2001-02-03 04:05:06' \"$1\"" file))
+
 (defun fastrevert-revert-test--sh (command &rest args)
   "Run the shell COMMAND with ARGS as $1..., and fail unless it succeeds."
   (unless (zerop (apply #'call-process "sh" nil nil nil "-c" command "sh" args))
@@ -261,6 +268,241 @@ Return the buffer once the engine reports every change to FILE."
                                   (goto-char (point-min))
                                   (search-forward "newcomer.txt" nil t))))))
           (kill-buffer buffer))))))
+
+;;;; Checks that happen at once, as stock makes them
+
+(ert-deftest fastrevert-revert-auto-revert-mode-on-reverts-a-stale-buffer-at-once ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "late.txt" dir))
+             (buffer (progn (fastrevert-revert-test--write file "before\n")
+                            (find-file-noselect file))))
+        (fastrevert-revert-test--write-stale file "after\n")
+        (with-current-buffer buffer (auto-revert-mode 1))
+        (should (equal (fastrevert-revert-test--text buffer) "after\n"))
+        (should (fastrevert-revert-test--engine-watching-p buffer))))))
+
+(ert-deftest fastrevert-revert-global-mode-on-reverts-stale-buffers-at-once ()
+  (dolist (avoid-polling '(nil t))
+    (ert-info ((format "auto-revert-avoid-polling %s" avoid-polling))
+      (fastrevert-test-with-temp-dir dir
+        (fastrevert-revert-test--with-mode
+          (setq auto-revert-avoid-polling avoid-polling)
+          (let* ((files (fastrevert-revert-test--names dir "g%d.txt" 3))
+                 (buffers (mapcar (lambda (file)
+                                    (fastrevert-revert-test--write file "old\n")
+                                    (find-file-noselect file))
+                                  files)))
+            (dolist (file files) (fastrevert-revert-test--write-stale file "new\n"))
+            (global-auto-revert-mode 1)
+            (should (equal (mapcar #'fastrevert-revert-test--text buffers)
+                           '("new\n" "new\n" "new\n")))
+            (should (cl-every #'fastrevert-revert-test--engine-watching-p buffers))))))))
+
+(ert-deftest fastrevert-revert-tail-mode-on-appends-at-once ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "grown.log" dir))
+             (buffer (progn (fastrevert-revert-test--write file "line1\n")
+                            (find-file-noselect file))))
+        (fastrevert-revert-test--sh "printf 'line2\\n' >> \"$1\"" file)
+        (with-current-buffer buffer (auto-revert-tail-mode 1))
+        (should (equal (fastrevert-revert-test--text buffer) "line1\nline2\n"))
+        (should (fastrevert-revert-test--engine-watching-p buffer))))))
+
+(ert-deftest fastrevert-revert-mode-on-checks-buffers-already-under-auto-revert-at-once ()
+  "Turning `fastrevert-mode' on loses no change made under stock auto-revert."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (fastrevert-mode -1)
+      (let* ((local (expand-file-name "local.txt" dir))
+             (global (expand-file-name "global.txt" dir))
+             (buffers (list (progn (fastrevert-revert-test--write local "old\n")
+                                   (find-file-noselect local))
+                            (progn (fastrevert-revert-test--write global "old\n")
+                                   (find-file-noselect global)))))
+        (with-current-buffer (car buffers) (auto-revert-mode 1))
+        (global-auto-revert-mode 1)
+        (fastrevert-revert-test--write-stale local "new\n")
+        (fastrevert-revert-test--write-stale global "new\n")
+        (fastrevert-mode 1)
+        (should (equal (mapcar #'fastrevert-revert-test--text buffers) '("new\n" "new\n")))
+        (should (cl-every #'fastrevert-revert-test--engine-watching-p buffers))))))
+
+(ert-deftest fastrevert-revert-change-right-after-a-visit-under-global-mode-is-reverted ()
+  "Visiting checks nothing at once, in stock as here; the engine's first look covers the gap."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (global-auto-revert-mode 1)
+      (let* ((file (expand-file-name "fresh.txt" dir))
+             (buffer (progn (fastrevert-revert-test--write file "read\n")
+                            (find-file-noselect file))))
+        (fastrevert-revert-test--write-stale file "changed since\n")
+        (should (fastrevert-revert-test--engine-watching-p buffer))
+        (should (fastrevert-revert-test--wait-text buffer "changed since\n"))))))
+
+(ert-deftest fastrevert-revert-auto-revert-buffers-reverts-reported-changes-at-once ()
+  "A call of `auto-revert-buffers' (as Magit makes) reverts what the engine has reported."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "reported.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "r1\n")))
+        (should (fastrevert-revert-test--settled))
+        ;; Pending input keeps the reported change waiting for Emacs to be idle.
+        (let ((unread-command-events (list ?x)))
+          (fastrevert-revert-test--write file "r2\n")
+          (should (fastrevert-test-wait-for
+                   (lambda () (and (gethash buffer fastrevert--pending)
+                                   (memq fastrevert--revert-timer timer-idle-list))))))
+        (auto-revert-buffers)
+        (should (equal (fastrevert-revert-test--text buffer) "r2\n"))))))
+
+(ert-deftest fastrevert-revert-auto-revert-buffers-leaves-unreported-buffers-to-the-engine ()
+  "As stock's with notifications, a call of `auto-revert-buffers' asks no buffer the engine
+has nothing to report for, so calling it costs no file access per buffer."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "quiet.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "q\n"))
+             (asked 0))
+        ;; Once this holds, nothing the engine says can reach the buffer
+        ;; before the calls below, which process no event.
+        (should (fastrevert-test-wait-for
+                 (lambda () (and (fastrevert-revert-test--settled)
+                                 (not (buffer-local-value 'auto-revert-notify-modified-p
+                                                          buffer))))))
+        (with-current-buffer buffer
+          (setq-local buffer-stale-function
+                      (lambda (&optional _noconfirm) (setq asked (1+ asked)) nil)))
+        (auto-revert-buffers)
+        (with-current-buffer buffer (auto-revert-handler))
+        (should (= asked 0))))))
+
+(defmacro fastrevert-revert-test--polling (&rest body)
+  "Run BODY with the engine polling files, as with `auto-revert-use-notify' nil."
+  (declare (indent 0))
+  `(progn
+     (setq auto-revert-use-notify nil)
+     (fastrevert--reconfigure)
+     ,@body))
+
+(ert-deftest fastrevert-revert-auto-revert-buffers-checks-polled-buffers-at-once ()
+  "Without notifications, a call of `auto-revert-buffers' checks every buffer, as stock's does."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (fastrevert-revert-test--polling
+        (let* ((file (expand-file-name "direct.txt" dir))
+               (buffer (fastrevert-revert-test--visit file "d1\n")))
+          (should (fastrevert-revert-test--settled))
+          (fastrevert-revert-test--write-stale file "d2\n")
+          (auto-revert-buffers)
+          (should (equal (fastrevert-revert-test--text buffer) "d2\n")))))))
+
+(ert-deftest fastrevert-revert-auto-revert-handler-checks-a-polled-buffer-at-once ()
+  "Without notifications, `auto-revert-handler' checks its buffer whenever it is called."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (fastrevert-revert-test--polling
+        (let* ((file (expand-file-name "handled.txt" dir))
+               (buffer (fastrevert-revert-test--visit file "h1\n"))
+               (reverts nil))
+          (should (fastrevert-revert-test--settled))
+          (setq reverts (plist-get (fastrevert-stats) :reverts))
+          (fastrevert-revert-test--write-stale file "h2\n")
+          (with-current-buffer buffer (auto-revert-handler))
+          (should (equal (fastrevert-revert-test--text buffer) "h2\n"))
+          (should (= (plist-get (fastrevert-stats) :reverts) (1+ reverts))))))))
+
+(ert-deftest fastrevert-revert-polling-ticks-leave-watched-buffers-to-the-engine ()
+  "While stock polling runs for a buffer the engine cannot watch, its ticks skip the engine's."
+  (fastrevert-revert-test--with-mode
+    (fastrevert-test-with-temp-dir dir
+      (let ((watched (fastrevert-revert-test--visit (expand-file-name "w.txt" dir) "w\n"))
+            ;; A non-file buffer whose staleness only polling can tell.
+            (polled (generate-new-buffer "polled"))
+            (checked nil))
+        (unwind-protect
+            (progn
+              (with-current-buffer polled
+                (setq-local buffer-stale-function (lambda (&optional _noconfirm) nil))
+                (auto-revert-mode 1))
+              (should (memq polled fastrevert--stock-buffers))
+              (should (timerp auto-revert-timer))
+              (advice-add 'auto-revert-handler :before
+                          (lambda () (push (current-buffer) checked))
+                          '((name . record-checks)))
+              (apply (timer--function auto-revert-timer) (timer--args auto-revert-timer))
+              (should (memq polled checked))
+              (should-not (memq watched checked)))
+          (advice-remove 'auto-revert-handler 'record-checks)
+          (kill-buffer polled))))))
+
+(defun fastrevert-revert-test--wait-without-timers (predicate)
+  "Wait up to 10 seconds for PREDICATE, running no timer meanwhile.
+Return PREDICATE's value, or nil on timeout."
+  (let ((deadline (+ (float-time) 10))
+        (value nil))
+    (while (and (not (setq value (funcall predicate)))
+                (< (float-time) deadline))
+      ;; An integer JUST-THIS-ONE keeps timers from running.
+      (accept-process-output fastrevert--wake-process 0.02 nil 1))
+    value))
+
+(ert-deftest fastrevert-revert-set-timer-applies-changed-settings-at-once ()
+  "`auto-revert-set-timer' puts settings changed by `setq' into effect, as stock documents."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (fastrevert-revert-test--visit (expand-file-name "set.txt" dir) "s\n")
+      (should (fastrevert-test-wait-for
+               (lambda () (= (plist-get (fastrevert-stats) :watches) 1))))
+      (setq auto-revert-use-notify nil)
+      (auto-revert-set-timer)
+      (should (fastrevert-revert-test--wait-without-timers
+               (lambda () (let ((stats (fastrevert-stats)))
+                            (and (= (plist-get stats :watches) 0)
+                                 (= (plist-get stats :polled-files) 1)))))))))
+
+;;;; Emacs 31's names, bound here as Emacs 31 binds them
+
+(ert-deftest fastrevert-revert-inhibited-buffer-is-checked-once-released ()
+  "A buffer in `inhibit-auto-revert-buffers' keeps its text until it leaves the list."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "inhibited.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "i1\n")))
+        (should (fastrevert-revert-test--settled))
+        (cl-progv '(inhibit-auto-revert-buffers) (list (list buffer))
+          (let ((batches (plist-get (fastrevert-stats) :batches)))
+            (fastrevert-revert-test--write-stale file "i2\n")
+            (should (fastrevert-test-wait-for
+                     (lambda () (> (plist-get (fastrevert-stats) :batches) batches))))
+            (should (fastrevert-revert-test--settled))
+            (auto-revert-buffers)
+            (should (equal (fastrevert-revert-test--text buffer) "i1\n"))))
+        (should (fastrevert-revert-test--wait-text buffer "i2\n"))))))
+
+(ert-deftest fastrevert-revert-vc-refresh-runs-with-revert-in-progress-under-both-names ()
+  "The VC refresh after a revert sees `revert-buffer-in-progress' (Emacs 31) bound, as stock's does."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "progress.txt" dir))
+             (buffer (fastrevert-revert-test--visit file "p1\n"))
+             (seen nil))
+        (should (fastrevert-revert-test--settled))
+        (advice-add 'vc-refresh-state :before
+                    (lambda ()
+                      (when (eq (current-buffer) buffer)
+                        (push (list (symbol-value 'revert-buffer-in-progress)
+                                    revert-buffer-in-progress-p)
+                              seen)))
+                    '((name . record-progress)))
+        (unwind-protect
+            (cl-progv '(revert-buffer-in-progress) '(nil)
+              (fastrevert-revert-test--write file "p2\n")
+              (should (fastrevert-revert-test--wait-text buffer "p2\n"))
+              (should (fastrevert-test-wait-for (lambda () seen)))
+              (should (cl-every (lambda (values) (equal values '(t t))) seen)))
+          (advice-remove 'vc-refresh-state 'record-progress))))))
 
 ;;;; What never happens
 
@@ -612,21 +854,48 @@ Return the buffer once the engine reports every change to FILE."
         (should (fastrevert-revert-test--settled))
         (should (equal (fastrevert-revert-test--text buffer) "s1\n"))))))
 
-(ert-deftest fastrevert-revert-verbose-reports-each-revert ()
+(defun fastrevert-revert-test--messages-about (buffer thunk)
+  "Call THUNK and return the messages it showed that name BUFFER, oldest first."
+  (let ((messages nil)
+        (name (regexp-quote (buffer-name buffer))))
+    (cl-letf* ((real-message (symbol-function 'message))
+               ((symbol-function 'message)
+                (lambda (format &rest args)
+                  (when format
+                    (let ((text (apply #'format format args)))
+                      (when (string-match-p name text) (push text messages))))
+                  (apply real-message format args))))
+      (funcall thunk))
+    (nreverse messages)))
+
+(ert-deftest fastrevert-revert-verbose-reports-each-revert-as-stock-does ()
+  "With `auto-revert-verbose', a revert shows the running Emacs's own message."
   (fastrevert-test-with-temp-dir dir
     (fastrevert-revert-test--with-mode
       (let* ((auto-revert-verbose t)
              (file (expand-file-name "loud.txt" dir))
-             (buffer (fastrevert-revert-test--visit file "q1\n"))
-             (messages nil))
-        (cl-letf* ((real-message (symbol-function 'message))
-                   ((symbol-function 'message)
-                    (lambda (format &rest args)
-                      (when format (push (apply #'format format args) messages))
-                      (apply real-message format args))))
-          (fastrevert-revert-test--write file "q2\n")
-          (should (fastrevert-revert-test--wait-text buffer "q2\n")))
-        (should (member (format "Reverting buffer `%s'." (buffer-name buffer)) messages))))))
+             (buffer (progn (fastrevert-revert-test--write file "q1\n")
+                            (find-file-noselect file)))
+             (stock nil))
+        ;; What stock auto-revert says when it reverts this buffer.
+        (fastrevert-mode -1)
+        (fastrevert-revert-test--write-stale file "q2\n")
+        (setq stock (fastrevert-revert-test--messages-about
+                     buffer (lambda () (with-current-buffer buffer (auto-revert-handler)))))
+        (should (equal (fastrevert-revert-test--text buffer) "q2\n"))
+        (should (= (length stock) 1))
+        ;; What it says when the engine reports the change.
+        (fastrevert-mode 1)
+        (with-current-buffer buffer (auto-revert-mode 1))
+        (should (fastrevert-revert-test--watching-p buffer))
+        (should (fastrevert-revert-test--settled))
+        ;; A loaded machine may see the write in two steps and revert twice.
+        (let ((reports (fastrevert-revert-test--messages-about
+                        buffer (lambda ()
+                                 (fastrevert-revert-test--write file "q3\n")
+                                 (should (fastrevert-revert-test--wait-text buffer "q3\n"))))))
+          (should reports)
+          (should (cl-every (lambda (report) (equal report (car stock))) reports)))))))
 
 (ert-deftest fastrevert-revert-refreshes-vc-state-after-the-batch-reverts ()
   "Every reverted buffer gets the stock VC refresh, after the pending reverts."

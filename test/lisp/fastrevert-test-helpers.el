@@ -14,6 +14,12 @@
   (expand-file-name "../../" (file-name-directory (or load-file-name buffer-file-name)))
   "The root of the fastrevert source tree.")
 
+(defconst fastrevert-test-lisp-directory
+  (file-name-directory (or (locate-library "fastrevert") (error "fastrevert is not on load-path")))
+  "The directory fastrevert is loaded from, with its built module.
+That is `lisp/' in the source tree, or a build's own copy of it; an
+Emacs started by a test gets this one, so it loads the same build.")
+
 (defun fastrevert-test-wait-for (predicate &optional timeout)
   "Process events until PREDICATE returns non-nil or TIMEOUT seconds pass.
 Return PREDICATE's value, or nil on timeout.  TIMEOUT defaults to 10."
@@ -46,7 +52,7 @@ Return a cons (EXIT-CODE . OUTPUT)."
   "Type the quit key into a terminal Emacs running FORM; return its result.
 A batch Emacs cannot receive a quit key, and no timer runs while native
 code waits, so a second Emacs runs FORM on a pseudo-terminal with
-fastrevert's `lisp/' on its `load-path'.  Once FORM has created
+`fastrevert-test-lisp-directory' on its `load-path'.  Once FORM has created
 READY-FILE, the quit key is typed on that terminal, exactly as a user
 would.  FORM must then write one Lisp object to RESULT-FILE and kill
 Emacs; that object, read back, is the value."
@@ -58,7 +64,7 @@ Emacs; that object, read back, is the value."
                  :noquery t
                  :command (list (expand-file-name invocation-name invocation-directory)
                                 "-Q" "-nw"
-                                "-L" (expand-file-name "lisp/" fastrevert-test-root)
+                                "-L" fastrevert-test-lisp-directory
                                 "--eval" (prin1-to-string form)))))
     (unwind-protect
         (progn

@@ -6,11 +6,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <thread>
 
+#include "catch_compat.h"
 #include "support.h"
 
 using fastrevert::MemfdCopier;

@@ -4,16 +4,24 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <stdexcept>
+#include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "catch_compat.h"
 #include "core/engine.h"
 
 using fastrevert::Engine;

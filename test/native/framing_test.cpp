@@ -2,9 +2,14 @@
 // whatever the split.
 #include "core/framing.h"
 
-#include <catch2/catch.hpp>
+#include <cctype>
+#include <cstddef>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "catch_compat.h"
 
 using namespace fastrevert;
 

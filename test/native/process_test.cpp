@@ -11,18 +11,22 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <catch2/catch.hpp>
-#include <fstream>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "catch_compat.h"
 #include "core/engine.h"
 #include "core/errors.h"
 #include "core/nursery.h"

@@ -7,14 +7,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
+#include "catch_compat.h"
 #include "core/errors.h"
 #include "core/spawn.h"
 #include "support.h"

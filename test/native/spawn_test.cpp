@@ -10,12 +10,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cerrno>
+#include <cstddef>
 #include <fstream>
+#include <initializer_list>
+#include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <vector>
 
+#include "catch_compat.h"
 #include "core/errors.h"
 #include "core/reader.h"
 #include "support.h"

@@ -6,7 +6,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -15,6 +14,7 @@
 #include <system_error>
 #include <vector>
 
+#include "catch_compat.h"
 #include "core/spawn.h"
 
 namespace fastrevert::test {

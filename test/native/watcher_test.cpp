@@ -7,19 +7,24 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
-#include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "catch_compat.h"
 #include "core/engine.h"
 #include "core/watcher.h"
 #include "support.h"
@@ -32,6 +37,7 @@ using fastrevert::watcher_test_hooks;
 using fastrevert::WatchMode;
 using namespace std::chrono_literals;
 
+using fastrevert::test::contains_text;
 using fastrevert::test::TempDir;
 
 namespace {
@@ -663,8 +669,8 @@ TEST_CASE("watcher: running out of inotify watches falls back to polling with on
   CHECK(harness.changes_for(3) == 1);
   auto notices = harness.notices();
   REQUIRE(notices.size() == 1);
-  CHECK_THAT(notices[0], Catch::Contains(error_name) && Catch::Contains("inotify_add_watch") &&
-                             Catch::Contains("falls back to polling"));
+  CHECK_THAT(notices[0], contains_text(error_name) && contains_text("inotify_add_watch") &&
+                             contains_text("falls back to polling"));
   harness.clear();
 
   // Once watches are available again, the retry puts the files back on them.
@@ -700,8 +706,8 @@ TEST_CASE("watcher: running out of inotify instances falls back to polling with 
   CHECK(harness.changes_for(2) == 1);
   auto notices = harness.notices();
   REQUIRE(notices.size() == 1);
-  CHECK_THAT(notices[0], Catch::Contains("EMFILE") && Catch::Contains("inotify_init1") &&
-                             Catch::Contains("falls back to polling"));
+  CHECK_THAT(notices[0], contains_text("EMFILE") && contains_text("inotify_init1") &&
+                             contains_text("falls back to polling"));
 
   watcher_test_hooks().init_errno.store(0);
   REQUIRE(harness.wait_until(
