@@ -403,6 +403,44 @@ the revert (a process per file for Git), and the text comes first."
   (with-current-buffer buffer
     (fastrevert--call-as-revert #'vc-refresh-state)))
 
+(defvar fastrevert--deferring-vc nil
+  "Non-nil while the VC refreshes of a call are put off to its end.")
+
+(defun fastrevert--refresh-vc-of-all (buffers &optional yield)
+  "Refresh the VC state of the live BUFFERS as one batch.
+Their Git processes are shared (see `fastrevert-vc-call-with-batch').
+Non-nil YIELD means stop at pending input when
+`auto-revert-stop-on-user-input' is non-nil."
+  (fastrevert--call-as-batch
+   (lambda ()
+     (fastrevert-vc-call-with-batch
+      buffers
+      (lambda ()
+        (let ((refresh (fastrevert--in-batch #'fastrevert--refresh-vc-of)))
+          (while (and buffers
+                      (not (and yield auto-revert-stop-on-user-input (input-pending-p))))
+            (let ((buffer (pop buffers)))
+              (when (buffer-live-p buffer)
+                (with-demoted-errors "fastrevert: %S"
+                  (funcall refresh buffer)))))))))))
+
+(defun fastrevert--call-deferring-vc (function)
+  "Call FUNCTION, doing the VC refreshes it asks for as one batch at its end.
+The stock handler refreshes the VC state of each buffer it reverts.  A
+call that checks many buffers at once, such as `auto-revert-buffers'
+\(which Magit calls after each Git command), then refreshes them
+together before it returns, with the Git processes of one batch."
+  (if fastrevert--deferring-vc
+      (funcall function)
+    (let ((queue (make-hash-table :test #'eq)))
+      (unwind-protect
+          (let ((fastrevert--deferring-vc t))
+            (cl-letf (((symbol-function 'vc-refresh-state)
+                       (lambda () (puthash (current-buffer) t queue))))
+              (funcall function)))
+        (when (> (hash-table-count queue) 0)
+          (fastrevert--refresh-vc-of-all (fastrevert--queued queue)))))))
+
 (defun fastrevert--call-as-revert (function)
   "Call FUNCTION as `revert-buffer' would, and return its value.
 The variable that says a revert is in progress is bound non-nil, as
@@ -576,15 +614,7 @@ changing the file; this does the same at `auto-revert-interval'."
                (when (and (buffer-live-p buffer) (buffer-local-value 'buffer-file-name buffer))
                  (push buffer buffers)))
              fastrevert--buffer-by-id)
-    (fastrevert--call-as-batch
-     (lambda ()
-       (fastrevert-vc-call-with-batch
-        buffers
-        (lambda ()
-          (let ((refresh (fastrevert--in-batch #'fastrevert--refresh-vc-of)))
-            (while (and buffers (not (and auto-revert-stop-on-user-input (input-pending-p))))
-              (with-demoted-errors "fastrevert: %S"
-                (funcall refresh (pop buffers)))))))))
+    (fastrevert--refresh-vc-of-all buffers t)
     (setq fastrevert--main-thread-seconds
           (+ fastrevert--main-thread-seconds (- (float-time) start)))))
 
@@ -766,7 +796,7 @@ are checked as soon as Emacs is idle."
       (funcall function)
     (fastrevert--apply-changed-settings)
     (prog1 (let ((fastrevert--checking-now t))
-             (funcall function))
+             (fastrevert--call-deferring-vc function))
       (dolist (buffer auto-revert-remaining-buffers)
         (when (and (buffer-live-p buffer)
                    (fastrevert--descriptor-p

@@ -341,6 +341,29 @@ The whole batch starts at most three Git processes, none for any one buffer."
                 (fastrevert-vc-test--refresh buffer)
                 (should (equal (fastrevert-vc-test--state buffer) batch))))))))))
 
+(ert-deftest fastrevert-vc-direct-auto-revert-buffers-refreshes-vc-as-one-batch ()
+  "A call of `auto-revert-buffers', as Magit makes, refreshes VC before it returns.
+Without notification every buffer is checked by the call itself; the
+VC refreshes of its reverts share one batch's Git processes."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-vc-test--with-mode dir
+      (setq auto-revert-use-notify nil)
+      (fastrevert-vc-test--sh dir fastrevert-vc-test--branches)
+      (let ((log (expand-file-name "git.log" dir)))
+        (fastrevert-vc-test--with-git-log log
+          (let ((buffers (fastrevert-vc-test--visit
+                          (directory-files-recursively dir "\\.txt\\'"))))
+            (fastrevert-vc-test--sh dir "git checkout -q other")
+            (delete-file log)
+            (auto-revert-buffers)
+            (should (cl-every (lambda (buffer)
+                                (and (string-prefix-p "other " (fastrevert-vc-test--text buffer))
+                                     (equal (substring-no-properties
+                                             (buffer-local-value 'vc-mode buffer))
+                                            " Git-other")))
+                              buffers))
+            (should (<= (length (fastrevert-vc-test--log-lines log)) 3))))))))
+
 (defconst fastrevert-vc-test--topic
   "set -e
 git init -q -b main
