@@ -32,6 +32,7 @@
 (require 'autorevert)
 (require 'vc-git)
 (require 'json)
+(require 'package)
 (require 'fastrevert-bench)
 
 (declare-function fastrevert-mode "fastrevert" (&optional arg))
@@ -382,10 +383,12 @@ within DEADLINE), :stale-text, :stale-vc, :busy-ms (main thread),
 (defun fastrevert-bench-vc--magit-available-p ()
   "Load Magit from Debian's elpa-magit if possible; return non-nil if loaded."
   (or (featurep 'magit)
-      (progn
-        (dolist (dir (file-expand-wildcards "/usr/share/emacs/site-lisp/elpa/*"))
-          (add-to-list 'load-path dir t))
-        (require 'magit nil t))))
+      (let ((package-directory-list '("/usr/share/emacs/site-lisp/elpa"))
+            (package-user-dir (make-temp-file "fastrevert-bench-no-packages-" t)))
+        (unwind-protect
+            (progn (package-initialize)
+                   (require 'magit nil t))
+          (delete-directory package-user-dir t)))))
 
 (defvar fastrevert-bench-vc-results nil
   "Rows of the last checkout and burst runs, for the plot.

@@ -185,7 +185,8 @@ Engine counters are those of the running engine: `:watches' and
 `:events-dropped-natively' (events for files no buffer visits),
 `:batches', `:overflows', `:processes' and `:bytes-read'.  Lisp
 counters: `:reverts' and `:main-thread-ms', the time the main thread
-spent handling engine results."
+spent handling engine results; and those of the VC batches (see
+`fastrevert-vc-stats')."
   (let ((stats (copy-sequence
                 (or (fastrevert--mod-stats)
                     '(:watches 0 :polled-files 0 :kernel-events 0
@@ -193,9 +194,10 @@ spent handling engine results."
                                :processes 0 :bytes-read 0)))))
     (setq stats (plist-put stats :reverts
                            (or (plist-get fastrevert--lisp-counters :reverts) 0)))
-    (plist-put stats :main-thread-ms
-               (+ (* 1000.0 fastrevert--main-thread-seconds)
-                  (/ (or (plist-get stats :drain-ns) 0) 1e6)))))
+    (setq stats (plist-put stats :main-thread-ms
+                           (+ (* 1000.0 fastrevert--main-thread-seconds)
+                              (/ (or (plist-get stats :drain-ns) 0) 1e6))))
+    (nconc stats (fastrevert-vc-stats))))
 
 ;;;; fastrevert-mode: auto-revert driven by the engine
 

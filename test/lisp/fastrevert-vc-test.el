@@ -312,7 +312,8 @@ The whole batch starts at most three Git processes, none for any one buffer."
              (counts (make-hash-table :test #'eq)))
         (fastrevert-vc-test--with-git-log log
           (let ((buffers (fastrevert-vc-test--visit (directory-files-recursively dir "\\.txt\\'")))
-                (batches (plist-get (fastrevert-vc-stats) :vc-batches)))
+                (batches (plist-get (fastrevert-vc-stats) :vc-batches))
+                (processes (plist-get (fastrevert-stats) :vc-processes)))
             (should (= (length buffers) 20))
             (delete-file log)
             (fastrevert-vc-test--counting-reverts counts
@@ -332,6 +333,8 @@ The whole batch starts at most three Git processes, none for any one buffer."
                   (batches (- (plist-get (fastrevert-vc-stats) :vc-batches) batches)))
               (should (>= batches 1))
               (should (<= (length commands) (* 3 batches)))
+              (should (= (length commands)
+                         (- (plist-get (fastrevert-stats) :vc-processes) processes)))
               (should-not (cl-some (lambda (command) (string-match-p " -- [^:]" command))
                                    commands)))
             ;; What the batch gave each buffer is what stock gives it.
