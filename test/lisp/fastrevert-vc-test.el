@@ -37,9 +37,10 @@ cd ..
 mkdir repo
 cd repo
 git init -q -b main
-mkdir dir 'with space' ign
+mkdir dir 'with space' ign 'glob[1]?*'
 for f in up.txt edited.txt removed.txt unindexed.txt gone.txt dir/deep.txt \\
-         'with space/a b.txt'; do printf '1\\n' > \"$f\"; done
+         'with space/a b.txt' 'glob[1]?*/x[y]*.txt'; do printf '1\\n' > \"$f\"; done
+printf '2\\n' >> 'glob[1]?*/x[y]*.txt'
 printf 'base\\n' > conflict.txt
 printf 'ign/\\n*.log\\n' > .gitignore
 git add .
@@ -71,6 +72,7 @@ Arguments: the directory to make them in, and `yes' for a detached HEAD.")
 (defconst fastrevert-vc-test--visited
   '("repo/up.txt" "repo/edited.txt" "repo/removed.txt" "repo/unindexed.txt"
     "repo/conflict.txt" "repo/gone.txt" "repo/dir/deep.txt" "repo/with space/a b.txt"
+    "repo/glob[1]?*/x[y]*.txt"
     "repo/added.txt" "repo/untracked.txt" "repo/ign/ignored.txt" "repo/x.log"
     "repo/sub/inner.txt" "fresh/staged.txt" "fresh/loose.txt")
   "The files the differential test visits, relative to its directory.")
