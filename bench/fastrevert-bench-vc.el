@@ -1,4 +1,4 @@
-;;; fastrevert-bench-vc.el --- Checkouts and rebases in a Git repository, stock and fastrevert  -*- lexical-binding: t; -*-
+;;; fastrevert-bench-vc.el --- Checkouts, rebases and bursts at scale  -*- lexical-binding: t; -*-
 
 ;; This file is part of fastrevert.
 
@@ -419,7 +419,9 @@ Each is (SERIES FILES SECONDS).")
                                    impl buffers dir
                                    (if (eq (car impl) 'fastrevert) 120 deadline))))
                       (when (and (eq (car impl) 'fastrevert)
-                                 (> (+ (plist-get result :stale-text) (plist-get result :stale-vc)) 0))
+                                 (> (+ (plist-get result :stale-text)
+                                       (plist-get result :stale-vc))
+                                    0))
                         (fastrevert-bench--loud "%s left %d texts and %d vc-modes stale"
                                                 (fastrevert-bench-vc--impl-name impl)
                                                 (plist-get result :stale-text)
@@ -707,8 +709,9 @@ says; nothing is plotted when it is unset or gnuplot is missing."
               (with-temp-file data
                 (dolist (name series)
                   (insert (format "# %s\n" name))
-                  (dolist (entry (sort (cl-remove-if-not (lambda (entry) (equal (car entry) name))
-                                                         (copy-sequence fastrevert-bench-vc-results))
+                  (dolist (entry (sort (cl-remove-if-not
+                                        (lambda (entry) (equal (car entry) name))
+                                        (copy-sequence fastrevert-bench-vc-results))
                                        (lambda (a b) (< (nth 1 a) (nth 1 b)))))
                     (insert (format "%d %.4f\n" (nth 1 entry) (nth 2 entry))))
                   (insert "\n\n")))

@@ -100,7 +100,7 @@ commands of `vc-refresh-state' answered without a process."
   (oid nil :documentation "The commit HEAD names, or nil before the first commit.")
   (head nil :documentation "The full ref HEAD points to, or nil when detached.")
   (memo (make-hash-table :test #'equal)
-        :documentation "Commands of `fastrevert-vc--repository-commands' run, and their answers."))
+        :documentation "Commands of `fastrevert-vc--repository-commands' run, and answers."))
 
 (defconst fastrevert-vc--repository-commands
   '(("--no-pager" "rev-parse" "--short" "HEAD"))
@@ -219,11 +219,13 @@ Return a `fastrevert-vc--repo', or nil if Git could not answer."
 
 (defun fastrevert-vc--root-of (directory)
   "Return the Git work tree holding DIRECTORY, memoized for the batch."
-  (let ((roots (plist-get fastrevert-vc--batch :roots)))
-    (or (gethash directory roots)
-        (puthash directory (let ((root (vc-git-root directory)))
-                             (and root (file-name-as-directory (expand-file-name root))))
-                 roots))))
+  (let* ((roots (plist-get fastrevert-vc--batch :roots))
+         (root (gethash directory roots 'unknown)))
+    (if (not (eq root 'unknown))
+        root
+      (puthash directory (let ((root (vc-git-root directory)))
+                           (and root (file-name-as-directory (expand-file-name root))))
+               roots))))
 
 (defun fastrevert-vc--lexical-p (directory root)
   "Return non-nil if DIRECTORY inside ROOT reaches it through no symlink.

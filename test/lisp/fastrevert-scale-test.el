@@ -1,4 +1,4 @@
-;;; fastrevert-scale-test.el --- Tests of the batch path's scale measures -*- lexical-binding: t; -*-
+;;; fastrevert-scale-test.el --- Tests of the batch path at scale -*- lexical-binding: t; -*-
 
 ;;; Commentary:
 
@@ -33,7 +33,8 @@
   (with-temp-file file (insert "old\n"))
   (let ((buffer (find-file-noselect file)))
     (with-current-buffer buffer (auto-revert-mode 1))
-    (should (fastrevert-test-wait-for (lambda () (buffer-local-value 'fastrevert--watching buffer))))
+    (should (fastrevert-test-wait-for
+             (lambda () (buffer-local-value 'fastrevert--watching buffer))))
     (should (fastrevert-test-wait-for
              (lambda () (and (not fastrevert--revert-timer)
                              (zerop (hash-table-count fastrevert--pending))))))

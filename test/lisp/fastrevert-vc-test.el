@@ -108,7 +108,8 @@ wrapper that appends to it and runs Git."
   (declare (indent 1))
   (let ((wrapper (make-symbol "wrapper")))
     `(let* ((,wrapper (make-temp-file "fastrevert-git-" nil ".sh"
-                                      (format "#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\nexec %s \"$@\"\n"
+                                      (format (concat "#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\n"
+                                                      "exec %s \"$@\"\n")
                                               (shell-quote-argument ,log)
                                               (shell-quote-argument (executable-find "git")))))
             (vc-git-program ,wrapper))
@@ -189,8 +190,9 @@ repository."
                 ;; ignored file, like one outside VC, is not registered).
                 (should (equal (sort (delete-dups
                                       (mapcar (lambda (state)
-                                                (symbol-name (plist-get (plist-get state :properties)
-                                                                        'vc-state)))
+                                                (symbol-name
+                                                 (plist-get (plist-get state :properties)
+                                                            'vc-state)))
                                               stock))
                                      #'string<)
                                '("added" "conflict" "edited" "nil" "removed"
@@ -198,8 +200,8 @@ repository."
                 (should (plist-get (nth 4 stock) :smerge))
                 (when (file-exists-p log) (delete-file log))
                 (mapc #'fastrevert-vc-test--reset buffers)
-                (fastrevert-vc-call-with-batch buffers
-                                               (lambda () (mapc #'fastrevert-vc-test--refresh buffers)))
+                (fastrevert-vc-call-with-batch
+                 buffers (lambda () (mapc #'fastrevert-vc-test--refresh buffers)))
                 (cl-loop for buffer in buffers
                          for expected in stock
                          do (ert-info ((format "%s" (buffer-file-name buffer)))
@@ -323,7 +325,8 @@ The whole batch starts at most three Git processes, none for any one buffer."
               (should (fastrevert-test-wait-for
                        (lambda ()
                          (and (cl-every (lambda (buffer)
-                                          (and (string-prefix-p "other " (fastrevert-vc-test--text buffer))
+                                          (and (string-prefix-p
+                                                "other " (fastrevert-vc-test--text buffer))
                                                (equal (substring-no-properties
                                                        (or (buffer-local-value 'vc-mode buffer) ""))
                                                       " Git-other")))
@@ -406,7 +409,8 @@ Its files go through a filter, `slow', which the rebase test defines.")
           ;; Each file written takes a while, as in a large repository, so
           ;; that the rebase outlasts the settle delay many times over.
           (fastrevert-vc-test--sh-while-running
-           dir "git -c filter.slow.smudge='sleep 0.02; cat' -c filter.slow.clean=cat rebase -q main")
+           dir (concat "git -c filter.slow.smudge='sleep 0.02; cat' -c filter.slow.clean=cat"
+                       " rebase -q main"))
           (should (fastrevert-test-wait-for
                    ;; The files end as they began, so wait for the reverts.
                    (lambda () (and (cl-every (lambda (buffer)
