@@ -128,6 +128,10 @@ Its branches `main' and `other' differ in every file.")
   "Return the trace2 event files written so far."
   (directory-files fastrevert-bench-vc--trace t "\\`[^.]"))
 
+(defun fastrevert-bench-vc--clear-trace ()
+  "Delete the trace2 event files written so far."
+  (mapc #'delete-file (fastrevert-bench-vc--trace-files)))
+
 (defun fastrevert-bench-vc--traced-commands (files)
   "Return the argument lists of the top-level Git processes traced in FILES.
 A process that Git itself started (a hook, a helper) is not counted."
@@ -154,12 +158,11 @@ A process that Git itself started (a hook, a helper) is not counted."
   '("ls-files" "ls-tree" "status" "rev-parse" "symbolic-ref")
   "Git commands that a VC refresh starts.")
 
-(defun fastrevert-bench-vc--count-git (before)
-  "Return (ALL . VC): Git processes started since the trace held BEFORE.
+(defun fastrevert-bench-vc--count-git ()
+  "Return (ALL . VC): Git processes traced since the trace was last cleared.
 VC counts those of VC refreshes (stock's or fastrevert's batch): every
 other process is Magit's own."
-  (let* ((new (cl-set-difference (fastrevert-bench-vc--trace-files) before :test #'equal))
-         (commands (fastrevert-bench-vc--traced-commands new)))
+  (let ((commands (fastrevert-bench-vc--traced-commands (fastrevert-bench-vc--trace-files))))
     (cons (length commands)
           (cl-count-if (lambda (argv)
                          (let ((args (if (equal (car argv) "--no-pager") (cdr argv) argv)))
@@ -314,8 +317,8 @@ within DEADLINE), :stale-text, :stale-vc, :busy-ms (main thread),
     (fastrevert-bench-vc--with-impl
      impl buffers
      (lambda ()
-       (let ((before (fastrevert-bench-vc--trace-files))
-             (fastrevert-bench-vc--busy 0.0)
+       (fastrevert-bench-vc--clear-trace)
+       (let ((fastrevert-bench-vc--busy 0.0)
              (start nil) text-at vc-at)
          (garbage-collect)
          (fastrevert-bench-vc--timing-handlers
@@ -345,7 +348,7 @@ within DEADLINE), :stale-text, :stale-vc, :busy-ms (main thread),
                        (setq vc-at (float-time)))
                      (unless vc-at (read-event nil nil 0.01)))))
              (advice-remove 'fastrevert-vc-call-with-batch 'fastrevert-bench-vc-texts)))
-         (let ((git (fastrevert-bench-vc--count-git before)))
+         (let ((git (fastrevert-bench-vc--count-git)))
            (setq result
                  (list :text (and text-at (- text-at start))
                        :vc (and vc-at (- vc-at start))
@@ -381,14 +384,18 @@ within DEADLINE), :stale-text, :stale-vc, :busy-ms (main thread),
     ('(fastrevert magit) "fastrevert, magit-checkout")))
 
 (defun fastrevert-bench-vc--magit-available-p ()
-  "Load Magit from Debian's elpa-magit if possible; return non-nil if loaded."
-  (or (featurep 'magit)
-      (let ((package-directory-list '("/usr/share/emacs/site-lisp/elpa"))
-            (package-user-dir (make-temp-file "fastrevert-bench-no-packages-" t)))
-        (unwind-protect
-            (progn (package-initialize)
-                   (require 'magit nil t))
-          (delete-directory package-user-dir t)))))
+  "Load Magit from Debian's elpa-magit if possible; return non-nil if loaded.
+Loading it turns `magit-auto-revert-mode' on; it is turned off again,
+for the rows that do not use Magit."
+  (when (or (featurep 'magit)
+            (let ((package-directory-list '("/usr/share/emacs/site-lisp/elpa"))
+                  (package-user-dir (make-temp-file "fastrevert-bench-no-packages-" t)))
+              (unwind-protect
+                  (progn (package-initialize)
+                         (require 'magit nil t))
+                (delete-directory package-user-dir t))))
+    (when (bound-and-true-p magit-auto-revert-mode) (magit-auto-revert-mode -1))
+    t))
 
 (defvar fastrevert-bench-vc-results nil
   "Rows of the last checkout and burst runs, for the plot.
@@ -412,7 +419,13 @@ Each is (SERIES FILES SECONDS).")
               (let ((floor (fastrevert-bench-vc--floor buffers dir)))
                 (push (list "floor: revert-buffer loop" count floor) fastrevert-bench-vc-results)
                 (dolist (impl fastrevert-bench-vc--checkout-impls)
-                  (when (or magit (not (eq (cadr impl) 'magit)))
+                  (when (and (or magit (not (eq (cadr impl) 'magit)))
+                             ;; One tick of stock polling refreshes every
+                             ;; buffer's VC state with four Git processes
+                             ;; each: past the smallest size, a tick alone
+                             ;; outlasts the deadline many times over.
+                             (or (not (eq (car impl) 'stock-poll))
+                                 (= count (car (fastrevert-bench-vc--size :checkout-counts)))))
                     (fastrevert-bench--progress "checkout: %d files, %s"
                                                 count (fastrevert-bench-vc--impl-name impl))
                     (let ((result (fastrevert-bench-vc--checkout-once
@@ -444,7 +457,9 @@ when not within %d s, with the stale counts), the main thread's time in timers,
 file-notify events, fastrevert's wake-ups and the Magit command itself, and Git
 processes Emacs started (all of them, and those of VC refreshes; Magit's own
 make the difference).  The floor is `revert-buffer' of every buffer in a loop,
-with VC on, after the same checkout; ratios are against it.%s\n\n"
+with VC on, after the same checkout; ratios are against it.  Stock polling runs
+at the smallest size only: one tick refreshes every buffer's VC state with
+four Git processes each.%s\n\n"
      deadline (if magit "" "  Magit is not installed: no Magit rows."))
     (fastrevert-bench--print-table
      '("files" "implementation" "texts s" "vc-modes s" "vc / floor" "stale text/vc"
@@ -508,7 +523,7 @@ deadline), :git the Git processes Emacs started."
      (lambda ()
        (let* ((count (lambda () (puthash (current-buffer) (1+ (gethash (current-buffer) counts 0))
                                          counts)))
-              (before (fastrevert-bench-vc--trace-files))
+              (_ (fastrevert-bench-vc--clear-trace))
               (start (float-time))
               (end (+ start (fastrevert-bench-vc--size :stock-deadline)))
               done-at)
@@ -540,7 +555,7 @@ deadline), :git the Git processes Emacs started."
                                                                                (point-max))
                                                final)))
                                     buffers)
-                            :git (car (fastrevert-bench-vc--count-git before)))))))
+                            :git (car (fastrevert-bench-vc--count-git)))))))
     (fastrevert-bench-vc--sh dir "git reset -q --hard ORIG_HEAD")
     (dolist (buffer buffers)
       (with-current-buffer buffer (revert-buffer 'ignore-auto 'dont-ask 'preserve-modes)))
