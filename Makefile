@@ -11,6 +11,10 @@ FUZZ_SECONDS ?= 60
 # Debian packages the build and the tests need.
 DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit
 FUZZ_PACKAGES := clang libclang-rt-14-dev
+# And the benchmarks: gnuplot for the plot.
+BENCH_PACKAGES := gnuplot-nox
+# Where `make bench' writes its plot (PNG), next to bench/RESULTS.md.
+FASTREVERT_BENCH_PLOT ?= $(CURDIR)/bench/fastrevert-bench.png
 
 # The Emacs 30 suite runs in a Debian 13 (trixie) root made by debootstrap and
 # kept in EMACS30_ROOT; it builds into a directory of its own, module and
@@ -22,7 +26,7 @@ EMACS30_PACKAGES := $(sort $(DEPS_PACKAGES) make)
 # Where the module and compiled Lisp go; empty means lisp/, next to the sources.
 MODULE_DIR       ?=
 
-.PHONY: all build deps deps-fuzz deps-root test test-emacs30 bench asan tsan asan-emacs fuzz lint clean help
+.PHONY: all build deps deps-fuzz deps-root deps-bench test test-emacs30 bench asan tsan asan-emacs fuzz lint clean help
 
 all: build
 
@@ -53,6 +57,7 @@ define install_missing
 	                 test -f /usr/include/catch2/catch_test_macros.hpp || missing="$$missing catch2" ;; \
 	    clang)       command -v clang++ >/dev/null 2>&1 || missing="$$missing clang" ;; \
 	    git)         command -v git >/dev/null 2>&1 || missing="$$missing git" ;; \
+	    gnuplot-nox) command -v gnuplot >/dev/null 2>&1 || missing="$$missing gnuplot-nox" ;; \
 	    *)           dpkg-query -W -f='$${Status}' $$need 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$need" ;; \
 	  esac; \
 	done; \
@@ -77,6 +82,9 @@ deps:
 deps-fuzz:
 	$(call install_missing,$(FUZZ_PACKAGES))
 
+deps-bench:
+	$(call install_missing,$(BENCH_PACKAGES))
+
 deps-root:
 	$(call install_missing,debootstrap)
 
@@ -100,11 +108,12 @@ test-emacs30: deps-root
 	  make test BUILD=$(EMACS30_BUILD) MODULE_DIR=$(CURDIR)/$(EMACS30_BUILD)/lisp \
 	    WERROR=$(WERROR) JOBS=$(JOBS)
 
-bench: deps
+bench: deps deps-bench
 	cmake -S . -B $(BUILD)-release -DCMAKE_BUILD_TYPE=Release -DFASTREVERT_BUILD_TESTS=OFF
 	cmake --build $(BUILD)-release -j $(JOBS) --target fastrevert-module fastrevert-lisp
 	cc -O2 -Wall -Wextra -o $(BUILD)-release/cbaseline bench/cbaseline.c
 	FASTREVERT_CBASELINE=$(CURDIR)/$(BUILD)-release/cbaseline \
+	FASTREVERT_BENCH_PLOT=$(FASTREVERT_BENCH_PLOT) \
 	  $(EMACS) -Q --batch -L lisp -L bench -l bench/fastrevert-bench.el -f fastrevert-bench-run
 
 # The sanitizer builds leave the module alone (it is loaded into an

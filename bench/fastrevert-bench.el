@@ -864,6 +864,7 @@ module built for another Emacs) only leave its columns out."
             ;; The fastrevert columns and sections live beside this file.
             (require 'fastrevert-bench-revert)
             (require 'fastrevert-bench-process)
+            (require 'fastrevert-bench-vc)
             (format "loaded from %s" (or (locate-library "fastrevert") "?")))
         "not found; stock columns only")
     (error (format "failed to load (%s); stock columns only"

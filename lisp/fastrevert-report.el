@@ -26,7 +26,10 @@
     (:overflows . "kernel queue overflows (each caused a full re-scan)")
     (:main-thread-ms . "milliseconds spent on Emacs's main thread")
     (:processes . "processes started")
-    (:bytes-read . "bytes of process output read"))
+    (:bytes-read . "bytes of process output read")
+    (:vc-batches . "repositories asked about for a batch of VC refreshes")
+    (:vc-processes . "Git processes those batches started")
+    (:vc-answered . "Git commands of VC refreshes answered without a process"))
   "The counters `fastrevert-report' shows first, with what each counts.")
 
 ;;;###autoload

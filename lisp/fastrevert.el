@@ -233,7 +233,8 @@ Engine counters are those of the running engine: `:watches' and
 `:events-dropped-natively' (events for files no buffer visits),
 `:batches', `:overflows', `:processes' and `:bytes-read'.  Lisp
 counters: `:reverts' and `:main-thread-ms', the time the main thread
-spent handling engine results."
+spent handling engine results; and those of the VC batches (see
+`fastrevert-vc-stats')."
   (let ((stats (copy-sequence
                 (or (fastrevert--mod-stats)
                     '(:watches 0 :polled-files 0 :kernel-events 0
@@ -241,20 +242,23 @@ spent handling engine results."
                                :processes 0 :bytes-read 0)))))
     (setq stats (plist-put stats :reverts
                            (or (plist-get fastrevert--lisp-counters :reverts) 0)))
-    (plist-put stats :main-thread-ms
-               (+ (* 1000.0 fastrevert--main-thread-seconds)
-                  (/ (or (plist-get stats :drain-ns) 0) 1e6)))))
+    (setq stats (plist-put stats :main-thread-ms
+                           (+ (* 1000.0 fastrevert--main-thread-seconds)
+                              (/ (or (plist-get stats :drain-ns) 0) 1e6))))
+    (nconc stats (fastrevert-vc-stats))))
 
 ;;;; fastrevert-mode: auto-revert driven by the engine
 
 (require 'autorevert)
 (require 'cl-lib)
 (require 'vc-hooks)
+(require 'fastrevert-vc)
 
 (declare-function fastrevert--mod-watch-add "fastrevert-module" (id file mode &optional contents))
 (declare-function fastrevert--mod-watch-remove "fastrevert-module" (id))
 (declare-function fastrevert--mod-watch-configure "fastrevert-module"
                   (poll-interval settle-delay safety-poll))
+(declare-function fastrevert--mod-watch-hold-limit "fastrevert-module" (limit))
 
 (defcustom fastrevert-settle-delay 0.03
   "Seconds a changed file must stay quiet before its buffer is checked.
@@ -449,6 +453,44 @@ the revert (a process per file for Git), and the text comes first."
   (with-current-buffer buffer
     (fastrevert--call-as-revert #'vc-refresh-state)))
 
+(defvar fastrevert--deferring-vc nil
+  "Non-nil while the VC refreshes of a call are put off to its end.")
+
+(defun fastrevert--refresh-vc-of-all (buffers &optional yield)
+  "Refresh the VC state of the live BUFFERS as one batch.
+Their Git processes are shared (see `fastrevert-vc-call-with-batch').
+Non-nil YIELD means stop at pending input when
+`auto-revert-stop-on-user-input' is non-nil."
+  (fastrevert--call-as-batch
+   (lambda ()
+     (fastrevert-vc-call-with-batch
+      buffers
+      (lambda ()
+        (let ((refresh (fastrevert--in-batch #'fastrevert--refresh-vc-of)))
+          (while (and buffers
+                      (not (and yield auto-revert-stop-on-user-input (input-pending-p))))
+            (let ((buffer (pop buffers)))
+              (when (buffer-live-p buffer)
+                (with-demoted-errors "fastrevert: %S"
+                  (funcall refresh buffer)))))))))))
+
+(defun fastrevert--call-deferring-vc (function)
+  "Call FUNCTION, doing the VC refreshes it asks for as one batch at its end.
+The stock handler refreshes the VC state of each buffer it reverts.  A
+call that checks many buffers at once, such as `auto-revert-buffers'
+\(which Magit calls after each Git command), then refreshes them
+together before it returns, with the Git processes of one batch."
+  (if fastrevert--deferring-vc
+      (funcall function)
+    (let ((queue (make-hash-table :test #'eq)))
+      (unwind-protect
+          (let ((fastrevert--deferring-vc t))
+            (cl-letf (((symbol-function 'vc-refresh-state)
+                       (lambda () (puthash (current-buffer) t queue))))
+              (funcall function)))
+        (when (> (hash-table-count queue) 0)
+          (fastrevert--refresh-vc-of-all (fastrevert--queued queue)))))))
+
 (defun fastrevert--call-as-revert (function)
   "Call FUNCTION as `revert-buffer' would, and return its value.
 The variable that says a revert is in progress is bound non-nil, as
@@ -507,24 +549,97 @@ non-nil if QUEUE was emptied."
       (progress-reporter-done reporter))
     (null buffers)))
 
+;; At scale, two things in Emacs itself make each revert cost more the more
+;; buffers there are.  `case-fold-search' is a per-buffer variable: a `let'
+;; of it in a buffer where it has no local value changes its default, and
+;; Emacs then visits every live buffer to update the ones that follow the
+;; default.  Reverting a file binds it several times (finding the coding
+;; system, in a work buffer; abbreviating file names, for VC), so with
+;; 10,000 buffers a revert walked the buffer list a dozen times.  While a
+;; batch handles a buffer, that buffer and Emacs's coding work buffers get
+;; a local value equal to the default, which keeps those bindings local;
+;; the local value goes again afterwards, unless something changed it.
+;; And every garbage collection marks every buffer: a batch collects less
+;; often (`fastrevert--batch-gc-threshold') instead of every 800 KB.
+
+(defconst fastrevert--coding-work-buffers '(" *code-converting-work*" " *code-conversion-work*")
+  "Buffers in which Emacs finds and converts the coding of a file it reads.")
+
+(defconst fastrevert--batch-gc-threshold (* 64 1024 1024)
+  "The least `gc-cons-threshold' while a batch is handled.")
+
+(defun fastrevert--give-local-case-fold (buffer)
+  "Give BUFFER a local `case-fold-search' equal to its default value.
+Return non-nil if BUFFER had none, so that it must be taken back."
+  (unless (local-variable-p 'case-fold-search buffer)
+    (with-current-buffer buffer
+      (setq-local case-fold-search (default-value 'case-fold-search)))
+    t))
+
+(defun fastrevert--take-back-local-case-fold (buffer)
+  "Remove the local `case-fold-search' that BUFFER was given, if unchanged."
+  (when (and (buffer-live-p buffer)
+             (local-variable-p 'case-fold-search buffer)
+             (eq (buffer-local-value 'case-fold-search buffer)
+                 (default-value 'case-fold-search)))
+    (with-current-buffer buffer
+      (kill-local-variable 'case-fold-search))))
+
+(defun fastrevert--call-with-local-case-fold (buffers function &rest args)
+  "Call FUNCTION with ARGS while BUFFERS have a local `case-fold-search'."
+  (let ((given (cl-remove-if-not #'fastrevert--give-local-case-fold
+                                 (cl-remove-if-not #'buffer-live-p buffers))))
+    (unwind-protect (apply function args)
+      (mapc #'fastrevert--take-back-local-case-fold given))))
+
+(defun fastrevert--in-batch (function)
+  "Return FUNCTION wrapped for a batch, as a function of one buffer.
+The buffer has a local `case-fold-search' while FUNCTION handles it."
+  (lambda (buffer) (fastrevert--call-with-local-case-fold (list buffer) function buffer)))
+
+(defun fastrevert--call-as-batch (function)
+  "Call FUNCTION in the setting of a batch of reverts or VC refreshes.
+Emacs's coding work buffers have a local `case-fold-search', and
+garbage is collected less often."
+  (let ((gc-cons-threshold (max gc-cons-threshold fastrevert--batch-gc-threshold)))
+    (fastrevert--call-with-local-case-fold
+     (delq nil (mapcar #'get-buffer fastrevert--coding-work-buffers)) function)))
+
+(defun fastrevert--queued (queue)
+  "Return the buffers of QUEUE, a hash table whose keys are buffers."
+  (let (buffers)
+    (maphash (lambda (buffer _) (push buffer buffers)) queue)
+    buffers))
+
 (defun fastrevert--revert-pending ()
   "Check every pending buffer, then refresh the reverted ones' VC state.
 Visible buffers go first, and Emacs redisplays the new texts before
-the VC refreshes start.  When `auto-revert-stop-on-user-input' is
-non-nil, stop at pending input and resume as soon as Emacs is idle."
+the VC refreshes start, which share their Git processes (see
+`fastrevert-vc-call-with-batch').  When `auto-revert-stop-on-user-input'
+is non-nil, stop at pending input and resume as soon as Emacs is idle."
   (setq fastrevert--revert-timer nil)
   (let ((start (float-time)))
     (unwind-protect
         (let ((fastrevert--dominating-cache (make-hash-table :test #'equal)))
           (save-match-data
-            (and (fastrevert--work-through fastrevert--pending #'fastrevert--check-buffer
-                                           "fastrevert: reverting buffers...")
+            (and (fastrevert--call-as-batch
+                  (lambda ()
+                    (fastrevert--work-through fastrevert--pending
+                                              (fastrevert--in-batch #'fastrevert--check-buffer)
+                                              "fastrevert: reverting buffers...")))
                  (progn
                    (unless (or noninteractive
                                (zerop (hash-table-count fastrevert--vc-pending)))
                      (redisplay))
-                   (fastrevert--work-through fastrevert--vc-pending #'fastrevert--refresh-vc-of
-                                             "fastrevert: refreshing VC state...")))))
+                   (fastrevert--call-as-batch
+                    (lambda ()
+                      (fastrevert-vc-call-with-batch
+                       (fastrevert--queued fastrevert--vc-pending)
+                       (lambda ()
+                         (fastrevert--work-through fastrevert--vc-pending
+                                                   (fastrevert--in-batch
+                                                    #'fastrevert--refresh-vc-of)
+                                                   "fastrevert: refreshing VC state...")))))))))
       (when (and (not fastrevert--revert-timer)
                  (or (> (hash-table-count fastrevert--pending) 0)
                      (> (hash-table-count fastrevert--vc-pending) 0)))
@@ -549,9 +664,7 @@ changing the file; this does the same at `auto-revert-interval'."
                (when (and (buffer-live-p buffer) (buffer-local-value 'buffer-file-name buffer))
                  (push buffer buffers)))
              fastrevert--buffer-by-id)
-    (while (and buffers (not (and auto-revert-stop-on-user-input (input-pending-p))))
-      (with-demoted-errors "fastrevert: %S"
-        (fastrevert--refresh-vc-of (pop buffers))))
+    (fastrevert--refresh-vc-of-all buffers t)
     (setq fastrevert--main-thread-seconds
           (+ fastrevert--main-thread-seconds (- (float-time) start)))))
 
@@ -659,7 +772,7 @@ buffer it covers (see `fastrevert--covered-buffers')."
 (defconst fastrevert--watched-settings
   '(auto-revert-use-notify auto-revert-notify-exclude-dir-regexp
     auto-revert-interval auto-revert-avoid-polling auto-revert-remote-files
-    auto-revert-check-vc-info fastrevert-settle-delay)
+    auto-revert-check-vc-info fastrevert-settle-delay fastrevert-vc-hold-limit)
   "Settings whose change makes fastrevert re-register its buffers.")
 
 ;;;;; Settings
@@ -667,7 +780,8 @@ buffer it covers (see `fastrevert--covered-buffers')."
 (defun fastrevert--configure-engine ()
   "Pass the current intervals to the engine."
   (fastrevert--mod-watch-configure auto-revert-interval fastrevert-settle-delay
-                                   (not auto-revert-avoid-polling)))
+                                   (not auto-revert-avoid-polling))
+  (fastrevert--mod-watch-hold-limit fastrevert-vc-hold-limit))
 
 (defvar fastrevert--reconfigure-timer nil
   "Timer that applies changed settings, or nil.")
@@ -732,7 +846,7 @@ are checked as soon as Emacs is idle."
       (funcall function)
     (fastrevert--apply-changed-settings)
     (prog1 (let ((fastrevert--checking-now t))
-             (funcall function))
+             (fastrevert--call-deferring-vc function))
       (dolist (buffer auto-revert-remaining-buffers)
         (when (and (buffer-live-p buffer)
                    (fastrevert--descriptor-p

@@ -124,7 +124,12 @@ WatcherTestHooks& watcher_test_hooks() noexcept {
   return hooks;
 }
 
-Watcher::Watcher(Engine& engine) : engine_(engine) {
+Watcher::Watcher(Engine& engine)
+    : engine_(engine),
+      hold_(
+          engine.loop(),
+          [this](const std::unordered_set<std::uint64_t>& ids) { report_held_changes(ids); },
+          [this](const std::string& control_dir) { request_probe(control_dir); }) {
   // uv_timer_init only fills in the handle and links it into the loop; it
   // cannot fail on Unix, so there is no half-initialized state to undo.
   uv_timer_init(engine_.loop(), &flush_timer_);
@@ -151,22 +156,21 @@ void Watcher::add(std::uint64_t id, std::string path, WatchMode mode, bool conte
   Registration registration;
   registration.mode = mode;
   registration.first_usable_sweep = next_sweep_number_;
-  registration.path = path;
 
   auto [path_it, inserted] = paths_.try_emplace(std::move(path));
   // The map's key outlives every use below (unlike PATH, moved into it).
   const std::string& registered_path = path_it->first;
+  registration.path = &registered_path;
   WatchedPath& watched = path_it->second;
   if (inserted) {
     watched.incarnation = next_incarnation_++;
-    std::tie(watched.own_dir, watched.own_name) = split_path(registered_path);
     watched.contents = contents;
   } else if (contents && !watched.contents) {
     // A name first registered as a plain file now matters as a directory.
     if (watched.has_kernel_interest) add_interest(registered_path, kAnyName, registered_path);
     watched.contents = true;
   }
-  watched.ids.insert(id);
+  watched.ids.push_back(id);
   if (mode == WatchMode::notify) {
     if (++watched.notify_registrations == 1) add_kernel_interest(registered_path, watched);
   } else {
@@ -184,14 +188,15 @@ void Watcher::add(std::uint64_t id, std::string path, WatchMode mode, bool conte
 void Watcher::remove(std::uint64_t id) {
   auto registration_it = registrations_.find(id);
   if (registration_it == registrations_.end()) return;
-  std::string path = std::move(registration_it->second.path);
+  std::string path = *registration_it->second.path;
   WatchMode mode = registration_it->second.mode;
   registrations_.erase(registration_it);
+  hold_.forget(id);
 
   auto path_it = paths_.find(path);
   if (path_it == paths_.end()) return;
   WatchedPath& watched = path_it->second;
-  watched.ids.erase(id);
+  watched.ids.erase(std::remove(watched.ids.begin(), watched.ids.end(), id), watched.ids.end());
   if (mode == WatchMode::notify) {
     if (--watched.notify_registrations == 0) drop_kernel_interest(path, watched);
   } else {
@@ -244,7 +249,7 @@ void Watcher::inject_overflow() {
 }
 
 bool Watcher::idle() const noexcept {
-  if (flush_armed_ || !sweeps_in_flight_.empty()) return false;
+  if (flush_armed_ || !sweeps_in_flight_.empty() || !pending_probes_.empty()) return false;
   for (const auto& path : pending_paths_) {
     auto it = paths_.find(path);
     if (it != paths_.end() && it->second.stat_pending) return false;
@@ -259,6 +264,8 @@ void Watcher::shutdown() {
   // is abandoned to its thread: nothing waits for it.
   if (sweep_pool_) sweep_pool_->close();
   sweeps_in_flight_.clear();
+  hold_.shutdown();
+  pending_probes_.clear();
   uv_close(reinterpret_cast<uv_handle_t*>(&flush_timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&poll_timer_), nullptr);
   if (inotify_poll_initialized_) {
@@ -288,22 +295,35 @@ void Watcher::shutdown() {
 
 void Watcher::add_kernel_interest(const std::string& path, WatchedPath& watched) {
   watched.has_kernel_interest = true;
-  add_interest(watched.own_dir, watched.own_name, path);
+  auto [own_dir, own_name] = split_path(path);
+  add_interest(own_dir, own_name, path);
   if (watched.contents) add_interest(path, kAnyName, path);
-  if (!watched.target_dir.empty()) add_interest(watched.target_dir, watched.target_name, path);
+  if (!watched.target.empty()) {
+    auto [target_dir, target_name] = split_path(watched.target);
+    add_interest(target_dir, target_name, path);
+  }
 }
 
 void Watcher::drop_kernel_interest(const std::string& path, WatchedPath& watched) {
   watched.has_kernel_interest = false;
-  drop_interest(watched.own_dir, watched.own_name, path);
+  auto [own_dir, own_name] = split_path(path);
+  drop_interest(own_dir, own_name, path);
   if (watched.contents) drop_interest(path, kAnyName, path);
-  if (!watched.target_dir.empty()) drop_interest(watched.target_dir, watched.target_name, path);
+  if (!watched.target.empty()) {
+    auto [target_dir, target_name] = split_path(watched.target);
+    drop_interest(target_dir, target_name, path);
+  }
 }
 
 void Watcher::add_interest(const std::string& dir, const std::string& name,
                            const std::string& path) {
+  auto path_it = paths_.find(path);
+  if (path_it == paths_.end()) return;
   auto [dir_it, inserted] = dirs_.try_emplace(dir);
-  dir_it->second.paths_by_name[name].insert(path);
+  auto& paths = dir_it->second.paths_by_name[name];
+  if (std::find(paths.begin(), paths.end(), &path_it->first) == paths.end()) {
+    paths.push_back(&path_it->first);
+  }
   if (inserted) try_watch_directory(dir, dir_it->second);
 }
 
@@ -314,8 +334,11 @@ void Watcher::drop_interest(const std::string& dir, const std::string& name,
   auto& paths_by_name = dir_it->second.paths_by_name;
   auto name_it = paths_by_name.find(name);
   if (name_it != paths_by_name.end()) {
-    name_it->second.erase(path);
-    if (name_it->second.empty()) paths_by_name.erase(name_it);
+    auto& paths = name_it->second;
+    paths.erase(std::remove_if(paths.begin(), paths.end(),
+                               [&](const std::string* key) { return *key == path; }),
+                paths.end());
+    if (paths.empty()) paths_by_name.erase(name_it);
   }
   if (paths_by_name.empty()) {
     unwatch_directory(dir, dir_it->second);
@@ -408,11 +431,11 @@ void Watcher::lose_watch(int wd, bool still_registered) {
     if (dir_it == dirs_.end()) continue;
     dir_it->second.wd = -1;
     for (const auto& name_entry : dir_it->second.paths_by_name) {
-      for (const auto& path : name_entry.second) {
-        auto path_it = paths_.find(path);
+      for (const std::string* path : name_entry.second) {
+        auto path_it = paths_.find(*path);
         if (path_it == paths_.end()) continue;
-        request_stat(path, path_it->second);
-        refresh_coverage(path, path_it->second);
+        request_stat(*path, path_it->second);
+        refresh_coverage(*path, path_it->second);
       }
     }
   }
@@ -424,9 +447,10 @@ void Watcher::refresh_coverage(const std::string& path, WatchedPath& watched) {
     auto it = dirs_.find(dir);
     return it != dirs_.end() && it->second.wd >= 0;
   };
-  bool kernel_covers = watched.notify_registrations > 0 && !watched.own_name.empty() &&
-                       !watched.link_unresolved && watched_dir(watched.own_dir) &&
-                       (watched.target_dir.empty() || watched_dir(watched.target_dir)) &&
+  auto [own_dir, own_name] = split_path(path);
+  bool kernel_covers = watched.notify_registrations > 0 && !own_name.empty() &&
+                       !watched.link_unresolved && watched_dir(own_dir) &&
+                       (watched.target.empty() || watched_dir(split_path(watched.target).first)) &&
                        (!watched.contents || watched_dir(path));
   bool should_poll =
       watched.poll_registrations > 0 || (watched.notify_registrations > 0 && !kernel_covers);
@@ -519,10 +543,10 @@ void Watcher::read_inotify_events() {
             if (key == &name && name.empty()) continue;
             auto name_it = dir_it->second.paths_by_name.find(*key);
             if (name_it == dir_it->second.paths_by_name.end()) continue;
-            for (const auto& path : name_it->second) {
-              auto path_it = paths_.find(path);
+            for (const std::string* path : name_it->second) {
+              auto path_it = paths_.find(*path);
               if (path_it == paths_.end()) continue;
-              request_stat(path, path_it->second);
+              request_stat(*path, path_it->second);
               matched = true;
             }
           }
@@ -559,11 +583,11 @@ void Watcher::on_poll_timer(uv_timer_t* handle) {
     WatchedDir& dir = dir_entry.second;
     if (dir.wd >= 0 || !self->try_watch_directory(dir_entry.first, dir)) continue;
     for (const auto& name_entry : dir.paths_by_name) {
-      for (const auto& path : name_entry.second) {
-        auto path_it = self->paths_.find(path);
+      for (const std::string* path : name_entry.second) {
+        auto path_it = self->paths_.find(*path);
         if (path_it == self->paths_.end()) continue;
-        self->request_stat(path, path_it->second);
-        self->refresh_coverage(path, path_it->second);
+        self->request_stat(*path, path_it->second);
+        self->refresh_coverage(*path, path_it->second);
       }
     }
   }
@@ -627,7 +651,7 @@ void Watcher::on_flush_timer(uv_timer_t* handle) {
 }
 
 void Watcher::launch_sweeps() {
-  if (shutting_down_ || pending_paths_.empty()) return;
+  if (shutting_down_ || (pending_paths_.empty() && pending_probes_.empty())) return;
   // At the cap, the pending names wait; after_sweep calls back here.
   if (sweeps_in_flight_.size() >= kMaxSweepsInFlight) return;
 
@@ -653,7 +677,11 @@ void Watcher::launch_sweeps() {
     job->entries.push_back(std::move(entry));
   }
   pending_paths_ = std::move(still_pending);
-  if (job->entries.empty()) return;
+  for (const auto& control_dir : pending_probes_) {
+    job->repositories.emplace_back(control_dir, RepositoryState{});
+  }
+  pending_probes_.clear();
+  if (job->entries.empty() && job->repositories.empty()) return;
 
   try {
     if (!sweep_pool_) {
@@ -713,6 +741,14 @@ void Watcher::run_sweep(SweepJob& job) noexcept {
       std::free(resolved);
     }
   }
+  try {
+    probe_repositories(job);
+  } catch (...) {
+    // Short of memory: the files are reported as if outside any repository,
+    // at once, rather than held.
+    job.repositories.clear();
+    for (auto& entry : job.entries) entry.repository = -1;
+  }
 }
 
 void Watcher::after_sweep(SweepJob& job) {
@@ -752,6 +788,7 @@ void Watcher::recover() noexcept {
 }
 
 void Watcher::apply_sweep(SweepJob& job) {
+  apply_repositories(job);
   std::size_t emitted = 0;
   for (const auto& entry : job.entries) {
     auto path_it = paths_.find(entry.path);
@@ -778,6 +815,7 @@ void Watcher::apply_sweep(SweepJob& job) {
       }
       if (entry.signature == registration.baseline) continue;
       registration.baseline = entry.signature;
+      if (hold_change(id, job, entry)) continue;
       engine_.emit(Record{RecordKind::file_changed, id, 0, entry.path});
       ++emitted;
     }
@@ -788,20 +826,17 @@ void Watcher::apply_sweep(SweepJob& job) {
 
 void Watcher::update_link_target(const std::string& path, WatchedPath& watched,
                                  const SweepEntry& entry) {
-  std::string target_dir;
-  std::string target_name;
-  if (entry.is_symlink && entry.resolved) {
-    std::tie(target_dir, target_name) = split_path(entry.resolved_path);
-  }
+  std::string target = entry.is_symlink && entry.resolved ? entry.resolved_path : std::string();
   watched.link_unresolved = entry.is_symlink && !entry.resolved;
-  if (target_dir != watched.target_dir || target_name != watched.target_name) {
-    if (watched.has_kernel_interest && !watched.target_dir.empty()) {
-      drop_interest(watched.target_dir, watched.target_name, path);
+  if (target != watched.target) {
+    if (watched.has_kernel_interest && !watched.target.empty()) {
+      auto [target_dir, target_name] = split_path(watched.target);
+      drop_interest(target_dir, target_name, path);
     }
-    watched.target_dir = std::move(target_dir);
-    watched.target_name = std::move(target_name);
-    if (watched.has_kernel_interest && !watched.target_dir.empty()) {
-      add_interest(watched.target_dir, watched.target_name, path);
+    watched.target = std::move(target);
+    if (watched.has_kernel_interest && !watched.target.empty()) {
+      auto [target_dir, target_name] = split_path(watched.target);
+      add_interest(target_dir, target_name, path);
       // The target may have changed between this sweep's stat and the new
       // watch; one more stat closes that window.
       request_stat(path, watched);
@@ -809,6 +844,64 @@ void Watcher::update_link_target(const std::string& path, WatchedPath& watched,
   }
   refresh_coverage(path, watched);
 }
+
+// ---------------------------------------------------------------------------
+// VCS operations.  Every sweep finds the repositories of its files and looks
+// into each of them after it has stat'ed the files, so a repository found
+// idle was idle when the last of them was stat'ed: whatever Emacs reads
+// afterwards is what the operation left.  The hold (vcs.h) decides from that
+// whether a confirmed change is reported at once or when the operation ends.
+
+void Watcher::probe_repositories(SweepJob& job) {
+  RepositoryFinder finder;
+  std::unordered_map<std::string, int> index_of;
+  for (std::size_t i = 0; i < job.repositories.size(); ++i) {
+    index_of.emplace(job.repositories[i].first, static_cast<int>(i));
+  }
+  for (auto& entry : job.entries) {
+    // A directory registered with its contents (Dired) belongs to the
+    // repository it is in; a file, even a deleted one, to its directory's.
+    const std::string& control_dir =
+        finder.control_dir_of(entry.contents ? entry.path : split_path(entry.path).first);
+    if (control_dir.empty()) continue;
+    auto [index_it, inserted] =
+        index_of.try_emplace(control_dir, static_cast<int>(job.repositories.size()));
+    if (inserted) job.repositories.emplace_back(control_dir, RepositoryState{});
+    entry.repository = index_it->second;
+  }
+  for (auto& [control_dir, state] : job.repositories) state = probe_repository(control_dir);
+}
+
+void Watcher::apply_repositories(const SweepJob& job) {
+  for (const auto& [control_dir, state] : job.repositories) hold_.update(control_dir, state);
+}
+
+bool Watcher::hold_change(std::uint64_t id, const SweepJob& job, const SweepEntry& entry) {
+  if (entry.repository < 0) return false;
+  const auto& [control_dir, state] = job.repositories[static_cast<std::size_t>(entry.repository)];
+  return hold_.offer(id, control_dir, state);
+}
+
+void Watcher::report_held_changes(const std::unordered_set<std::uint64_t>& ids) {
+  std::size_t emitted = 0;
+  for (std::uint64_t id : ids) {
+    auto registration_it = registrations_.find(id);
+    if (registration_it == registrations_.end()) continue;
+    engine_.emit(Record{RecordKind::file_changed, id, 0, *registration_it->second.path});
+    ++emitted;
+  }
+  if (emitted > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);
+}
+
+void Watcher::request_probe(const std::string& control_dir) {
+  if (shutting_down_) return;
+  pending_probes_.insert(control_dir);
+  // With the settle delay, files still being reported join the same sweep,
+  // and the hold ends in the batch that reports them.
+  schedule_flush(FlushUrgency::settle);
+}
+
+void Watcher::set_hold_limit(std::chrono::milliseconds limit) { hold_.set_limit(limit); }
 
 void Watcher::notice_failure_once(const char* function, int error, const char* consequence) {
   if (!noticed_failures_.emplace(function, error).second) return;

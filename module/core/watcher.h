@@ -32,6 +32,7 @@
 
 #include "core/engine.h"
 #include "core/worker_pool.h"
+#include "core/vcs.h"
 
 namespace fastrevert {
 
@@ -117,18 +118,28 @@ class Watcher : public Service {
   void rescan();
   // Behaves exactly as if the kernel had reported IN_Q_OVERFLOW.
   void inject_overflow();
+  // The longest a running VCS operation holds back its repository's
+  // changes (see OperationHold); zero holds nothing.  Default 5 s.
+  void set_hold_limit(std::chrono::milliseconds limit);
 
   // True when no stat is in flight or pending: every event read so far has
   // been confirmed and reported.  Tests use it as a synchronization point.
   bool idle() const noexcept;
   std::size_t registration_count() const noexcept { return registrations_.size(); }
   std::size_t sweeps_in_flight() const noexcept { return sweeps_in_flight_.size(); }
+  std::size_t held_changes() const noexcept { return hold_.held_changes(); }
 
   void shutdown() override;
 
  private:
+  // What a watched file costs is mostly its name, so each registered name is
+  // stored once, as the key of its entry in paths_, and everything else
+  // refers to that key: entries of an unordered_map keep their address as
+  // the map grows.
   struct Registration {
-    std::string path;
+    // The key of the registered name's entry in paths_, which outlives the
+    // registration.
+    const std::string* path = nullptr;
     WatchMode mode = WatchMode::notify;
     FileSignature baseline;
     bool has_baseline = false;
@@ -139,19 +150,16 @@ class Watcher : public Service {
 
   // One registered name, shared by every id that registered it.
   struct WatchedPath {
-    std::set<std::uint64_t> ids;
+    // Nearly always one id: buffers rarely share a file.
+    std::vector<std::uint64_t> ids;
     int notify_registrations = 0;
     int poll_registrations = 0;
     // Distinguishes this entry from an earlier one for the same name, so a
     // sweep started before a remove and re-add cannot update the new one.
     std::uint64_t incarnation = 0;
-    // The directory the kernel watch for the name itself lives on, and the
-    // name within it.
-    std::string own_dir;
-    std::string own_name;
     // For a symlink, where it resolved on the last sweep; empty otherwise.
-    std::string target_dir;
-    std::string target_name;
+    // The kernel watch for the name itself is on its own directory.
+    std::string target;
     // A symlink whose target could not be resolved is polled: no directory
     // watch can see its target appear.
     bool link_unresolved = false;
@@ -168,8 +176,8 @@ class Watcher : public Service {
   struct WatchedDir {
     int wd = -1;
     // The registered names in this directory that matter, each mapped to the
-    // registered paths that an event on it makes dirty.
-    std::unordered_map<std::string, std::unordered_set<std::string>> paths_by_name;
+    // registered paths (keys of paths_) that an event on it makes dirty.
+    std::unordered_map<std::string, std::vector<const std::string*>> paths_by_name;
   };
 
   struct SweepEntry {
@@ -181,6 +189,9 @@ class Watcher : public Service {
     bool contents = false;
     bool resolved = false;
     std::string resolved_path;
+    // Index into SweepJob::repositories of the repository holding PATH, or
+    // -1 for none.
+    int repository = -1;
   };
 
   // A batch of stats run by a pool thread.  Shared by the job's two halves:
@@ -189,6 +200,9 @@ class Watcher : public Service {
   struct SweepJob {
     std::uint64_t number = 0;
     std::vector<SweepEntry> entries;
+    // The repositories of the entries, and those the hold asked to look
+    // into, each with what the sweep found after it stat'ed the entries.
+    std::vector<std::pair<std::string, RepositoryState>> repositories;
   };
 
   enum class FlushUrgency { settle, now };
@@ -225,6 +239,17 @@ class Watcher : public Service {
   void launch_sweeps();
   void apply_sweep(SweepJob& job);
   void update_link_target(const std::string& path, WatchedPath& watched, const SweepEntry& entry);
+  // VCS operations (see vcs.h).  Sweep thread: finds the entries'
+  // repositories and looks into each once its files are stat'ed.
+  static void probe_repositories(SweepJob& job);
+  // Engine thread: hands the sweep's findings to the hold, and reports the
+  // change of ID (confirmed by a sweep) unless the hold keeps it.
+  void apply_repositories(const SweepJob& job);
+  bool hold_change(std::uint64_t id, const SweepJob& job, const SweepEntry& entry);
+  // Reports, as one batch, the changes of IDS that a hold kept; and asks
+  // for a look into a repository on the hold's behalf.
+  void report_held_changes(const std::unordered_set<std::uint64_t>& ids);
+  void request_probe(const std::string& control_dir);
   // Emits one notice per failure kind (FUNCTION and ERROR) in the watcher's
   // lifetime.  CONSEQUENCE says what happens next; null means the fallback
   // to polling.
@@ -264,6 +289,10 @@ class Watcher : public Service {
   std::unordered_set<SweepJob*> sweeps_in_flight_;
   // Runs the sweeps; made on first use.
   std::unique_ptr<WorkerPool> sweep_pool_;
+  // Changes held while a VCS operation runs, and the repositories the hold
+  // has asked to look into with the next sweep.
+  OperationHold hold_;
+  std::unordered_set<std::string> pending_probes_;
   // Failure kinds ("function:errno") already reported with a notice.
   std::set<std::pair<std::string, int>> noticed_failures_;
 

@@ -67,6 +67,15 @@ FASTREVERT_DEFUN("fastrevert--mod-watch-configure", mod_watch_configure, 3, 3,
   return env.nil();
 }
 
+FASTREVERT_DEFUN("fastrevert--mod-watch-hold-limit", mod_watch_hold_limit, 1, 1,
+                 "Hold a repository's changes at most LIMIT seconds while it is busy.\n"
+                 "A Git index.lock, rebase or sequencer state, or a Mercurial wlock\n"
+                 "means busy; zero holds nothing.\n\n(fn LIMIT)") {
+  auto limit = ceil_milliseconds(env.to_duration(args[0]));
+  post_or_signal(env, [limit](Engine& e) { e.service<Watcher>().set_hold_limit(limit); });
+  return env.nil();
+}
+
 FASTREVERT_DEFUN("fastrevert--mod-watch-rescan", mod_watch_rescan, 0, 0,
                  "Stat every watched file now and report each change.") {
   post_or_signal(env, [](Engine& e) { e.service<Watcher>().rescan(); });

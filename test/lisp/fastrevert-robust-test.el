@@ -138,6 +138,7 @@ Return `separate' for a primitive tested on its own below."
     ('fastrevert--mod-test-watch-fault (list 'overflow 0))
     ('fastrevert--mod-watch-add (list (fastrevert-robust-test--next-id) "/tmp/fastrevert-robust" 'poll))
     ('fastrevert--mod-watch-configure (list 5 0.03 nil))
+    ('fastrevert--mod-watch-hold-limit (list fastrevert-vc-hold-limit))
     ('fastrevert--mod-watch-remove (list (fastrevert-robust-test--next-id)))
     ((or 'fastrevert--mod-memfd-threshold 'fastrevert--mod-running-p 'fastrevert--mod-stats
          'fastrevert--mod-test-delayed-stats 'fastrevert--mod-version 'fastrevert--mod-watch-rescan)
@@ -604,11 +605,13 @@ instead of hanging the suite."
       (should-error (fastrevert--mod-watch-configure bad 0.03 nil) :type 'args-out-of-range)
       (should-error (fastrevert--mod-watch-configure 5 bad nil) :type 'args-out-of-range)
       (should-error (fastrevert--mod-stop bad) :type 'args-out-of-range)
+      (should-error (fastrevert--mod-watch-hold-limit bad) :type 'args-out-of-range)
       (should (fastrevert--mod-running-p))))
   (dolist (bad (list "1" 'one [1] (make-marker)))
     (should-error (fastrevert--mod-wait bad) :type 'wrong-type-argument)
     (should-error (fastrevert--mod-stop bad) :type 'wrong-type-argument)
-    (should-error (fastrevert--mod-watch-configure bad 0.03 nil) :type 'wrong-type-argument)))
+    (should-error (fastrevert--mod-watch-configure bad 0.03 nil) :type 'wrong-type-argument)
+    (should-error (fastrevert--mod-watch-hold-limit bad) :type 'wrong-type-argument)))
 
 (ert-deftest fastrevert-robust-stop-with-a-huge-timeout-waits-for-the-engine ()
   (dolist (seconds (list most-positive-fixnum 1.0e+INF 1e13 (expt 2 70)))

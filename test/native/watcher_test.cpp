@@ -963,3 +963,102 @@ TEST_CASE("watcher: stopping the engine does not wait for a stat that hangs") {
   engine.reset();
   close(fds[0]);
 }
+
+// ---------------------------------------------------------------------------
+// VCS operations: changes in a repository while an operation runs in it.
+
+namespace {
+
+// Waits until the watcher holds COUNT changes.
+bool wait_for_held(Harness& harness, std::size_t count) {
+  return harness.wait_until(
+      [&] {
+        std::size_t held = 0;
+        harness.call([&](Watcher& watcher) { held = watcher.held_changes(); });
+        return held == count;
+      },
+      kReportTimeout);
+}
+
+// A work tree with a Git directory in DIR/repo, and a watched file in it.
+std::string make_repository_with_file(Harness& harness, const TempDir& dir) {
+  REQUIRE(mkdir((dir / "repo").c_str(), 0755) == 0);
+  REQUIRE(mkdir((dir / "repo/.git").c_str(), 0755) == 0);
+  std::string file = dir / "repo/file";
+  create_file(file, "x");
+  harness.add(1, file);
+  harness.settle();
+  harness.clear();
+  return file;
+}
+
+}  // namespace
+
+TEST_CASE("watcher: changes made while the index is locked are reported once, when it is not") {
+  Harness harness;
+  TempDir dir;
+  std::string file = make_repository_with_file(harness, dir);
+  create_file(dir / "repo/.git/index.lock", "");
+  for (int write = 0; write < 3; ++write) {
+    append_file(file, "y");
+    REQUIRE(wait_for_held(harness, 1));
+    harness.settle();
+  }
+  CHECK(harness.changes_for(1) == 0);
+  REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
+  harness.expect_one_change(1);
+  CHECK(wait_for_held(harness, 0));
+}
+
+TEST_CASE("watcher: a rebase holds changes until it has been quiet, then reports them") {
+  Harness harness;
+  TempDir dir;
+  std::string file = make_repository_with_file(harness, dir);
+  REQUIRE(mkdir((dir / "repo/.git/rebase-merge").c_str(), 0755) == 0);
+  auto start = Clock::now();
+  append_file(file, "picked");
+  REQUIRE(wait_for_held(harness, 1));
+  // The rebase stays (stopped, say, on a conflict); its changes come once
+  // it has been quiet.
+  REQUIRE(harness.wait_for_change(1, kReportTimeout + fastrevert::OperationHold::kSequenceQuiet));
+  CHECK(Clock::now() - start >= fastrevert::OperationHold::kSequenceQuiet);
+  harness.settle();
+  CHECK(harness.changes_for(1) == 1);
+}
+
+TEST_CASE("watcher: a lock left behind holds changes only up to the limit, and only once") {
+  Harness harness;
+  TempDir dir;
+  std::string file = make_repository_with_file(harness, dir);
+  harness.call([](Watcher& watcher) { watcher.set_hold_limit(300ms); });
+  create_file(dir / "repo/.git/index.lock", "");
+  auto start = Clock::now();
+  append_file(file, "y");
+  REQUIRE(harness.wait_for_change(1));
+  CHECK(Clock::now() - start >= 300ms);
+  harness.clear();
+  // The lock is still there; from now on changes pass straight through.
+  append_file(file, "z");
+  REQUIRE(harness.wait_for_change(1));
+  CHECK(wait_for_held(harness, 0));
+  harness.clear();
+  // Once the lock is gone and seen gone, a new one holds changes again.
+  REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
+  append_file(file, "seen idle");
+  REQUIRE(harness.wait_for_change(1));
+  harness.settle();
+  harness.clear();
+  create_file(dir / "repo/.git/index.lock", "");
+  append_file(file, "held again");
+  CHECK(wait_for_held(harness, 1));
+}
+
+TEST_CASE("watcher: a zero hold limit reports changes in a locked repository at once") {
+  Harness harness;
+  TempDir dir;
+  std::string file = make_repository_with_file(harness, dir);
+  harness.call([](Watcher& watcher) { watcher.set_hold_limit(0ms); });
+  create_file(dir / "repo/.git/index.lock", "");
+  append_file(file, "y");
+  harness.expect_one_change(1);
+}

@@ -1,0 +1,391 @@
+;;; fastrevert-vc.el --- The VC state of many buffers at once -*- lexical-binding: t; -*-
+
+;; This file is not part of GNU Emacs.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;; This program is distributed in the hope that it will be useful,
+;; but WITHOUT ANY WARRANTY; without even the implied warranty of
+;; MERCHANTABILITY or FITNESS FOR A PARTICULAR PURPOSE.  See the
+;; GNU General Public License for more details.
+
+;; You should have received a copy of the GNU General Public License
+;; along with this program.  If not, see <https://www.gnu.org/licenses/>.
+
+;;; Commentary:
+
+;; After a checkout, Emacs refreshes the VC state of every reverted
+;; buffer with `vc-refresh-state', and for a Git file that starts four
+;; or five Git processes per buffer: `ls-files' and perhaps `ls-tree'
+;; (is the file registered?), `status' (its state), `rev-parse' and
+;; `symbolic-ref' (the revision and branch in the mode line).  A
+;; checkout of 2,000 visited files then waits on 10,000 processes.
+;;
+;; `fastrevert-vc-call-with-batch' runs a function, such as one that
+;; calls `vc-refresh-state' on each of a list of buffers, while Git's
+;; answers for those buffers are ready in advance.  For each
+;; repository it asks Git twice for the whole batch:
+;;
+;;   git status --porcelain=v2 -z --branch --untracked-files=all
+;;       --ignored --no-renames -- DIRECTORIES
+;;   git ls-files -c -z -- DIRECTORIES
+;;
+;; where DIRECTORIES are the directories of the batch's files, each as
+;; a glob that matches only the entries directly inside it.  Then the
+;; stock `vc-refresh-state' runs for every buffer, unchanged; when the
+;; running vc-git starts one of the Git commands above for one file,
+;; the answer is written from the batch's output, byte for byte what
+;; that command prints, and no process starts.  Any other command, or
+;; one this file cannot answer exactly, runs as usual.  So each buffer
+;; gets what stock Emacs gives it, whatever the version of vc-git that
+;; parses those answers, and other backends keep their own refresh.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+(require 'vc-hooks)
+
+(defvar vc-git-program)
+(defvar vc-git-log-output-coding-system)
+(declare-function vc-git-root "vc-git" (file))
+
+(defgroup fastrevert-vc nil
+  "Version control in fastrevert's batches."
+  :group 'fastrevert
+  :prefix "fastrevert-vc-")
+
+(defcustom fastrevert-vc-hold-limit 5.0
+  "Longest time, in seconds, a running VCS operation holds back reverts.
+While Git or Mercurial changes a repository (an `index.lock' file, a
+rebase in progress, an `.hg/wlock'), fastrevert waits for it to
+finish and then reverts every changed buffer once.  A lock left
+behind by a crashed program must not stop reverting: once a hold has
+lasted this long, the buffers are reverted anyway, visible or not,
+and the repository's changes pass straight through until that lock
+is gone.  Zero turns holding off."
+  :type 'number)
+
+;;;; Statistics
+
+(defvar fastrevert-vc--counters (list :vc-batches 0 :vc-processes 0 :vc-answered 0)
+  "Plist of counters: batches, Git processes run for them, commands answered.")
+
+(defun fastrevert-vc-stats ()
+  "Return a plist of the VC batch counters.
+`:vc-batches' counts repositories asked for a batch, `:vc-processes'
+the Git processes those batches started, and `:vc-answered' the Git
+commands of `vc-refresh-state' answered without a process."
+  (copy-sequence fastrevert-vc--counters))
+
+(defun fastrevert-vc--count (counter &optional amount)
+  "Add AMOUNT (default 1) to COUNTER of `fastrevert-vc--counters'."
+  (cl-incf (plist-get fastrevert-vc--counters counter) (or amount 1)))
+
+;;;; One repository's answers
+
+(cl-defstruct (fastrevert-vc--repo (:constructor fastrevert-vc--repo-create (root))
+                                   (:copier nil))
+  "What Git said about one repository for one batch."
+  (root nil :documentation "The work tree's top directory, with a final slash.")
+  (directories (make-hash-table :test #'equal)
+               :documentation "Root-relative directories (\"\" for the top) covered.")
+  (index (make-hash-table :test #'equal)
+         :documentation "Root-relative name to how often `ls-files -c' lists it.")
+  (status (make-hash-table :test #'equal)
+          :documentation "Root-relative name to its porcelain v1 codes, in Git's order.")
+  (oid nil :documentation "The commit HEAD names, or nil before the first commit.")
+  (head nil :documentation "The full ref HEAD points to, or nil when detached.")
+  (memo (make-hash-table :test #'equal)
+        :documentation "Commands of `fastrevert-vc--repository-commands' run, and answers."))
+
+(defconst fastrevert-vc--repository-commands
+  '(("--no-pager" "rev-parse" "--short" "HEAD"))
+  "Git commands whose output depends on the repository alone.
+For these, which only some settings start (`vc-use-short-revision'),
+a batch runs Git once per repository and gives every buffer the same
+answer.")
+
+(defvar fastrevert-vc--batch nil
+  "The batch being refreshed, or nil.
+A plist: `:repos' maps a root to its `fastrevert-vc--repo', or to
+`failed' if Git could not answer for it; `:files' maps a root to
+the root-relative names of the batch's files in it, and `:places' an
+absolute file name to its (ROOT . RELATIVE-NAME); `:roots' memoizes
+`vc-git-root' by directory; `:coding' is the coding system of Git's
+output.")
+
+(defun fastrevert-vc--glob-quote (name)
+  "Return NAME with the characters special to Git's glob magic escaped."
+  (replace-regexp-in-string "[][*?\\]" "\\\\\\&" name))
+
+(defun fastrevert-vc--pathspecs (directories)
+  "Return pathspecs matching exactly the entries directly in DIRECTORIES.
+DIRECTORIES are root-relative, \"\" being the top.  A `:(glob)' star
+does not cross a slash, so Git neither lists nor searches anything
+deeper (an ignored `node_modules' below stays unread)."
+  (mapcar (lambda (directory)
+            (concat ":(glob)" (fastrevert-vc--glob-quote directory) "*"))
+          directories))
+
+(defconst fastrevert-vc--pathspec-variables
+  '("GIT_LITERAL_PATHSPECS" "GIT_GLOB_PATHSPECS" "GIT_NOGLOB_PATHSPECS" "GIT_ICASE_PATHSPECS")
+  "Environment variables that change how Git reads a pathspec.")
+
+(defun fastrevert-vc--environment-plain-p ()
+  "Return non-nil if no pathspec variable is set in `process-environment'.
+The stock commands name one file literally; with any of these set by
+the user they would match differently from the batch's globs."
+  (not (cl-some (lambda (variable) (getenv variable))
+                fastrevert-vc--pathspec-variables)))
+
+(defun fastrevert-vc--git (root &rest args)
+  "Run Git with ARGS in ROOT and return its output, or nil if it failed.
+The environment is the one stock vc-git gives its background commands,
+except that the batch's globs need pathspec magic."
+  (let ((default-directory root)
+        (coding-system-for-read (or coding-system-for-read vc-git-log-output-coding-system))
+        (inhibit-null-byte-detection t)
+        (process-environment
+         (append '("GIT_DIR" "GIT_OPTIONAL_LOCKS=0") fastrevert-vc--pathspec-variables
+                 process-environment)))
+    (fastrevert-vc--count :vc-processes)
+    (with-temp-buffer
+      (and (eq 0 (apply #'call-process vc-git-program nil '(t nil) nil "--no-pager" args))
+           (buffer-string)))))
+
+(defun fastrevert-vc--parse-status (repo output)
+  "Fill REPO from OUTPUT, Git's porcelain v2 status with `--branch' and `-z'.
+Return nil if OUTPUT holds an entry this file cannot turn into the
+porcelain v1 codes that stock vc-git reads."
+  (let ((status (fastrevert-vc--repo-status repo))
+        (entries nil)
+        (ok t))
+    (dolist (line (split-string output "\0" t))
+      (let ((kind (aref line 0)))
+        (cond
+         ((string-prefix-p "# branch.oid " line)
+          (let ((oid (substring line 13)))
+            (setf (fastrevert-vc--repo-oid repo) (and (not (equal oid "(initial)")) oid))))
+         ((string-prefix-p "# branch.head " line)
+          (let ((head (substring line 14)))
+            (setf (fastrevert-vc--repo-head repo)
+                  (cond ((equal head "(detached)") nil)
+                        ((string-prefix-p "refs/" head) head)
+                        (t (concat "refs/heads/" head))))))
+         ((eq kind ?#))
+         ;; Ordinary and unmerged entries: `1 XY' and `u XY' followed
+         ;; by 6 and 8 fields, then the name (which may hold spaces).
+         ;; Version 1 writes a space where version 2 writes a dot.
+         ((memq kind '(?1 ?u))
+          (let ((fields (split-string line " ")))
+            (push (cons (subst-char-in-string ?. ?\s (nth 1 fields))
+                        (string-join (nthcdr (if (eq kind ?1) 8 10) fields) " "))
+                  entries)))
+         ((eq kind ??) (push (cons "??" (substring line 2)) entries))
+         ((eq kind ?!) (push (cons "!!" (substring line 2)) entries))
+         ;; A rename (`2') cannot happen with `--no-renames'; anything
+         ;; else is a format this file does not know.
+         (t (setq ok nil)))))
+    ;; ENTRIES is in reverse; filing them by name from the last restores
+    ;; Git's order for each name.
+    (dolist (entry entries)
+      (push (car entry) (gethash (cdr entry) status)))
+    ok))
+
+(defun fastrevert-vc--fetch (root files)
+  "Ask Git about FILES, root-relative names in the work tree ROOT.
+Return a `fastrevert-vc--repo', or nil if Git could not answer."
+  (let* ((repo (fastrevert-vc--repo-create root))
+         (directories (fastrevert-vc--repo-directories repo)))
+    (dolist (file files)
+      (puthash (or (file-name-directory file) "") t directories))
+    (let* ((specs (fastrevert-vc--pathspecs (hash-table-keys directories)))
+           (status (apply #'fastrevert-vc--git root "status" "--porcelain=v2" "-z" "--branch"
+                          "--untracked-files=all" "--ignored" "--no-renames" "--" specs))
+           (index (and status
+                       (apply #'fastrevert-vc--git root "ls-files" "-c" "-z" "--" specs))))
+      (fastrevert-vc--count :vc-batches)
+      (when (and index (fastrevert-vc--parse-status repo status))
+        (let ((table (fastrevert-vc--repo-index repo)))
+          (dolist (name (split-string index "\0" t))
+            (puthash name (1+ (gethash name table 0)) table)))
+        repo))))
+
+;;;; Finding a buffer's repository
+
+(defun fastrevert-vc--root-of (directory)
+  "Return the Git work tree holding DIRECTORY, memoized for the batch."
+  (let* ((roots (plist-get fastrevert-vc--batch :roots))
+         (root (gethash directory roots 'unknown)))
+    (if (not (eq root 'unknown))
+        root
+      (puthash directory (let ((root (vc-git-root directory)))
+                           (and root (file-name-as-directory (expand-file-name root))))
+               roots))))
+
+(defun fastrevert-vc--lexical-p (directory root)
+  "Return non-nil if DIRECTORY inside ROOT reaches it through no symlink.
+Git works from the true names, so a directory that a symlink leads to
+is left to the stock refresh."
+  (equal (file-relative-name (file-truename directory) (file-truename root))
+         (file-relative-name directory root)))
+
+(defun fastrevert-vc--collect (buffers places)
+  "Return a hash table from Git root to the root-relative files of BUFFERS.
+Only local buffers in a Git work tree are counted, and only when
+nothing in the environment changes how Git reads a pathspec.  Each
+file counted is entered in the hash table PLACES, as the key of a
+cons (ROOT . RELATIVE-NAME)."
+  (let ((files (make-hash-table :test #'equal))
+        (plain (make-hash-table :test #'equal)))
+    (when (fastrevert-vc--environment-plain-p)
+      (dolist (buffer buffers)
+        (let ((file (and (buffer-live-p buffer) (buffer-local-value 'buffer-file-name buffer))))
+          (when (and file (not (file-remote-p file)))
+            (let* ((file (expand-file-name file))
+                   (directory (file-name-directory file))
+                   (root (fastrevert-vc--root-of directory))
+                   (lexical (and root (gethash directory plain 'unknown))))
+              (when (eq lexical 'unknown)
+                (setq lexical (puthash directory (fastrevert-vc--lexical-p directory root)
+                                       plain)))
+              (when lexical
+                (let ((relative (file-relative-name file root)))
+                  (puthash file (cons root relative) places)
+                  (push relative (gethash root files)))))))))
+    files))
+
+;;;; Answering vc-git's commands
+
+(defun fastrevert-vc--repo-for (directory)
+  "Return the batch's answers for the repository of DIRECTORY, or nil.
+They are fetched now, for all of the batch's files in that repository,
+if this is the first time the repository is asked about."
+  (let* ((root (fastrevert-vc--root-of directory))
+         (repos (plist-get fastrevert-vc--batch :repos))
+         (repo (and root (gethash root repos))))
+    (cond ((fastrevert-vc--repo-p repo) repo)
+          ((or (null root) repo) nil)
+          (t (let ((files (gethash root (plist-get fastrevert-vc--batch :files))))
+               (and files
+                    (let ((fetched (fastrevert-vc--fetch root files)))
+                      (puthash root (or fetched 'failed) repos)
+                      fetched)))))))
+
+(defun fastrevert-vc--file-in (name)
+  "Return (REPO . RELATIVE) for NAME, a file named from `default-directory'.
+NAME must be a file of the batch, in the repository Git finds from
+`default-directory'; REPO answers for that repository, and RELATIVE
+is NAME relative to its root.  Return nil otherwise."
+  (let ((place (gethash (expand-file-name name) (plist-get fastrevert-vc--batch :places))))
+    (and place
+         (equal (car place) (fastrevert-vc--root-of default-directory))
+         (let ((repo (fastrevert-vc--repo-for default-directory)))
+           (and repo (cons repo (cdr place)))))))
+
+(defun fastrevert-vc--answer (args run)
+  "Return (EXIT . OUTPUT) for the Git command ARGS, or nil to run it.
+ARGS are what vc-git passes after the program name.  RUN is a
+function that runs the command and returns the same, for a command
+answered once per repository."
+  (pcase args
+    (`("--no-pager" "ls-files" "-c" "-z" "--" ,name)
+     (when-let ((place (fastrevert-vc--file-in name)))
+       (cons 0 (apply #'concat (make-list (gethash (cdr place)
+                                                   (fastrevert-vc--repo-index (car place)) 0)
+                                          (concat (cdr place) "\0"))))))
+    (`("--no-pager" "ls-tree" "--name-only" "-z" "HEAD" "--" ,name)
+     ;; Asked only for a name the index lacks: then HEAD has it exactly
+     ;; when the index records its deletion.
+     (when-let ((place (fastrevert-vc--file-in name)))
+       (pcase-let ((`(,repo . ,relative) place))
+         (cond ((gethash relative (fastrevert-vc--repo-index repo)) nil)
+               ((null (fastrevert-vc--repo-oid repo)) (cons 128 ""))
+               ((cl-some (lambda (code) (eq (aref code 0) ?D))
+                         (gethash relative (fastrevert-vc--repo-status repo)))
+                (cons 0 (concat relative "\0")))
+               (t (cons 0 ""))))))
+    (`("--no-pager" "status" "--porcelain" "-z" "--untracked-files" . ,rest)
+     (let ((ignored (equal (car rest) "--ignored")))
+       (pcase (if ignored (cdr rest) rest)
+         (`("--" ,name)
+          (when-let ((place (fastrevert-vc--file-in name)))
+            (cons 0 (mapconcat (lambda (code) (concat code " " (cdr place) "\0"))
+                               (cl-remove-if (lambda (code) (and (not ignored)
+                                                                 (equal code "!!")))
+                                             (gethash (cdr place)
+                                                      (fastrevert-vc--repo-status (car place))))
+                               "")))))))
+    (`("--no-pager" "rev-parse" "HEAD")
+     (when-let ((repo (fastrevert-vc--repo-for default-directory)))
+       (let ((oid (fastrevert-vc--repo-oid repo)))
+         (if oid (cons 0 (concat oid "\n")) (cons 128 "HEAD\n")))))
+    (`("--no-pager" "symbolic-ref" "HEAD")
+     (when-let ((repo (fastrevert-vc--repo-for default-directory)))
+       (let ((head (fastrevert-vc--repo-head repo)))
+         (if head (cons 0 (concat head "\n")) (cons 128 "")))))
+    ((guard (member args fastrevert-vc--repository-commands))
+     (when-let ((repo (fastrevert-vc--repo-for default-directory)))
+       (let ((memo (fastrevert-vc--repo-memo repo)))
+         (or (gethash args memo) (puthash args (funcall run) memo)))))))
+
+(defun fastrevert-vc--process-file-advice (function program &optional infile buffer display
+                                                    &rest args)
+  "Answer a Git command of a batch refresh, or call FUNCTION to run it.
+FUNCTION is `process-file'; PROGRAM, INFILE, BUFFER, DISPLAY and ARGS
+are its arguments.  Only output that goes to the current buffer, with
+the error output discarded, is answered, and only in the coding system
+the batch read Git's output with."
+  (let ((answer (and fastrevert-vc--batch
+                     (null infile) (null display)
+                     (equal buffer '(t nil))
+                     (equal program vc-git-program)
+                     (eq (or coding-system-for-read vc-git-log-output-coding-system)
+                         (plist-get fastrevert-vc--batch :coding))
+                     (not (file-remote-p default-directory))
+                     (fastrevert-vc--answer
+                      args
+                      (lambda ()
+                        (fastrevert-vc--count :vc-processes)
+                        (with-temp-buffer
+                          (let ((exit (apply function program nil '(t nil) nil args)))
+                            (cons exit (buffer-string)))))))))
+    (if (not answer)
+        (apply function program infile buffer display args)
+      (fastrevert-vc--count :vc-answered)
+      (insert (cdr answer))
+      (car answer))))
+
+;;;; Entry point
+
+(defun fastrevert-vc-call-with-batch (buffers function)
+  "Call FUNCTION with Git's answers for BUFFERS ready, and return its value.
+While FUNCTION runs, the Git commands that `vc-refresh-state' starts
+for a file of BUFFERS are answered from two Git processes per
+repository, run when the repository is first asked about.  Buffers
+outside Git, or other backends' commands, are not affected."
+  (if (or fastrevert-vc--batch (not (memq 'Git vc-handled-backends)))
+      (funcall function)
+    (require 'vc-git)
+    (let ((fastrevert-vc--batch
+           (list :repos (make-hash-table :test #'equal)
+                 :roots (make-hash-table :test #'equal)
+                 :coding (or coding-system-for-read vc-git-log-output-coding-system))))
+      (let* ((places (make-hash-table :test #'equal))
+             (files (fastrevert-vc--collect buffers places)))
+        (if (zerop (hash-table-count files))
+            (funcall function)
+          (setq fastrevert-vc--batch (nconc fastrevert-vc--batch (list :files files
+                                                                       :places places)))
+          (advice-add 'process-file :around #'fastrevert-vc--process-file-advice)
+          (unwind-protect
+              (funcall function)
+            (advice-remove 'process-file #'fastrevert-vc--process-file-advice)))))))
+
+(provide 'fastrevert-vc)
+
+;;; fastrevert-vc.el ends here

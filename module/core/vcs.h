@@ -1,0 +1,137 @@
+// Repositories, and the operations that change them, for the watcher.
+//
+// A checkout, a rebase or a stash rewrites many files over a while.  A buffer
+// reverted in the middle shows a state that no commit has, and is reverted
+// again a moment later; a rebase of ten commits would revert it ten times.
+// So the watcher holds back the changes of a repository while an operation
+// runs in it, and reports them once it has ended.
+//
+// Two questions are answered here.  Which repository holds a file, and is an
+// operation running in it: both look at the file system, so a sweep answers
+// them off the loop, right after it has stat'ed its files (RepositoryFinder,
+// probe_repository).  And whether a change is reported now or held: the
+// engine thread decides that (OperationHold), from what the sweeps found.
+#pragma once
+
+#include <uv.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace fastrevert {
+
+// What a look into a repository's control directory (a Git directory or a
+// ".hg") found.
+struct RepositoryState {
+  // A command holds the repository's lock: Git's index.lock, Mercurial's
+  // wlock.  Git writes the work tree under index.lock.
+  bool locked = false;
+  // A command of several steps is under way or has stopped half-way: a
+  // rebase (rebase-merge, rebase-apply) or a series of cherry-picks or
+  // reverts (sequencer).
+  bool sequence = false;
+
+  bool busy() const noexcept { return locked || sequence; }
+};
+
+// Any thread.  Looks into CONTROL_DIR now; what cannot be seen counts as
+// absent.
+RepositoryState probe_repository(const std::string& control_dir);
+
+// Any thread.  Finds the repository that holds a directory, memoizing every
+// directory it looks at; a sweep makes one for its files.
+class RepositoryFinder {
+ public:
+  // Returns the control directory of the nearest repository that holds DIR,
+  // an absolute directory name: DIR/.git or an ancestor's, the directory a
+  // ".git" file names (a linked work tree, a submodule), or a ".hg".  Returns
+  // an empty string if there is none.
+  const std::string& control_dir_of(const std::string& dir);
+
+ private:
+  std::unordered_map<std::string, std::string> control_dirs_;
+};
+
+// Engine thread.  Decides, for each change a sweep confirms, whether it is
+// reported now or held until the operation running in its repository ends.
+//
+// A change is held when the sweep that confirmed it found its repository
+// locked or in a sequence.  A hold ends, and reports every change it holds
+// at once, when a look into the repository finds the lock gone and, for a
+// sequence, no change for kSequenceQuiet: a rebase picks commit after commit
+// with the lock released in between, and one that stops on a conflict is
+// quiet from then on.  While a hold lasts, the repository is looked into
+// every kProbeInterval.  No hold lasts longer than the limit; after that the
+// repository's changes are reported at once until a look finds it idle, so a
+// lock left behind by a crashed command delays one batch, once.
+class OperationHold {
+ public:
+  using Report = std::function<void(const std::unordered_set<std::uint64_t>& ids)>;
+  using Probe = std::function<void(const std::string& control_dir)>;
+
+  // How long a sequence must be quiet before its changes are reported.
+  static constexpr std::chrono::milliseconds kSequenceQuiet{500};
+  // How often a held repository is looked into.
+  static constexpr std::chrono::milliseconds kProbeInterval{50};
+
+  // REPORT reports the held changes of a set of ids.  PROBE asks for a look into a
+  // control directory, whose result comes back through update().
+  OperationHold(uv_loop_t* loop, Report report, Probe probe);
+
+  OperationHold(const OperationHold&) = delete;
+  OperationHold& operator=(const OperationHold&) = delete;
+
+  // The longest a hold lasts; zero holds nothing.  Default 5 s.
+  void set_limit(std::chrono::milliseconds limit);
+
+  // A sweep confirmed a change to the file registered under ID, in the
+  // repository of CONTROL_DIR, and found that repository in STATE after it
+  // had stat'ed the file.  Returns true if the change is held.
+  bool offer(std::uint64_t id, const std::string& control_dir, const RepositoryState& state);
+
+  // A sweep found the repository of CONTROL_DIR in STATE; a hold may end.
+  void update(const std::string& control_dir, const RepositoryState& state);
+
+  // ID is no longer registered; nothing is reported for it.
+  void forget(std::uint64_t id);
+
+  // Closes the timer; nothing is reported after this.
+  void shutdown();
+
+  std::size_t held_changes() const noexcept;
+
+ private:
+  struct Hold {
+    std::unordered_set<std::uint64_t> ids;
+    RepositoryState state;
+    std::uint64_t started_at = 0;
+    std::uint64_t last_change_at = 0;
+    std::uint64_t next_probe_at = 0;
+    bool probe_requested = false;
+  };
+
+  static void on_timer(uv_timer_t* handle) noexcept;
+  // Releases the holds past the limit at NOW and asks for the probes due.
+  void expire(std::uint64_t now);
+  void evaluate(const std::string& control_dir, Hold& hold, std::uint64_t now);
+  // Reports every change HOLD holds and forgets it.  OVERDUE marks the
+  // repository as one whose changes pass through until it is seen idle.
+  void release(const std::string& control_dir, bool overdue);
+  void arm_timer(std::uint64_t now);
+
+  uv_loop_t* loop_;
+  Report report_;
+  Probe probe_;
+  uv_timer_t timer_{};
+  bool shut_down_ = false;
+  std::chrono::milliseconds limit_{5000};
+  std::unordered_map<std::string, Hold> holds_;
+  // Repositories whose hold reached the limit while they stayed busy.
+  std::unordered_set<std::string> overdue_;
+};
+
+}  // namespace fastrevert

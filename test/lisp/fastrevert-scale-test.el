@@ -1,0 +1,93 @@
+;;; fastrevert-scale-test.el --- Tests of the batch path at scale -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; A batch keeps each buffer it handles off two costs that grow with the
+;; number of buffers: a `let' of `case-fold-search' that walks every
+;; buffer, and frequent garbage collections.  These tests check that it
+;; does, and that nothing of it outlives the batch.
+
+;;; Code:
+
+(require 'fastrevert-test-helpers)
+(require 'fastrevert)
+(require 'autorevert)
+
+(defmacro fastrevert-scale-test--with-mode (&rest body)
+  "Run BODY with `fastrevert-mode' on; kill the file buffers afterwards."
+  (declare (indent 0))
+  `(let ((auto-revert-verbose nil)
+         (auto-revert-use-notify t)
+         (auto-revert-avoid-polling t)
+         (fastrevert-settle-delay 0.02))
+     (unwind-protect
+         (progn (fastrevert-mode 1) ,@body)
+       (fastrevert-mode -1)
+       (dolist (buffer (buffer-list))
+         (when (buffer-file-name buffer)
+           (with-current-buffer buffer (set-buffer-modified-p nil))
+           (kill-buffer buffer))))))
+
+(defun fastrevert-scale-test--visit (file)
+  "Write FILE, visit it under `auto-revert-mode' and return its buffer."
+  (with-temp-file file (insert "old\n"))
+  (let ((buffer (find-file-noselect file)))
+    (with-current-buffer buffer (auto-revert-mode 1))
+    (should (fastrevert-test-wait-for
+             (lambda () (buffer-local-value 'fastrevert--watching buffer))))
+    (should (fastrevert-test-wait-for
+             (lambda () (and (not fastrevert--revert-timer)
+                             (zerop (hash-table-count fastrevert--pending))))))
+    buffer))
+
+(defun fastrevert-scale-test--rewrite (file)
+  "Rewrite FILE from another program."
+  (unless (zerop (call-process "sh" nil nil nil "-c" "printf 'new\\n' > \"$1\"" "sh" file))
+    (error "Could not rewrite %s" file)))
+
+(ert-deftest fastrevert-scale-revert-binds-case-fold-search-locally-and-leaves-no-trace ()
+  "While a batch reverts a buffer, `case-fold-search' is local to it, then not."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-scale-test--with-mode
+      (let* ((file (expand-file-name "a.txt" dir))
+             (buffer (fastrevert-scale-test--visit file))
+             (seen nil))
+        (with-current-buffer buffer
+          (should-not (local-variable-p 'case-fold-search))
+          (add-hook 'after-revert-hook
+                    (lambda ()
+                      (push (list (local-variable-p 'case-fold-search) case-fold-search
+                                  gc-cons-threshold)
+                            seen))
+                    nil t))
+        (fastrevert-scale-test--rewrite file)
+        (should (fastrevert-test-wait-for (lambda () seen)))
+        (pcase-let ((`(,local ,value ,threshold) (car seen)))
+          (should local)
+          (should (eq value (default-value 'case-fold-search)))
+          (should (>= threshold fastrevert--batch-gc-threshold)))
+        (should (fastrevert-test-wait-for (lambda () (not fastrevert--revert-timer))))
+        (should-not (local-variable-p 'case-fold-search buffer))
+        (should (< gc-cons-threshold fastrevert--batch-gc-threshold))))))
+
+(ert-deftest fastrevert-scale-revert-keeps-a-case-fold-search-a-hook-sets ()
+  "A value a revert hook gives `case-fold-search' stays, as in stock Emacs."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-scale-test--with-mode
+      (let* ((file (expand-file-name "b.txt" dir))
+             (buffer (fastrevert-scale-test--visit file))
+             (reverted nil)
+             (wanted (not (default-value 'case-fold-search))))
+        (with-current-buffer buffer
+          (add-hook 'after-revert-hook
+                    (lambda () (setq case-fold-search wanted reverted t))
+                    nil t))
+        (fastrevert-scale-test--rewrite file)
+        (should (fastrevert-test-wait-for (lambda () reverted)))
+        (should (fastrevert-test-wait-for (lambda () (not fastrevert--revert-timer))))
+        (should (local-variable-p 'case-fold-search buffer))
+        (should (eq (buffer-local-value 'case-fold-search buffer) wanted))))))
+
+(provide 'fastrevert-scale-test)
+
+;;; fastrevert-scale-test.el ends here

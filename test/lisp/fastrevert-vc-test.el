@@ -1,0 +1,491 @@
+;;; fastrevert-vc-test.el --- Tests of the VC state of a batch -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; The VC state that `fastrevert-vc-call-with-batch' gives each buffer is
+;; compared with what the stock `vc-refresh-state' of the running Emacs
+;; gives it, over Git repositories in every state vc-git knows; and the
+;; Git processes a batch starts are counted by a wrapper around Git.
+
+;;; Code:
+
+(require 'fastrevert-test-helpers)
+(require 'fastrevert)
+(require 'fastrevert-vc)
+(require 'vc-git)
+(require 'smerge-mode)
+
+(defconst fastrevert-vc-test--fixture
+  "set -e
+top=$1
+detached=$2
+cd \"$top\"
+mkdir sub-origin
+cd sub-origin
+git init -q -b main
+printf 'inner\\n' > inner.txt
+git add .
+git commit -qm inner
+cd ..
+mkdir fresh
+cd fresh
+git init -q -b trunk
+printf 'a\\n' > staged.txt
+git add staged.txt
+printf 'u\\n' > loose.txt
+cd ..
+mkdir repo
+cd repo
+git init -q -b main
+mkdir dir 'with space' ign 'glob[1]?*'
+for f in up.txt edited.txt removed.txt unindexed.txt gone.txt dir/deep.txt \\
+         'with space/a b.txt' 'glob[1]?*/x[y]*.txt'; do printf '1\\n' > \"$f\"; done
+printf '2\\n' >> 'glob[1]?*/x[y]*.txt'
+printf 'base\\n' > conflict.txt
+printf 'ign/\\n*.log\\n' > .gitignore
+git add .
+git commit -qm base
+git -c protocol.file.allow=always submodule -q add ../sub-origin sub
+git commit -qm sub
+git checkout -qb other
+printf 'other\\n' > conflict.txt
+git commit -qam other
+git checkout -q main
+printf 'main\\n' > conflict.txt
+git commit -qam main
+if [ \"$detached\" = yes ]; then git checkout -q --detach; fi
+git merge -q other >/dev/null 2>&1 || true
+printf '2\\n' >> edited.txt
+git rm -q removed.txt
+git rm -q --cached unindexed.txt
+rm gone.txt
+printf 'n\\n' > added.txt
+git add added.txt
+printf 'u\\n' > untracked.txt
+printf 'i\\n' > ign/ignored.txt
+printf 'l\\n' > x.log
+printf 'e\\n' >> sub/inner.txt
+"
+  "Shell script that makes the repositories of the differential test.
+Arguments: the directory to make them in, and `yes' for a detached HEAD.")
+
+(defconst fastrevert-vc-test--visited
+  '("repo/up.txt" "repo/edited.txt" "repo/removed.txt" "repo/unindexed.txt"
+    "repo/conflict.txt" "repo/gone.txt" "repo/dir/deep.txt" "repo/with space/a b.txt"
+    "repo/glob[1]?*/x[y]*.txt"
+    "repo/added.txt" "repo/untracked.txt" "repo/ign/ignored.txt" "repo/x.log"
+    "repo/sub/inner.txt" "fresh/staged.txt" "fresh/loose.txt")
+  "The files the differential test visits, relative to its directory.")
+
+(defun fastrevert-vc-test--environment (dir)
+  "Return `process-environment' for Git commands run by the tests in DIR.
+Commits get a fixed author, and no configuration of the user's is read."
+  (append (list (concat "HOME=" dir) "GIT_CONFIG_NOSYSTEM=1"
+                "GIT_AUTHOR_NAME=fastrevert" "GIT_AUTHOR_EMAIL=fastrevert@example.org"
+                "GIT_COMMITTER_NAME=fastrevert" "GIT_COMMITTER_EMAIL=fastrevert@example.org")
+          process-environment))
+
+(defun fastrevert-vc-test--sh (dir script &rest args)
+  "Run the shell SCRIPT in DIR with ARGS as $1...; fail unless it succeeds."
+  (let ((default-directory dir))
+    (with-temp-buffer
+      (unless (zerop (apply #'call-process "sh" nil t nil "-c" script "sh" args))
+        (error "Shell script failed: %s" (buffer-string))))))
+
+(defun fastrevert-vc-test--sh-while-running (dir script)
+  "Run the shell SCRIPT in DIR while Emacs handles events, as a user's Emacs would.
+Fail unless it succeeds within a minute."
+  (let* ((default-directory dir)
+         (process (make-process :name "fastrevert-vc-test" :command (list "sh" "-c" script)
+                                :buffer nil :noquery t)))
+    (should (fastrevert-test-wait-for (lambda () (not (process-live-p process))) 60))
+    (should (eq (process-exit-status process) 0))))
+
+(defmacro fastrevert-vc-test--with-git-log (log &rest body)
+  "Run BODY with every Git process recorded, one line of arguments each, in LOG.
+LOG is a variable bound to the log file's name; `vc-git-program' is a
+wrapper that appends to it and runs Git."
+  (declare (indent 1))
+  (let ((wrapper (make-symbol "wrapper")))
+    `(let* ((,wrapper (make-temp-file "fastrevert-git-" nil ".sh"
+                                      (format (concat "#!/bin/sh\nprintf '%%s\\n' \"$*\" >> %s\n"
+                                                      "exec %s \"$@\"\n")
+                                              (shell-quote-argument ,log)
+                                              (shell-quote-argument (executable-find "git")))))
+            (vc-git-program ,wrapper))
+       (unwind-protect
+           (progn (set-file-modes ,wrapper #o700) ,@body)
+         (delete-file ,wrapper)))))
+
+(defun fastrevert-vc-test--log-lines (log)
+  "Return the lines of the Git LOG, or nil if there is none."
+  (and (file-exists-p log)
+       (with-temp-buffer
+         (insert-file-contents log)
+         (split-string (buffer-string) "\n" t))))
+
+(defun fastrevert-vc-test--reset (buffer)
+  "Forget every piece of VC state of BUFFER and of its file."
+  (with-current-buffer buffer
+    (vc-file-clearprops buffer-file-name)
+    (setq vc-mode "stale")
+    (when smerge-mode (smerge-mode -1))
+    (kill-local-variable 'backup-inhibited)
+    (kill-local-variable 'vc-mode-line-hook)
+    (setq buffer-read-only nil)))
+
+(defun fastrevert-vc-test--state (buffer)
+  "Return everything `vc-refresh-state' decides for BUFFER."
+  (with-current-buffer buffer
+    ;; The text of the mode line and its properties (which Emacs 28's
+    ;; `equal-including-properties' compares with `eq').
+    (list :vc-mode (and vc-mode (cons (substring-no-properties vc-mode)
+                                      (object-intervals vc-mode)))
+          :properties (symbol-plist (intern-soft (expand-file-name buffer-file-name)
+                                                 vc-file-prop-obarray))
+          :smerge smerge-mode
+          :read-only buffer-read-only
+          :backup-inhibited backup-inhibited
+          :hook (and (local-variable-p 'vc-mode-line-hook) vc-mode-line-hook)
+          :error fastrevert-vc-test--error)))
+
+(defvar-local fastrevert-vc-test--error nil
+  "The error the last refresh of this buffer signaled, or nil.")
+
+(defun fastrevert-vc-test--refresh (buffer)
+  "Refresh BUFFER's VC state as the stock auto-revert handler does.
+An error is recorded: as root, stock `vc-mode-line' fails on a file
+that is registered but missing."
+  (with-current-buffer buffer
+    (setq fastrevert-vc-test--error nil)
+    (condition-case err
+        (let ((revert-buffer-in-progress-p t))
+          (vc-refresh-state))
+      (error (setq fastrevert-vc-test--error err)))))
+
+(defvar vc-use-short-revision)
+
+(defun fastrevert-vc-test--compare (detached &optional short)
+  "Compare stock and batch VC states over the fixture; DETACHED as its HEAD.
+SHORT non-nil sets `vc-use-short-revision' (Emacs 30 and later), which
+has vc-git ask Git for a short revision: one more process per
+repository."
+  (fastrevert-test-with-temp-dir dir
+    (let* ((process-environment (fastrevert-vc-test--environment dir))
+           (vc-use-short-revision short)
+           (log (expand-file-name "git.log" dir))
+           (vc-handled-backends vc-handled-backends))
+      (fastrevert-vc-test--sh dir fastrevert-vc-test--fixture dir (if detached "yes" "no"))
+      (let ((buffers (let ((vc-handled-backends nil))
+                       (mapcar (lambda (name) (find-file-noselect (expand-file-name name dir)))
+                               fastrevert-vc-test--visited))))
+        (unwind-protect
+            (fastrevert-vc-test--with-git-log log
+              (let ((stock (mapcar (lambda (buffer)
+                                     (fastrevert-vc-test--reset buffer)
+                                     (fastrevert-vc-test--refresh buffer)
+                                     (fastrevert-vc-test--state buffer))
+                                   buffers)))
+                ;; The fixture covers every state a refresh gives (an
+                ;; ignored file, like one outside VC, is not registered).
+                (should (equal (sort (delete-dups
+                                      (mapcar (lambda (state)
+                                                (symbol-name
+                                                 (plist-get (plist-get state :properties)
+                                                            'vc-state)))
+                                              stock))
+                                     #'string<)
+                               '("added" "conflict" "edited" "nil" "removed"
+                                 "unregistered" "up-to-date")))
+                (should (plist-get (nth 4 stock) :smerge))
+                (when (file-exists-p log) (delete-file log))
+                (mapc #'fastrevert-vc-test--reset buffers)
+                (fastrevert-vc-call-with-batch
+                 buffers (lambda () (mapc #'fastrevert-vc-test--refresh buffers)))
+                (cl-loop for buffer in buffers
+                         for expected in stock
+                         do (ert-info ((format "%s" (buffer-file-name buffer)))
+                              (should (equal (fastrevert-vc-test--state buffer) expected))))
+                ;; Three repositories (the work tree, its submodule, one
+                ;; without commits), two or three Git processes each, and
+                ;; nothing started for any one buffer.
+                (let ((commands (fastrevert-vc-test--log-lines log)))
+                  (should (= (length commands) (if short 9 6)))
+                  (should (cl-every (lambda (command)
+                                      (string-match-p
+                                       (concat "\\`--no-pager \\(status --porcelain=v2 \\|"
+                                               "ls-files -c -z -- :(glob)\\|"
+                                               "rev-parse --short HEAD\\'\\)")
+                                       command))
+                                    commands)))))
+          (dolist (buffer buffers)
+            (with-current-buffer buffer (set-buffer-modified-p nil))
+            (kill-buffer buffer)))))))
+
+(ert-deftest fastrevert-vc-batch-gives-every-buffer-the-stock-vc-state-on-a-branch ()
+  (fastrevert-vc-test--compare nil))
+
+(ert-deftest fastrevert-vc-batch-gives-every-buffer-the-stock-vc-state-at-a-detached-head ()
+  (fastrevert-vc-test--compare t))
+
+(ert-deftest fastrevert-vc-batch-asks-for-a-short-revision-once-per-repository ()
+  (skip-unless (boundp 'vc-use-short-revision))
+  (fastrevert-vc-test--compare nil t))
+
+;;;; Through fastrevert-mode
+
+(defmacro fastrevert-vc-test--with-mode (dir &rest body)
+  "Run BODY in DIR under `fastrevert-mode' and Global Auto-Revert mode.
+Git commands run with `fastrevert-vc-test--environment'.  Every file
+buffer is killed afterwards."
+  (declare (indent 1))
+  `(let ((auto-revert-verbose nil)
+         (auto-revert-use-notify t)
+         (auto-revert-avoid-polling t)
+         (auto-revert-check-vc-info nil)
+         (auto-revert-stop-on-user-input nil)
+         (fastrevert-settle-delay 0.03)
+         (process-environment (fastrevert-vc-test--environment ,dir))
+         (default-directory ,dir))
+     (unwind-protect
+         (progn
+           (fastrevert-mode 1)
+           (global-auto-revert-mode 1)
+           ,@body)
+       (global-auto-revert-mode -1)
+       (fastrevert-mode -1)
+       (dolist (buffer (buffer-list))
+         (with-current-buffer buffer
+           (when buffer-file-name
+             (set-buffer-modified-p nil)
+             (kill-buffer buffer)))))))
+
+(defun fastrevert-vc-test--visit (files)
+  "Visit FILES and return their buffers once fastrevert has settled."
+  (let ((buffers (mapcar #'find-file-noselect files)))
+    (should (fastrevert-test-wait-for
+             (lambda () (and (cl-every (lambda (buffer)
+                                         (buffer-local-value 'fastrevert--watching buffer))
+                                       buffers)
+                             (fastrevert-vc-test--settled-p)))))
+    buffers))
+
+(defun fastrevert-vc-test--settled-p ()
+  "Return non-nil if fastrevert has nothing left to revert or refresh."
+  (and (not fastrevert--revert-timer)
+       (zerop (hash-table-count fastrevert--pending))
+       (zerop (hash-table-count fastrevert--vc-pending))))
+
+(defun fastrevert-vc-test--text (buffer)
+  "Return BUFFER's text without properties."
+  (with-current-buffer buffer (buffer-substring-no-properties (point-min) (point-max))))
+
+(defmacro fastrevert-vc-test--counting-reverts (counts &rest body)
+  "Run BODY with COUNTS, a hash table, counting the reverts of each buffer."
+  (declare (indent 1))
+  (let ((counter (make-symbol "counter")))
+    `(let ((,counter (lambda () (puthash (current-buffer) (1+ (gethash (current-buffer) ,counts 0))
+                                         ,counts))))
+       (add-hook 'after-revert-hook ,counter)
+       (unwind-protect (progn ,@body)
+         (remove-hook 'after-revert-hook ,counter)))))
+
+(defconst fastrevert-vc-test--branches
+  "set -e
+git init -q -b main
+for d in a b; do
+  mkdir $d
+  for i in 0 1 2 3 4 5 6 7 8 9; do printf 'main %s %s\\n' $d $i > $d/f$i.txt; done
+done
+git add .
+git commit -qm main
+git checkout -qb other
+for f in a/*.txt b/*.txt; do printf 'other %s\\n' $f > $f; done
+git commit -qam other
+git checkout -q main
+"
+  "Shell script that makes a repository whose two branches differ in 20 files.")
+
+(ert-deftest fastrevert-vc-checkout-reverts-each-buffer-once-with-the-stock-vc-state ()
+  "An external checkout: every buffer reverted once, its VC state as stock's.
+The whole batch starts at most three Git processes, none for any one buffer."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-vc-test--with-mode dir
+      (fastrevert-vc-test--sh dir fastrevert-vc-test--branches)
+      (let* ((log (expand-file-name "git.log" dir))
+             (counts (make-hash-table :test #'eq)))
+        (fastrevert-vc-test--with-git-log log
+          (let ((buffers (fastrevert-vc-test--visit (directory-files-recursively dir "\\.txt\\'")))
+                (batches (plist-get (fastrevert-vc-stats) :vc-batches))
+                (processes (plist-get (fastrevert-stats) :vc-processes)))
+            (should (= (length buffers) 20))
+            (delete-file log)
+            (fastrevert-vc-test--counting-reverts counts
+              (fastrevert-vc-test--sh-while-running dir "git checkout -q other")
+              (should (fastrevert-test-wait-for
+                       (lambda ()
+                         (and (cl-every (lambda (buffer)
+                                          (and (string-prefix-p
+                                                "other " (fastrevert-vc-test--text buffer))
+                                               (equal (substring-no-properties
+                                                       (or (buffer-local-value 'vc-mode buffer) ""))
+                                                      " Git-other")))
+                                        buffers)
+                              (fastrevert-vc-test--settled-p)))
+                       30)))
+            (should (cl-every (lambda (buffer) (eql (gethash buffer counts) 1)) buffers))
+            (let ((commands (fastrevert-vc-test--log-lines log))
+                  (batches (- (plist-get (fastrevert-vc-stats) :vc-batches) batches)))
+              (should (>= batches 1))
+              (should (<= (length commands) (* 3 batches)))
+              (should (= (length commands)
+                         (- (plist-get (fastrevert-stats) :vc-processes) processes)))
+              (should-not (cl-some (lambda (command) (string-match-p " -- [^:]" command))
+                                   commands)))
+            ;; What the batch gave each buffer is what stock gives it.
+            (dolist (buffer buffers)
+              (let ((batch (fastrevert-vc-test--state buffer)))
+                (fastrevert-vc-test--reset buffer)
+                (fastrevert-vc-test--refresh buffer)
+                (should (equal (fastrevert-vc-test--state buffer) batch))))))))))
+
+(ert-deftest fastrevert-vc-direct-auto-revert-buffers-refreshes-vc-as-one-batch ()
+  "A call of `auto-revert-buffers', as Magit makes, refreshes VC before it returns.
+Without notification every buffer is checked by the call itself; the
+VC refreshes of its reverts share one batch's Git processes."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-vc-test--with-mode dir
+      (setq auto-revert-use-notify nil)
+      (fastrevert-vc-test--sh dir fastrevert-vc-test--branches)
+      (let ((log (expand-file-name "git.log" dir)))
+        (fastrevert-vc-test--with-git-log log
+          (let ((buffers (fastrevert-vc-test--visit
+                          (directory-files-recursively dir "\\.txt\\'"))))
+            (fastrevert-vc-test--sh dir "git checkout -q other")
+            (delete-file log)
+            (auto-revert-buffers)
+            (should (cl-every (lambda (buffer)
+                                (and (string-prefix-p "other " (fastrevert-vc-test--text buffer))
+                                     (equal (substring-no-properties
+                                             (buffer-local-value 'vc-mode buffer))
+                                            " Git-other")))
+                              buffers))
+            (should (<= (length (fastrevert-vc-test--log-lines log)) 3))))))))
+
+(defconst fastrevert-vc-test--topic
+  "set -e
+git init -q -b main
+printf '*.txt filter=slow\\n' > .gitattributes
+for i in 0 1 2 3 4; do printf 'base\\n' > f$i.txt; done
+git add .
+git commit -qm base
+git checkout -qb topic
+for c in 1 2 3 4 5 6 7 8 9 10; do
+  for i in 0 1 2 3 4; do printf 'commit %s\\n' $c >> f$i.txt; done
+  git commit -qam \"commit $c\"
+done
+git checkout -q main
+printf 'elsewhere\\n' > other.log
+git add other.log
+git commit -qm elsewhere
+git checkout -q topic
+"
+  "Shell script for a branch of ten commits that all touch five files.
+Its files go through a filter, `slow', which the rebase test defines.")
+
+(ert-deftest fastrevert-vc-rebase-of-ten-commits-reverts-each-buffer-once ()
+  "A rebase rewrites the same files ten times; each buffer is reverted once."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-vc-test--with-mode dir
+      (fastrevert-vc-test--sh dir fastrevert-vc-test--topic)
+      (let ((buffers (fastrevert-vc-test--visit (directory-files dir t "\\.txt\\'")))
+            (counts (make-hash-table :test #'eq))
+            (final (with-temp-buffer
+                     (insert "base\n")
+                     (dotimes (c 10) (insert (format "commit %d\n" (1+ c))))
+                     (buffer-string))))
+        (should (= (length buffers) 5))
+        (fastrevert-vc-test--counting-reverts counts
+          ;; Each file written takes a while, as in a large repository, so
+          ;; that the rebase outlasts the settle delay many times over.
+          (fastrevert-vc-test--sh-while-running
+           dir (concat "git -c filter.slow.smudge='sleep 0.02; cat' -c filter.slow.clean=cat"
+                       " rebase -q main"))
+          (should (fastrevert-test-wait-for
+                   ;; The files end as they began, so wait for the reverts.
+                   (lambda () (and (cl-every (lambda (buffer)
+                                               (and (gethash buffer counts)
+                                                    (equal (fastrevert-vc-test--text buffer)
+                                                           final)))
+                                             buffers)
+                                   (fastrevert-vc-test--settled-p)))
+                   30)))
+        (should (equal (mapcar (lambda (buffer) (gethash buffer counts)) buffers)
+                       '(1 1 1 1 1)))))))
+
+(ert-deftest fastrevert-vc-stale-lock-delays-a-visible-buffer-only-up-to-the-limit ()
+  "A lock left behind by a crashed Git holds a change no longer than the limit."
+  (fastrevert-test-with-temp-dir dir
+    (let ((fastrevert-vc-hold-limit 1))
+      (fastrevert-vc-test--with-mode dir
+        (fastrevert-vc-test--sh dir "git init -q && printf 'old\\n' > f.txt")
+        (let ((buffer (car (fastrevert-vc-test--visit (list (expand-file-name "f.txt" dir)))))
+              (reverted-at nil))
+          (set-window-buffer (selected-window) buffer)
+          (unwind-protect
+              (progn
+                (should (get-buffer-window buffer 'visible))
+                (fastrevert-vc-test--sh dir ": > .git/index.lock")
+                (let ((written-at (float-time))
+                      (note (lambda () (setq reverted-at (float-time)))))
+                  (add-hook 'after-revert-hook note)
+                  (unwind-protect
+                      (progn
+                        (fastrevert-vc-test--sh dir "printf 'new\\n' > f.txt")
+                        (should (fastrevert-test-wait-for
+                                 (lambda () (equal (fastrevert-vc-test--text buffer) "new\n"))
+                                 30)))
+                    (remove-hook 'after-revert-hook note))
+                  (should (file-exists-p (expand-file-name ".git/index.lock" dir)))
+                  (should (>= (- reverted-at written-at) 0.99))))
+            (set-window-buffer (selected-window) (get-buffer-create "*scratch*"))))))))
+
+(ert-deftest fastrevert-vc-find-file-hook-refresh-joins-the-batch ()
+  "A revert that runs `find-file-hook' does not refresh the VC state twice."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-vc-test--with-mode dir
+      (fastrevert-vc-test--sh dir fastrevert-vc-test--branches)
+      (let* ((log (expand-file-name "git.log" dir))
+             (refreshes (make-hash-table :test #'eq))
+             (count (lambda () (puthash (current-buffer) (1+ (gethash (current-buffer) refreshes 0))
+                                        refreshes))))
+        (fastrevert-vc-test--with-git-log log
+          (let ((buffers (fastrevert-vc-test--visit (directory-files-recursively dir "\\.txt\\'"))))
+            (dolist (buffer buffers)
+              (with-current-buffer buffer
+                ;; Reverting without keeping the modes runs `find-file-hook',
+                ;; and with it `vc-refresh-state', as `revert-buffer' does
+                ;; when called by hand.
+                (setq-local revert-buffer-function
+                            (lambda (ignore-auto noconfirm)
+                              (let ((revert-buffer-preserve-modes nil))
+                                (revert-buffer--default ignore-auto noconfirm))))))
+            (delete-file log)
+            (advice-add 'vc-refresh-state :before count '((name . count-refreshes)))
+            (unwind-protect
+                (progn
+                  (fastrevert-vc-test--sh dir "git checkout -q other")
+                  (should (fastrevert-test-wait-for
+                           (lambda () (and (cl-every (lambda (buffer)
+                                                       (string-prefix-p
+                                                        "other " (fastrevert-vc-test--text buffer)))
+                                                     buffers)
+                                           (fastrevert-vc-test--settled-p)))
+                           30)))
+              (advice-remove 'vc-refresh-state 'count-refreshes))
+            (should (cl-every (lambda (buffer) (eql (gethash buffer refreshes) 1)) buffers))
+            (should (<= (length (fastrevert-vc-test--log-lines log)) 3))))))))
+
+(provide 'fastrevert-vc-test)
+
+;;; fastrevert-vc-test.el ends here
