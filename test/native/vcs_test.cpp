@@ -2,9 +2,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <catch2/catch.hpp>
 #include <string>
 
+#include "catch_compat.h"
 #include "core/vcs.h"
 #include "support.h"
 
