@@ -788,7 +788,18 @@ void Watcher::recover() noexcept {
 }
 
 void Watcher::apply_sweep(SweepJob& job) {
-  apply_repositories(job);
+  // A hold this sweep ends reports its files.  A change the same sweep
+  // confirms for one of them (the last write before the lock went away) is
+  // that report again, so it is left out.
+  std::unordered_set<std::uint64_t> released;
+  released_by_sweep_ = &released;
+  try {
+    apply_repositories(job);
+  } catch (...) {
+    released_by_sweep_ = nullptr;
+    throw;
+  }
+  released_by_sweep_ = nullptr;
   std::size_t emitted = 0;
   for (const auto& entry : job.entries) {
     auto path_it = paths_.find(entry.path);
@@ -815,7 +826,7 @@ void Watcher::apply_sweep(SweepJob& job) {
       }
       if (entry.signature == registration.baseline) continue;
       registration.baseline = entry.signature;
-      if (hold_change(id, job, entry)) continue;
+      if (hold_change(id, job, entry) || released.count(id) != 0) continue;
       engine_.emit(Record{RecordKind::file_changed, id, 0, entry.path});
       ++emitted;
     }
@@ -883,6 +894,7 @@ bool Watcher::hold_change(std::uint64_t id, const SweepJob& job, const SweepEntr
 }
 
 void Watcher::report_held_changes(const std::unordered_set<std::uint64_t>& ids) {
+  if (released_by_sweep_ != nullptr) released_by_sweep_->insert(ids.begin(), ids.end());
   std::size_t emitted = 0;
   for (std::uint64_t id : ids) {
     auto registration_it = registrations_.find(id);

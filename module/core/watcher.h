@@ -293,6 +293,9 @@ class Watcher : public Service {
   // has asked to look into with the next sweep.
   OperationHold hold_;
   std::unordered_set<std::string> pending_probes_;
+  // While a sweep's repositories are applied, the ids whose held changes
+  // that reported; null otherwise.
+  std::unordered_set<std::uint64_t>* released_by_sweep_ = nullptr;
   // Failure kinds ("function:errno") already reported with a notice.
   std::set<std::pair<std::string, int>> noticed_failures_;
 

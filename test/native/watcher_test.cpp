@@ -1010,6 +1010,22 @@ TEST_CASE("watcher: changes made while the index is locked are reported once, wh
   CHECK(wait_for_held(harness, 0));
 }
 
+TEST_CASE("watcher: a write just before the lock goes away is reported once with the held ones") {
+  Harness harness;
+  TempDir dir;
+  std::string file = make_repository_with_file(harness, dir);
+  create_file(dir / "repo/.git/index.lock", "");
+  append_file(file, "y");
+  REQUIRE(wait_for_held(harness, 1));
+  harness.settle();
+  // The last write and the end of the operation reach the watcher
+  // together, so one sweep confirms the write and finds the lock gone.
+  append_file(file, "z");
+  REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
+  harness.expect_one_change(1);
+  CHECK(wait_for_held(harness, 0));
+}
+
 TEST_CASE("watcher: a rebase holds changes until it has been quiet, then reports them") {
   Harness harness;
   TempDir dir;
