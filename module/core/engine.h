@@ -135,8 +135,8 @@ class Engine {
   // in order.
   void emit_coalesced(Record record, Wake wake = Wake::yes);
 
-  // Main thread.  Writes a wake byte if records wait and none is pending:
-  // for records emitted with Wake::no that will not be drained at once.
+  // Any thread.  Writes a wake byte if records wait and none is pending:
+  // for records emitted with Wake::no, once the last of them is queued.
   void wake_if_pending();
 
   // An eventfd that becomes readable when a record is emitted while the

@@ -821,18 +821,22 @@ void Watcher::apply_sweep(SweepJob& job) {
         // file but before this stat.
         registration.baseline = entry.signature;
         registration.has_baseline = true;
-        engine_.emit(Record{RecordKind::file_watched, id, 0, entry.path});
+        engine_.emit(Record{RecordKind::file_watched, id, 0, entry.path}, Engine::Wake::no);
         continue;
       }
       if (entry.signature == registration.baseline) continue;
       registration.baseline = entry.signature;
       if (hold_change(id, job, entry) || released.count(id) != 0) continue;
-      engine_.emit(Record{RecordKind::file_changed, id, 0, entry.path});
+      engine_.emit(Record{RecordKind::file_changed, id, 0, entry.path}, Engine::Wake::no);
       ++emitted;
     }
     update_link_target(entry.path, watched, entry);
   }
   if (emitted > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);
+  // One wake for the whole sweep, once every record is queued: Emacs then
+  // takes them in one drain and reverts them as one batch, rather than
+  // starting on the first while the rest are still being queued.
+  engine_.wake_if_pending();
 }
 
 void Watcher::update_link_target(const std::string& path, WatchedPath& watched,
@@ -899,10 +903,13 @@ void Watcher::report_held_changes(const std::unordered_set<std::uint64_t>& ids) 
   for (std::uint64_t id : ids) {
     auto registration_it = registrations_.find(id);
     if (registration_it == registrations_.end()) continue;
-    engine_.emit(Record{RecordKind::file_changed, id, 0, *registration_it->second.path});
+    engine_.emit(Record{RecordKind::file_changed, id, 0, *registration_it->second.path},
+                 Engine::Wake::no);
     ++emitted;
   }
   if (emitted > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);
+  // A sweep wakes once at its end; a hold ending on its timer wakes here.
+  if (released_by_sweep_ == nullptr) engine_.wake_if_pending();
 }
 
 void Watcher::request_probe(const std::string& control_dir) {

@@ -166,6 +166,12 @@ class Harness {
     pump();
   }
 
+  // Waits up to TIMEOUT for a wake byte, leaving it and the records unread.
+  bool wait_for_wake(std::chrono::milliseconds timeout) {
+    pollfd wake{wake_read_fd_, POLLIN, 0};
+    return poll(&wake, 1, static_cast<int>(timeout.count())) == 1;
+  }
+
   // Moves every emitted record into received().
   void pump() {
     char bytes[256];
@@ -1024,6 +1030,33 @@ TEST_CASE("watcher: a write just before the lock goes away is reported once with
   REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
   harness.expect_one_change(1);
   CHECK(wait_for_held(harness, 0));
+}
+
+TEST_CASE("watcher: the changes a lock held are all queued before Emacs is woken") {
+  Harness harness;
+  TempDir dir;
+  std::string file = make_repository_with_file(harness, dir);
+  constexpr std::uint64_t kFiles = 3000;
+  for (std::uint64_t id = 2; id <= kFiles; ++id) {
+    std::string name = dir / ("repo/file" + std::to_string(id));
+    create_file(name, "x");
+    harness.add(id, name);
+  }
+  harness.settle();
+  harness.clear();
+  create_file(dir / "repo/.git/index.lock", "");
+  append_file(file, "y");
+  for (std::uint64_t id = 2; id <= kFiles; ++id) {
+    append_file(dir / ("repo/file" + std::to_string(id)), "y");
+  }
+  REQUIRE(wait_for_held(harness, kFiles));
+  harness.settle();
+  harness.clear();
+  REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
+  // What Emacs drains as soon as it is woken is the whole batch.
+  REQUIRE(harness.wait_for_wake(kReportTimeout));
+  harness.pump();
+  CHECK(harness.change_count() == kFiles);
 }
 
 TEST_CASE("watcher: a rebase holds changes until it has been quiet, then reports them") {
