@@ -97,18 +97,18 @@ run `make' in the fastrevert source tree or M-x fastrevert-module-compile"
   "The kinds of engine records, each at the index of its `RecordKind' value.
 The module hands a record's kind to Lisp as this symbol.")
 
-(defconst fastrevert--output-stdout 1
+(defconst fastrevert--output-stdout-bytes 1
   "The code of a `process-output' record whose data is standard output.")
 
-(defconst fastrevert--output-stderr 2
+(defconst fastrevert--output-stderr-bytes 2
   "The code of a `process-output' record whose data is standard error.")
 
-(defconst fastrevert--output-memfd-range 3
+(defconst fastrevert--output-stdout-range 3
   "The code of a `process-output' record saying how far stdout's memfd is written.
 Its data holds entries that `fastrevert--memfd-range-entry' reads,
 the newest last.")
 
-(defconst fastrevert--output-memfd-handover 4
+(defconst fastrevert--output-stdout-memfd 4
   "The code of a `process-output' record that hands over stdout's memfd.
 Its data is the decimal number of a descriptor of the memfd, which
 Lisp owns from then on.")

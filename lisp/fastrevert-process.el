@@ -1,4 +1,4 @@
-;;; fastrevert-process.el --- Child processes whose output the engine reads -*- lexical-binding: t; -*-
+;;; fastrevert-process.el --- Child processes the engine reads -*- lexical-binding: t; -*-
 
 ;; This file is part of fastrevert.
 
@@ -154,11 +154,12 @@ asks for the debugger, and the match data are preserved."
 
 (defun fastrevert--process-deliver (process stream text &optional detected)
   "Deliver TEXT, output of PROCESS on STREAM, to its consumer.
-STREAM is `fastrevert--output-stdout' or `fastrevert--output-stderr'.
+STREAM is `fastrevert--output-stdout-bytes' or
+`fastrevert--output-stderr-bytes'.
 DETECTED is as for `fastrevert--insert-output'."
   (unless (equal text "")
     (fastrevert--process-count-output process)
-    (if (eql stream fastrevert--output-stderr)
+    (if (eql stream fastrevert--output-stderr-bytes)
         (fastrevert--insert-output (fastrevert--process-stderr-buffer process)
                                     (fastrevert--process-stderr-mark process) text detected)
       (let ((filter (fastrevert--process-filter process)))
@@ -193,29 +194,30 @@ See `fastrevert--process-output' for the codes."
   (let ((process (gethash id fastrevert--processes)))
     (cond (process
            (fastrevert--process-receive process #'fastrevert--process-output code data))
-          ((eql code fastrevert--output-memfd-handover)
+          ((eql code fastrevert--output-stdout-memfd)
            ;; A memfd for a process already forgotten.
            (fastrevert--mod-close-fd (string-to-number data))))))
 
 (defun fastrevert--process-output (process code data)
   "Handle output DATA of PROCESS on stream CODE.
-CODE `fastrevert--output-memfd-handover' hands over the process's
+CODE `fastrevert--output-stdout-memfd' hands over the process's
 memfd: DATA is the number of a descriptor of it, which is then the
-process's to close.  CODE `fastrevert--output-memfd-range' means DATA
+process's to close.  CODE `fastrevert--output-stdout-range' means DATA
 tells how far the engine has written that memfd (see
 `fastrevert--process-memfd-ready')."
   (let ((live (eq (gethash (fastrevert--process-id process) fastrevert--processes) process)))
     (cond
-     ((eql code fastrevert--output-memfd-handover)
+     ((eql code fastrevert--output-stdout-memfd)
       (let ((fd (string-to-number data)))
         (if live
             (setf (fastrevert--process-memfd process) fd)
           (fastrevert--mod-close-fd fd))))
      ((not live))
-     ((eql code fastrevert--output-memfd-range)
+     ((eql code fastrevert--output-stdout-range)
       (fastrevert--process-memfd-ready process data))
      (t
-      (when (and (eql code fastrevert--output-stdout) (fastrevert--process-memfd process))
+      (when (and (eql code fastrevert--output-stdout-bytes)
+                 (fastrevert--process-memfd process))
         ;; The engine could not write the memfd and passes the rest as
         ;; strings: what it wrote and Emacs has not delivered comes first.
         (fastrevert--process-memfd-to-tail process))
@@ -312,7 +314,7 @@ the string road."
                   (> (- end beg) fastrevert--memfd-insert-threshold)
                   ;; Bytes held back from the strings before the memfd
                   ;; took over must be decoded with the first range.
-                  (zerop (length (cdr (assq fastrevert--output-stdout
+                  (zerop (length (cdr (assq fastrevert--output-stdout-bytes
                                             (fastrevert--process-tails process)))))
                   (buffer-local-value 'enable-multibyte-characters buffer)
                   (not (fastrevert--process-filter process))
@@ -328,8 +330,8 @@ the string road."
                     (setf (fastrevert--process-decoding process) used))))))
             (t
              (fastrevert--process-decode-and-deliver
-              process fastrevert--output-stdout (fastrevert--process-memfd-bytes fd beg end)
-              (or eof direct))))
+              process fastrevert--output-stdout-bytes
+              (fastrevert--process-memfd-bytes fd beg end) (or eof direct))))
       ;; Give back the memory of what is delivered, a step at a time;
       ;; later offsets stay valid.
       (when (>= (- end (fastrevert--process-memfd-released process))
@@ -354,11 +356,12 @@ For when the engine passes the rest of the output as strings."
         (end (fastrevert--process-memfd-end process)))
     (when (> end beg)
       (let ((bytes (fastrevert--process-memfd-bytes fd beg end))
-            (cell (assq fastrevert--output-stdout (fastrevert--process-tails process))))
+            (cell (assq fastrevert--output-stdout-bytes (fastrevert--process-tails process))))
         (setf (fastrevert--process-memfd-consumed process) end)
         (if cell
             (setcdr cell (concat (cdr cell) bytes))
-          (push (cons fastrevert--output-stdout bytes) (fastrevert--process-tails process)))))
+          (push (cons fastrevert--output-stdout-bytes bytes)
+                (fastrevert--process-tails process)))))
     (fastrevert--process-memfd-close process)))
 
 (defun fastrevert--process-memfd-close (process)
