@@ -53,7 +53,7 @@
 (declare-function fastrevert-bench-size "fastrevert-bench" (key))
 (defvar fastrevert-bench-sections)
 (declare-function fastrevert-make-process "fastrevert-process" (&rest args))
-(declare-function fastrevert-call-process "fastrevert-process"
+(declare-function fastrevert-call-process "fastrevert-call"
                   (program &optional infile destination display &rest args))
 (declare-function fastrevert-accept-process-output "fastrevert-process"
                   (&optional process seconds millisec just-this-one))
@@ -71,20 +71,24 @@
   "Non-nil once the process layer's functions have been compiled.")
 
 (defun fastrevert-bench-process--compile-layer ()
-  "Byte-compile the functions of fastrevert-process.el if loaded as source.
+  "Byte-compile the functions of the process layer if loaded as source.
+That is fastrevert-process.el, fastrevert-call.el and the libraries
+they stand on.
 `make bench' loads the .el files, and interpreted Lisp would charge
 fastrevert's columns for the interpreter (and its consing) where a
 user's installed package runs compiled code."
   (unless fastrevert-bench-process--compiled
     (setq fastrevert-bench-process--compiled t)
-    (let ((library (locate-library "fastrevert-process"))
+    (let ((libraries (mapcar #'locate-library
+                             '("fastrevert-engine" "fastrevert-decode" "fastrevert-child"
+                               "fastrevert-process" "fastrevert-call")))
           (symbols nil))
       (mapatoms
        (lambda (symbol)
          (when (and (fboundp symbol)
                     (string-prefix-p "fastrevert-" (symbol-name symbol))
                     (memq (car-safe (symbol-function symbol)) '(closure lambda))
-                    (equal (symbol-file symbol 'defun) library))
+                    (member (symbol-file symbol 'defun) libraries))
            (push symbol symbols))))
       (mapc #'byte-compile symbols))))
 

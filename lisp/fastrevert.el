@@ -29,6 +29,17 @@
 ;; when results are waiting it writes one byte, and that process's
 ;; filter takes every waiting result in one module call.
 ;;
+;; This file is the entry point and the auto-revert front:
+;; `fastrevert-mode' and the statistics.  It loads the rest, each
+;; library standing only on those before it:
+;;
+;;   fastrevert-engine.el   the module, the engine, its records, waits
+;;   fastrevert-vc.el       the VC state of a batch of buffers
+;;   fastrevert-decode.el   a child's bytes to text in a buffer
+;;   fastrevert-child.el    starting a child as stock Emacs starts it
+;;   fastrevert-process.el  `fastrevert-make-process' and companions
+;;   fastrevert-call.el     `fastrevert-call-process'
+;;
 ;; Usage, from an init file:
 ;;
 ;;   (add-to-list 'load-path "/path/to/fastrevert/lisp")
@@ -39,91 +50,9 @@
 
 ;;; Code:
 
-(defconst fastrevert-version "0.1.0"
-  "The version of the fastrevert Lisp package.
-The native module must have been built as the same version.")
+(require 'fastrevert-engine)
 
-(defgroup fastrevert nil
-  "Native auto-revert and process output."
-  :group 'files
-  :prefix "fastrevert-")
-
-(defcustom fastrevert-always-compile-module nil
-  "Non-nil means build a missing native module without asking."
-  :type 'boolean)
-
-;;;; Errors
-
-(define-error 'fastrevert-error "fastrevert error")
-(define-error 'fastrevert-system-error "fastrevert system call failed" 'fastrevert-error)
-(define-error 'fastrevert-not-running "fastrevert engine not running" 'fastrevert-error)
-(define-error 'fastrevert-module-version-mismatch
-  "fastrevert module does not match its Lisp" 'fastrevert-error)
-
-;;;; Loading the native module
-
-(declare-function fastrevert--mod-version "fastrevert-module" ())
-(declare-function fastrevert--mod-start "fastrevert-module" (pipe-process))
-(declare-function fastrevert--mod-stop "fastrevert-module" (&optional timeout))
-(declare-function fastrevert--mod-running-p "fastrevert-module" ())
-(declare-function fastrevert--mod-drain "fastrevert-module" (handler))
-(declare-function fastrevert--mod-stats "fastrevert-module" ())
-(declare-function fastrevert-module-compile "fastrevert-compile" ())
-
-(defun fastrevert--check-module-version (module-version)
-  "Signal an error unless MODULE-VERSION is `fastrevert-version'."
-  (unless (equal module-version fastrevert-version)
-    (signal 'fastrevert-module-version-mismatch
-            (list (format "The fastrevert module was built as version %s, \
-but the Lisp is version %s; rebuild it (make, or M-x \
-fastrevert-module-compile) and restart Emacs"
-                          module-version fastrevert-version)))))
-
-(defun fastrevert--load-module ()
-  "Load the native module, offering to build it when it is missing."
-  (unless (featurep 'fastrevert-module)
-    (unless module-file-suffix
-      (user-error "Fastrevert needs an Emacs built with dynamic module support"))
-    (unless (require 'fastrevert-module nil t)
-      (if (or fastrevert-always-compile-module
-              (and (not noninteractive)
-                   (y-or-n-p "The fastrevert native module is not built; compile it now? ")))
-          (progn
-            (require 'fastrevert-compile)
-            (fastrevert-module-compile))
-        (error "The fastrevert native module (fastrevert-module%s) is not built: \
-run `make' in the fastrevert source tree or M-x fastrevert-module-compile"
-               module-file-suffix))))
-  (fastrevert--check-module-version (fastrevert--mod-version)))
-
-(when (< emacs-major-version 28)
-  (error "Fastrevert needs Emacs 28 or later (it uses the module API's open_channel)"))
-(fastrevert--load-module)
-
-;;;; The engine
-
-(declare-function fastrevert--mod-set-wake-process "fastrevert-module" (pipe-process))
-
-(defvar fastrevert--wake-process nil
-  "The pipe process through which the engine wakes Emacs.")
-
-(defvar fastrevert--engine-generation 0
-  "How many times an engine has been started in this Emacs.
-A process or watch made under an earlier generation died with the
-engine that ran it.")
-
-(defvar fastrevert--engine-started-hook nil
-  "Functions run after an engine was started anew, with no argument.
-A new engine holds no watch and no process: the functions register
-again what should be.")
-
-(defvar fastrevert--engine-stopped-hook nil
-  "Functions run after the engine was stopped, with no argument.
-Stopping killed its processes; the functions report their end.")
-
-(defvar fastrevert--record-handlers nil
-  "Alist mapping an engine result kind (a symbol) to its handler.
-A handler is called with the result's ID, CODE and DATA.")
+;;;; Statistics
 
 (defvar fastrevert--main-thread-seconds 0.0
   "Seconds the main thread has spent handling engine results.")
@@ -137,94 +66,6 @@ A handler is called with the result's ID, CODE and DATA.")
         (plist-put fastrevert--lisp-counters counter
                    (+ (or (plist-get fastrevert--lisp-counters counter) 0)
                       (or amount 1)))))
-
-(defun fastrevert--dispatch (kind id code data)
-  "Hand one engine result to the handler registered for KIND.
-ID, CODE and DATA are the result's fields; DATA is a unibyte string,
-decoded here as UTF-8 for the kinds that carry text."
-  (when (memq kind '(echo notice process-error))
-    (setq data (decode-coding-string data 'utf-8-unix)))
-  (let ((handler (alist-get kind fastrevert--record-handlers)))
-    (cond (handler (funcall handler id code data))
-          ((eq kind 'notice) (message "%s" data)))))
-
-(defun fastrevert--drain ()
-  "Handle every result the engine has ready; return how many.
-The module counts the time spent (`:drain-ns' of its statistics),
-except when a handler exits non-locally."
-  (fastrevert--mod-drain #'fastrevert--dispatch))
-
-(defun fastrevert--wake-filter (_process _bytes)
-  "Drain the engine when it writes its wake byte."
-  (fastrevert--drain))
-
-(defun fastrevert--wake-sentinel (process _event)
-  "Make a new wake process when PROCESS, the current one, has died.
-Deleting every process, a common idiom, deletes it too.  The engine
-goes on with every watch and process it holds, and wakes the new
-one instead."
-  (when (and (eq process fastrevert--wake-process)
-             (not (process-live-p process))
-             (fastrevert--mod-running-p))
-    (fastrevert--wake-renew)))
-
-(defun fastrevert--engine-live-p ()
-  "Return non-nil if the engine and its wake process are running."
-  (and (fastrevert--mod-running-p)
-       (process-live-p fastrevert--wake-process)))
-
-(defun fastrevert--make-wake-process ()
-  "Return a new pipe process for the engine to wake Emacs through."
-  ;; Adaptive read buffering would hold back the one-byte wakes for tens
-  ;; of milliseconds; each must be read at once.
-  (let ((process-adaptive-read-buffering nil))
-    (make-pipe-process :name " *fastrevert-wake*"
-                       :buffer nil
-                       :coding 'binary
-                       :noquery t
-                       :filter #'fastrevert--wake-filter
-                       :sentinel #'fastrevert--wake-sentinel)))
-
-(defun fastrevert--wake-renew ()
-  "Give the running engine a new wake process in place of a dead one."
-  (let ((old fastrevert--wake-process))
-    (setq fastrevert--wake-process (fastrevert--make-wake-process))
-    (fastrevert--mod-set-wake-process fastrevert--wake-process)
-    (when (and (processp old) (not (eq old fastrevert--wake-process)))
-      (delete-process old))))
-
-(defun fastrevert--engine-ensure ()
-  "Start the engine unless it is running already.
-An engine whose wake process died gets a new one and keeps all it
-holds; an engine started anew runs `fastrevert--engine-started-hook'."
-  (cond ((fastrevert--engine-live-p))
-        ((fastrevert--mod-running-p) (fastrevert--wake-renew))
-        (t
-         (fastrevert--engine-stop)
-         (setq fastrevert--wake-process (fastrevert--make-wake-process))
-         (fastrevert--mod-start fastrevert--wake-process)
-         (setq fastrevert--engine-generation (1+ fastrevert--engine-generation))
-         (add-hook 'kill-emacs-hook #'fastrevert--engine-stop-at-exit)
-         (run-hooks 'fastrevert--engine-started-hook))))
-
-(defun fastrevert--engine-stop-at-exit ()
-  "Stop the engine as Emacs exits, without waiting on a hung file system."
-  (when (eq (fastrevert--mod-stop 2) 'abandoned)
-    (message "fastrevert: a file system is not responding; not waiting for it")))
-
-(defun fastrevert--engine-stop ()
-  "Stop the engine thread and delete its wake process.
-The engine's processes are killed; `fastrevert--engine-stopped-hook'
-tells their sentinels."
-  (fastrevert--mod-stop)
-  (let ((process fastrevert--wake-process))
-    ;; Cleared first, so that its sentinel does not make a new one.
-    (setq fastrevert--wake-process nil)
-    (when (processp process)
-      (delete-process process)))
-  (run-hooks 'fastrevert--engine-stopped-hook))
-
-;;;; Statistics
 
 (defun fastrevert-stats ()
   "Return a plist of fastrevert's counters.
@@ -265,7 +106,8 @@ spent handling engine results; and those of the VC batches (see
 A burst of changes, such as a checkout rewriting many files, becomes one
 batch.  A file written continuously is still checked at least every
 ten settle delays."
-  :type 'number)
+  :type 'number
+  :group 'fastrevert)
 
 ;; `define-minor-mode' defines the mode's variable at the end of this
 ;; file, after the functions that read it.  Declaring it here makes them
@@ -1016,14 +858,15 @@ mode off restores the stock behavior."
 
 (defun fastrevert-unload-function ()
   "Turn fastrevert off, for `unload-feature' of this library.
-The mode is turned off; the engine is stopped, its wake process
-deleted and its processes killed (their sentinels are told); and the
-libraries that need this one are unloaded.  Return nil, so that
-`unload-feature' goes on to remove the rest."
+The mode is turned off, and fastrevert's other libraries are
+unloaded: its processes are killed (their sentinels are told), and
+the engine is stopped and its wake process deleted.  Return nil, so
+that `unload-feature' goes on to remove the rest."
   (when fastrevert-mode (fastrevert-mode -1))
-  (fastrevert--engine-stop)
-  (remove-hook 'kill-emacs-hook #'fastrevert--engine-stop-at-exit)
-  (dolist (feature '(fastrevert-report fastrevert-process fastrevert-compile))
+  ;; Each library goes before the ones it needs; the engine's goes last,
+  ;; once no process is left to tell of its end.
+  (dolist (feature '(fastrevert-report fastrevert-call fastrevert-process fastrevert-child
+                     fastrevert-decode fastrevert-compile fastrevert-engine))
     (when (featurep feature) (unload-feature feature t)))
   nil)
 
@@ -1031,6 +874,7 @@ libraries that need this one are unloaded.  Return nil, so that
 
 ;; The process API and the report are part of the package proper.
 (require 'fastrevert-process)
+(require 'fastrevert-call)
 (autoload 'fastrevert-report "fastrevert-report" "Show fastrevert's counters." t)
 
 ;;; fastrevert.el ends here

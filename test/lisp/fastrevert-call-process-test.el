@@ -11,7 +11,8 @@
 ;;; Code:
 
 (require 'fastrevert-test-helpers)
-(require 'fastrevert-process)
+(require 'fastrevert)
+(require 'fastrevert-call)
 
 (defun fastrevert-call-process-test--observe (function setup call)
   "Run CALL with FUNCTION in a fresh buffer prepared by SETUP.
@@ -494,7 +495,7 @@ how much output reached the buffer.  Return that record."
            (result-file (expand-file-name "result" dir))
            (form
             `(progn
-               (require 'fastrevert-process)
+               (require 'fastrevert-call)
                (let* ((start (float-time))
                       (outcome (condition-case nil
                                    (progn

@@ -79,6 +79,59 @@ the compilation failed."
       (checkdoc-file file)
       (should (equal complaints nil)))))
 
+;;;; How the libraries stand on one another
+
+(defun fastrevert-lint-test--requires (file)
+  "Return the fastrevert features FILE requires, anywhere in its code."
+  (with-temp-buffer
+    (insert-file-contents file)
+    (with-syntax-table emacs-lisp-mode-syntax-table
+      (let ((features nil))
+        (while (re-search-forward "(require '\\(fastrevert[-a-z]*\\)" nil t)
+          ;; Not in a comment or a string.
+          (unless (nth 8 (save-excursion (syntax-ppss (match-beginning 0))))
+            (cl-pushnew (intern (match-string 1)) features)))
+        features))))
+
+(defun fastrevert-lint-test--require-cycle (graph)
+  "Return a list of features that require one another in a cycle, or nil.
+GRAPH maps each feature to the features it requires, as an alist."
+  (let ((done nil)
+        (cycle nil))
+    (cl-labels ((visit (feature path)
+                  (cond ((memq feature path)
+                         (setq cycle (reverse (cons feature path))))
+                        ((not (memq feature done))
+                         (dolist (next (cdr (assq feature graph)))
+                           (unless cycle (visit next (cons feature path))))
+                         (push feature done)))))
+      (dolist (entry graph)
+        (unless cycle (visit (car entry) nil))))
+    cycle))
+
+(ert-deftest fastrevert-lint-libraries-require-one-another-without-a-cycle ()
+  "Each library requires only those it stands on: no chain of requires loops."
+  (let ((graph (mapcar (lambda (file)
+                         (cons (intern (file-name-base file))
+                               (fastrevert-lint-test--requires file)))
+                       (directory-files (expand-file-name "lisp/" fastrevert-test-root)
+                                        t "\\.el\\'"))))
+    ;; The check itself finds a loop where there is one.
+    (should (equal (fastrevert-lint-test--require-cycle '((a b) (b c) (c a)))
+                   '(a b c a)))
+    (should-not (fastrevert-lint-test--require-cycle '((a b c) (b c) (c))))
+    ;; The front stands on the rest.
+    (should (memq 'fastrevert-engine (cdr (assq 'fastrevert graph))))
+    (should-not (fastrevert-lint-test--require-cycle graph))))
+
+(ert-deftest fastrevert-lint-no-library-is-longer-than-900-lines ()
+  "A library longer than that holds more than one concept; it is split."
+  (dolist (file (directory-files (expand-file-name "lisp/" fastrevert-test-root) t "\\.el\\'"))
+    (with-temp-buffer
+      (insert-file-contents file)
+      (ert-info ((format "%s" file))
+        (should (<= (count-lines (point-min) (point-max)) 900))))))
+
 (provide 'fastrevert-lint-test)
 
 ;;; fastrevert-lint-test.el ends here

@@ -34,11 +34,13 @@
       (copy-file (expand-file-name (concat "fastrevert-module" module-file-suffix)
                                    fastrevert-test-lisp-directory)
                  dir)
-      (with-temp-file (expand-file-name "fastrevert.el" dir)
-        (insert-file-contents (expand-file-name "fastrevert.el" lisp))
-        (goto-char (point-min))
-        (while (search-forward (concat "\"" fastrevert-version "\"") nil t)
-          (replace-match "\"99.0.0\"" t t)))
+      ;; The Lisp of another version: its version string, wherever it is.
+      (dolist (file (directory-files dir t "\\.el\\'"))
+        (with-temp-file file
+          (insert-file-contents file)
+          (goto-char (point-min))
+          (while (search-forward (concat "\"" fastrevert-version "\"") nil t)
+            (replace-match "\"99.0.0\"" t t))))
       (let ((result (fastrevert-test-batch-emacs
                      (list dir)
                      '(condition-case err (progn (require 'fastrevert) (princ "loaded"))
@@ -58,6 +60,38 @@
       (should (= (car result) 3))
       (should (string-match-p "not built" (cdr result)))
       (should (string-match-p "fastrevert-module-compile" (cdr result))))))
+
+;;;; Records
+
+(defun fastrevert-module-test--record-kind-names ()
+  "Return the names of the native enum `RecordKind', in order, as symbols.
+They are read from the module's sources, with `_' written `-'."
+  (with-temp-buffer
+    (let ((found nil))
+      (dolist (file (directory-files-recursively
+                     (expand-file-name "module/" fastrevert-test-root) "\\.h\\'"))
+        (unless found
+          (erase-buffer)
+          (insert-file-contents file)
+          (setq found (re-search-forward "enum class RecordKind[^{]*{\\([^}]*\\)}" nil t))))
+      (should found)
+      (let ((body (replace-regexp-in-string "//[^\n]*" "" (match-string 1))))
+        (mapcar (lambda (name) (intern (replace-regexp-in-string "_" "-" name)))
+                (split-string body "[ \t\n,]+" t))))))
+
+(ert-deftest fastrevert-module-record-kinds-mirror-the-native-enum ()
+  "Lisp names each record kind at the index of its value in the C++ enum."
+  (should (equal (append fastrevert--record-kinds nil)
+                 (fastrevert-module-test--record-kind-names))))
+
+(ert-deftest fastrevert-module-memfd-range-record-reads-its-newest-entry ()
+  "A memfd range entry gives the memfd's size, little-endian, and the last bytes."
+  (let ((older (unibyte-string 5 0 0 0 0 0 0 0 0 0 ?a ?b))
+        (newer (unibyte-string 8 7 6 5 4 3 2 1 ?w ?x ?y ?z)))
+    (should (= (length older) fastrevert--memfd-range-entry-size))
+    (should (equal (fastrevert--memfd-range-entry older) (cons 5 (unibyte-string 0 0 ?a ?b))))
+    (should (equal (fastrevert--memfd-range-entry (concat older newer))
+                   (cons #x0102030405060708 "wxyz")))))
 
 ;;;; The module boundary
 

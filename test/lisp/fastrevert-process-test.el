@@ -12,6 +12,7 @@
 (require 'fastrevert-test-helpers)
 
 (declare-function fastrevert--mod-memfd-threshold "fastrevert-module" ())
+(require 'fastrevert)
 (require 'fastrevert-process)
 
 (defun fastrevert-process-test--run (&rest args)

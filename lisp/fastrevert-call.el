@@ -1,0 +1,231 @@
+;;; fastrevert-call.el --- A native drop-in for call-process -*- lexical-binding: t; -*-
+
+;; This file is part of fastrevert.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;;; Commentary:
+
+;; `fastrevert-call-process' takes the arguments of `call-process' and
+;; returns what it returns.  The child's output goes through a pipe
+;; into a memfd (an anonymous in-memory file) while Emacs waits
+;; natively; Emacs then inserts the whole output with one
+;; `insert-file-contents', which decodes it straight into the buffer
+;; gap.  Nothing is decoded per chunk and no Lisp string is made.
+;;
+;; All policy (which coding system, which buffer, which error to
+;; signal) is here and follows the stock primitive; the module spawns,
+;; waits and reads.
+
+;;; Code:
+
+(require 'fastrevert-engine)
+(require 'fastrevert-child)
+(require 'fastrevert-decode)
+
+(declare-function fastrevert--mod-call-process "fastrevert-module"
+                  (program argv env cwd infile stdout stderr chunk))
+(declare-function fastrevert--mod-process-start "fastrevert-module"
+                  (id program argv env cwd stdin stdout stderr framing read-size))
+
+(defun fastrevert--call-process-coding (coding-args)
+  "Return the coding system for output, as `call-process' chooses it.
+CODING-ARGS are the arguments to `find-operation-coding-system'
+after the operation.  Nil stands for `undecided'."
+  (or coding-system-for-read
+      (let ((systems (apply #'find-operation-coding-system coding-args)))
+        (cond ((consp systems) (car systems))
+              ((consp default-process-coding-system)
+               (car default-process-coding-system))))))
+
+(defun fastrevert--raw-text-coding (coding)
+  "Return the `raw-text' variant of CODING, as `call-process' picks it.
+A coding system of type `raw-text' (`no-conversion' included) is
+its own variant; any other gets `raw-text' with its end-of-line
+conversion."
+  (if (eq (coding-system-type coding) 'raw-text)
+      coding
+    (let ((eol (coding-system-eol-type coding)))
+      (if (vectorp eol)
+          'raw-text
+        (aref [raw-text-unix raw-text-dos raw-text-mac] eol)))))
+
+(defconst fastrevert--call-process-chunk (* 2 1024 1024)
+  "Bytes of output to gather before inserting while the child still runs.
+Inserting in such chunks lets Emacs decode while the child writes.")
+
+(defun fastrevert--call-process-streamable-p (coding)
+  "Return non-nil if output in CODING may be inserted in newline-ended chunks.
+That holds for ASCII-compatible coding systems that keep no state
+across lines and need no detection of the character encoding;
+`undecided' is detected once, on the whole output."
+  (and coding
+       (memq (coding-system-type coding) '(utf-8 charset raw-text shift-jis big5))))
+
+(defun fastrevert--call-process-inserter (coding)
+  "Return a function inserting the output at point, decoded with CODING.
+The function is called as (FD BEG END), for consecutive byte ranges
+of the memfd FD, or as (BYTES nil nil) with all of a short output as
+a unibyte string, or as (nil nil nil) when there was no output.  It
+leaves point after the text, as `call-process' does, and changes
+only what `call-process' itself changes: `buffer-file-coding-system',
+which `insert-file-contents' would set, is restored, and no file
+name handler, format decoder or after-insert function runs.  A
+coding system with parts left to detect is fixed to what the first
+range detected, as `call-process' fixes it after its first read."
+  (lambda (fd beg end)
+    (let ((decoding (if (and coding (not enable-multibyte-characters))
+                        (fastrevert--raw-text-coding coding)
+                      (or coding 'undecided))))
+      (cond
+       ((not fd)
+        ;; No output: `call-process' still reports the coding system it
+        ;; set up.
+        (setq last-coding-system-used decoding))
+       ((stringp fd)
+        (insert (decode-coding-string fd decoding t))
+        (setq coding last-coding-system-used))
+       (t
+        (setq coding (fastrevert--insert-memfd-range fd beg end decoding)))))))
+
+(defun fastrevert--call-process-destination (destination)
+  "Parse DESTINATION as `call-process' does.
+Return (BUFFER OUTPUT-FILE STDERR) where BUFFER is nil, 0 or a live
+buffer, OUTPUT-FILE an expanded file name or nil, and STDERR t,
+nil or an expanded file name.  Buffers named by string are created."
+  (let ((buffer destination)
+        (stderr t)
+        (output-file nil))
+    (when (and (consp buffer) (not (eq (car buffer) :file)))
+      (when (consp (cdr buffer))
+        (let ((file (cadr buffer)))
+          (setq stderr (if (memq file '(nil t)) file (expand-file-name file)))))
+      (setq buffer (car buffer)))
+    (when (and (consp buffer) (eq (car buffer) :file))
+      (let ((file (if (consp (cdr buffer)) (cadr buffer) (cdr buffer))))
+        (unless (stringp file) (signal 'wrong-type-argument (list 'stringp file)))
+        (setq output-file (expand-file-name file)
+              buffer nil)))
+    (cond ((eq buffer t) (setq buffer (current-buffer)))
+          ((or (null buffer) (integerp buffer)))
+          (t (let ((spec buffer))
+               (setq buffer (get-buffer-create buffer))
+               (unless buffer (signal 'wrong-type-argument (list 'bufferp spec))))))
+    (list buffer output-file stderr)))
+
+;;;###autoload
+(defun fastrevert-call-process (program &optional infile destination display &rest args)
+  "Call PROGRAM synchronously in a separate process, natively.
+A drop-in for `call-process': the arguments, the DESTINATION forms
+and the return value are the same.  INFILE is the file to read the
+input from (nil means the null device).  DESTINATION is t (the
+current buffer), nil (discard), 0 (discard and do not wait), a buffer
+or buffer name, (:file FILE), or (REAL-DESTINATION STDERR-FILE) with
+STDERR-FILE nil (discard), t (mixed with the output) or a file name.
+DISPLAY non-nil means redisplay as output is inserted: the output is
+then inserted line by line as it arrives (in a coding system that
+needs no detection; otherwise at the end).  ARGS are the program's
+arguments.
+
+The output is decoded with `coding-system-for-read', or else what
+`process-coding-system-alist' or `default-process-coding-system'
+give for `call-process'.  The child runs in `default-directory' with
+`process-environment'.  A remote `default-directory' delegates to
+`process-file'.  Quitting kills the child (SIGINT, then SIGKILL)
+and signals `quit'.
+
+Return the exit status, or a string describing the signal that
+killed the program, or nil when DESTINATION is 0."
+  (if (and (stringp default-directory)
+           (find-file-name-handler default-directory 'process-file))
+      (apply #'process-file program infile destination display args)
+    (fastrevert--call-process-local program infile destination display args)))
+
+(defun fastrevert--call-process-local (program infile destination display args)
+  "Run PROGRAM with INFILE, DESTINATION, DISPLAY and ARGS, all local.
+This is `fastrevert-call-process' once a file name handler is ruled out."
+  ;; Stock call-process opens INFILE before it checks anything else.
+  (let* ((infile (and infile (fastrevert--process-unquote
+                              (expand-file-name infile (fastrevert--process-input-directory))))))
+    (unless (stringp program) (signal 'wrong-type-argument (list 'stringp program)))
+    (dolist (arg args)
+      (unless (stringp arg) (signal 'wrong-type-argument (list 'stringp arg))))
+    (when infile (fastrevert--process-check-readable infile))
+    (pcase-let* ((coding-args (append (list 'call-process program infile destination display)
+                                      args))
+                 (`(,buffer ,output-file ,stderr) (fastrevert--call-process-destination
+                                                   destination))
+                 (dir (fastrevert--process-directory))
+                 (encoded-path (fastrevert--process-find-program program))
+                 (encoded-args (fastrevert--process-encode-args coding-args args))
+                 (argv (vconcat (list encoded-path) encoded-args))
+                 (env (fastrevert--process-environment dir))
+                 (encoded-dir (fastrevert--process-encode-file dir))
+                 (encoded-infile (and infile (fastrevert--process-encode-file infile)))
+                 (encoded-output (and output-file (fastrevert--process-encode-file output-file)))
+                 (encoded-stderr (if (stringp stderr) (fastrevert--process-encode-file stderr) stderr))
+                 (files (list (cons encoded-infile (cons "Opening process input file" infile))
+                              (cons encoded-output (cons "Opening process output file" output-file))
+                              (cons encoded-stderr (cons "Cannot redirect stderr" stderr)))))
+      (if (integerp buffer)
+          (fastrevert--call-process-detached encoded-path argv env encoded-dir encoded-infile
+                                             encoded-stderr files)
+        (let* ((coding (and buffer (fastrevert--call-process-coding coding-args)))
+               (inserted nil)
+               (insert (and buffer (fastrevert--call-process-inserter coding)))
+               (stdout (cond (buffer
+                              (lambda (fd beg end)
+                                (setq inserted t)
+                                (with-current-buffer buffer
+                                  (funcall insert fd beg end))
+                                (when display (redisplay))))
+                             (encoded-output encoded-output)))
+               ;; Standard error "mixed with the output" goes to the null
+               ;; device when the output is discarded.
+               (stderr-target (if (and (eq encoded-stderr t) (null stdout)) nil encoded-stderr))
+               (result (fastrevert--mod-call-process
+                        encoded-path argv env encoded-dir encoded-infile stdout stderr-target
+                        (cond ((not (fastrevert--call-process-streamable-p coding)) 0)
+                              ;; Shown as it comes: every complete line.
+                              (display 1)
+                              (t fastrevert--call-process-chunk)))))
+          (when (eq (car result) :error)
+            (fastrevert--process-raise result files))
+          (when (and buffer (not inserted))
+            (with-current-buffer buffer (funcall insert nil nil nil)))
+          (pcase-let ((`(,kind ,value ,_core) result))
+            (if (eq kind 'signal)
+                (decode-coding-string value (or locale-coding-system 'utf-8))
+              value)))))))
+
+(defun fastrevert--process-input-directory ()
+  "Return the directory INFILE is expanded against, as stock does."
+  (or (unhandled-file-name-directory default-directory) "~"))
+
+(defun fastrevert--process-check-readable (file)
+  "Signal what `call-process' signals when it cannot open FILE for input."
+  (unless (file-readable-p file)
+    (fastrevert--process-file-error
+     (cond ((not (file-exists-p file)) 'ENOENT)
+           (t 'EACCES))
+     "Opening process input file" file)))
+
+(defun fastrevert--call-process-detached (path argv env dir infile stderr files)
+  "Start PATH with ARGV, ENV, DIR, INFILE and STDERR, and do not wait.
+The engine reaps the child when it exits.  FILES maps the encoded
+names to the stock messages.  Return nil, as `call-process' does
+for DESTINATION 0."
+  (fastrevert--engine-ensure)
+  (let* ((id (fastrevert--process-new-id))
+         (result (fastrevert--mod-process-start
+                  id path argv env dir infile nil (if (stringp stderr) stderr nil) nil 4096)))
+    (when (eq (car-safe result) :error)
+      (fastrevert--process-raise result files))
+    nil))
+
+(provide 'fastrevert-call)
+
+;;; fastrevert-call.el ends here

@@ -1,0 +1,325 @@
+;;; fastrevert-engine.el --- fastrevert's engine thread and its records -*- lexical-binding: t; -*-
+
+;; This file is part of fastrevert.
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;;; Commentary:
+
+;; The layer every other part of fastrevert stands on: the version, the
+;; errors, loading the native module, and the engine thread it runs.
+;;
+;; The engine never calls Emacs.  It reports through a pipe process:
+;; when records are waiting it writes one byte, and that process's
+;; filter takes every waiting record in one module call, handing each
+;; to the handler registered for its kind.  The auto-revert front
+;; (fastrevert.el) and the process layer (fastrevert-process.el,
+;; fastrevert-call.el) register their handlers here; neither needs the
+;; other.
+
+;;; Code:
+
+(defconst fastrevert-version "0.1.0"
+  "The version of the fastrevert Lisp package.
+The native module must have been built as the same version, which
+the \"Version:\" header of fastrevert.el gives the build.")
+
+(defgroup fastrevert nil
+  "Native auto-revert and process output."
+  :group 'files
+  :prefix "fastrevert-")
+
+(defcustom fastrevert-always-compile-module nil
+  "Non-nil means build a missing native module without asking."
+  :type 'boolean)
+
+;;;; Errors
+
+(define-error 'fastrevert-error "fastrevert error")
+(define-error 'fastrevert-system-error "fastrevert system call failed" 'fastrevert-error)
+(define-error 'fastrevert-not-running "fastrevert engine not running" 'fastrevert-error)
+(define-error 'fastrevert-module-version-mismatch
+  "fastrevert module does not match its Lisp" 'fastrevert-error)
+
+;;;; Loading the native module
+
+(declare-function fastrevert--mod-version "fastrevert-module" ())
+(declare-function fastrevert--mod-start "fastrevert-module" (pipe-process))
+(declare-function fastrevert--mod-stop "fastrevert-module" (&optional timeout))
+(declare-function fastrevert--mod-running-p "fastrevert-module" ())
+(declare-function fastrevert--mod-drain "fastrevert-module" (handler))
+(declare-function fastrevert--mod-stats "fastrevert-module" ())
+(declare-function fastrevert-module-compile "fastrevert-compile" ())
+
+(defun fastrevert--check-module-version (module-version)
+  "Signal an error unless MODULE-VERSION is `fastrevert-version'."
+  (unless (equal module-version fastrevert-version)
+    (signal 'fastrevert-module-version-mismatch
+            (list (format "The fastrevert module was built as version %s, \
+but the Lisp is version %s; rebuild it (make, or M-x \
+fastrevert-module-compile) and restart Emacs"
+                          module-version fastrevert-version)))))
+
+(defun fastrevert--load-module ()
+  "Load the native module, offering to build it when it is missing."
+  (unless (featurep 'fastrevert-module)
+    (unless module-file-suffix
+      (user-error "Fastrevert needs an Emacs built with dynamic module support"))
+    (unless (require 'fastrevert-module nil t)
+      (if (or fastrevert-always-compile-module
+              (and (not noninteractive)
+                   (y-or-n-p "The fastrevert native module is not built; compile it now? ")))
+          (progn
+            (require 'fastrevert-compile)
+            (fastrevert-module-compile))
+        (error "The fastrevert native module (fastrevert-module%s) is not built: \
+run `make' in the fastrevert source tree or M-x fastrevert-module-compile"
+               module-file-suffix))))
+  (fastrevert--check-module-version (fastrevert--mod-version)))
+
+(when (< emacs-major-version 28)
+  (error "Fastrevert needs Emacs 28 or later (it uses the module API's open_channel)"))
+(fastrevert--load-module)
+
+;;;; Records
+
+;; The engine reports in records of four fields: KIND, ID, CODE and
+;; DATA.  The constants below name what the native side puts in them:
+;; the enum `RecordKind' of module/core/engine.h, and the codes and the
+;; layout of the process table's `process-output' records.  They change
+;; together with it.
+
+(defconst fastrevert--record-kinds
+  [echo notice file-changed file-watched process-output process-exit process-error]
+  "The kinds of engine records, each at the index of its `RecordKind' value.
+The module hands a record's kind to Lisp as this symbol.")
+
+(defconst fastrevert--output-stdout-bytes 1
+  "The code of a `process-output' record whose data is standard output.")
+
+(defconst fastrevert--output-stderr-bytes 2
+  "The code of a `process-output' record whose data is standard error.")
+
+(defconst fastrevert--output-stdout-range 3
+  "The code of a `process-output' record saying how far stdout's memfd is written.
+Its data holds entries that `fastrevert--memfd-range-entry' reads,
+the newest last.")
+
+(defconst fastrevert--output-stdout-memfd 4
+  "The code of a `process-output' record that hands over stdout's memfd.
+Its data is the decimal number of a descriptor of the memfd, which
+Lisp owns from then on.")
+
+(defconst fastrevert--memfd-range-end-bytes 8
+  "The bytes at the start of a memfd range entry: the memfd's size.
+The size is little-endian.")
+
+(defconst fastrevert--memfd-range-tail-bytes 4
+  "The bytes at the end of a memfd range entry: the stream's last bytes.
+While the stream is shorter, zero bytes come first.")
+
+(defconst fastrevert--memfd-range-entry-size
+  (+ fastrevert--memfd-range-end-bytes fastrevert--memfd-range-tail-bytes)
+  "The size of one entry of a memfd range record's data.")
+
+(defun fastrevert--memfd-range-entry (data)
+  "Return (END . TAIL) from the newest entry of memfd range record DATA.
+END is how many bytes the engine has written to the memfd, and TAIL
+a unibyte string of the last bytes of the stream so far."
+  (let ((at (- (length data) fastrevert--memfd-range-entry-size))
+        (end 0))
+    (dotimes (i fastrevert--memfd-range-end-bytes)
+      (setq end (logior end (ash (aref data (+ at i)) (* 8 i)))))
+    (cons end (substring data (+ at fastrevert--memfd-range-end-bytes)))))
+
+;;;; The engine
+
+(declare-function fastrevert--mod-set-wake-process "fastrevert-module" (pipe-process))
+
+(defvar fastrevert--wake-process nil
+  "The pipe process through which the engine wakes Emacs.")
+
+(defvar fastrevert--engine-generation 0
+  "How many times an engine has been started in this Emacs.
+A process or watch made under an earlier generation died with the
+engine that ran it.")
+
+(defvar fastrevert--engine-started-hook nil
+  "Functions run after an engine was started anew, with no argument.
+A new engine holds no watch and no process: the functions register
+again what should be.")
+
+(defvar fastrevert--engine-stopped-hook nil
+  "Functions run after the engine was stopped, with no argument.
+Stopping killed its processes; the functions report their end.")
+
+(defvar fastrevert--record-handlers nil
+  "Alist mapping an engine result kind (a symbol) to its handler.
+A handler is called with the result's ID, CODE and DATA.")
+
+(defun fastrevert--dispatch (kind id code data)
+  "Hand one engine result to the handler registered for KIND.
+ID, CODE and DATA are the result's fields; DATA is a unibyte string,
+decoded here as UTF-8 for the kinds that carry text."
+  (when (memq kind '(echo notice process-error))
+    (setq data (decode-coding-string data 'utf-8-unix)))
+  (let ((handler (alist-get kind fastrevert--record-handlers)))
+    (cond (handler (funcall handler id code data))
+          ((eq kind 'notice) (message "%s" data)))))
+
+(defun fastrevert--drain ()
+  "Handle every result the engine has ready; return how many.
+The module counts the time spent (`:drain-ns' of its statistics),
+except when a handler exits non-locally."
+  (fastrevert--mod-drain #'fastrevert--dispatch))
+
+(defun fastrevert--wake-filter (_process _bytes)
+  "Drain the engine when it writes its wake byte."
+  (fastrevert--drain))
+
+(defun fastrevert--wake-sentinel (process _event)
+  "Make a new wake process when PROCESS, the current one, has died.
+Deleting every process, a common idiom, deletes it too.  The engine
+goes on with every watch and process it holds, and wakes the new
+one instead."
+  (when (and (eq process fastrevert--wake-process)
+             (not (process-live-p process))
+             (fastrevert--mod-running-p))
+    (fastrevert--wake-renew)))
+
+(defun fastrevert--engine-live-p ()
+  "Return non-nil if the engine and its wake process are running."
+  (and (fastrevert--mod-running-p)
+       (process-live-p fastrevert--wake-process)))
+
+(defun fastrevert--make-wake-process ()
+  "Return a new pipe process for the engine to wake Emacs through."
+  ;; Adaptive read buffering would hold back the one-byte wakes for tens
+  ;; of milliseconds; each must be read at once.
+  (let ((process-adaptive-read-buffering nil))
+    (make-pipe-process :name " *fastrevert-wake*"
+                       :buffer nil
+                       :coding 'binary
+                       :noquery t
+                       :filter #'fastrevert--wake-filter
+                       :sentinel #'fastrevert--wake-sentinel)))
+
+(defun fastrevert--wake-renew ()
+  "Give the running engine a new wake process in place of a dead one."
+  (let ((old fastrevert--wake-process))
+    (setq fastrevert--wake-process (fastrevert--make-wake-process))
+    (fastrevert--mod-set-wake-process fastrevert--wake-process)
+    (when (and (processp old) (not (eq old fastrevert--wake-process)))
+      (delete-process old))))
+
+(defun fastrevert--engine-ensure ()
+  "Start the engine unless it is running already.
+An engine whose wake process died gets a new one and keeps all it
+holds; an engine started anew runs `fastrevert--engine-started-hook'."
+  (cond ((fastrevert--engine-live-p))
+        ((fastrevert--mod-running-p) (fastrevert--wake-renew))
+        (t
+         (fastrevert--engine-stop)
+         (setq fastrevert--wake-process (fastrevert--make-wake-process))
+         (fastrevert--mod-start fastrevert--wake-process)
+         (setq fastrevert--engine-generation (1+ fastrevert--engine-generation))
+         (add-hook 'kill-emacs-hook #'fastrevert--engine-stop-at-exit)
+         (run-hooks 'fastrevert--engine-started-hook))))
+
+(defun fastrevert--engine-stop-at-exit ()
+  "Stop the engine as Emacs exits, without waiting on a hung file system."
+  (when (eq (fastrevert--mod-stop 2) 'abandoned)
+    (message "fastrevert: a file system is not responding; not waiting for it")))
+
+(defun fastrevert--engine-stop ()
+  "Stop the engine thread and delete its wake process.
+The engine's processes are killed; `fastrevert--engine-stopped-hook'
+tells their sentinels."
+  (fastrevert--mod-stop)
+  (let ((process fastrevert--wake-process))
+    ;; Cleared first, so that its sentinel does not make a new one.
+    (setq fastrevert--wake-process nil)
+    (when (processp process)
+      (delete-process process)))
+  (run-hooks 'fastrevert--engine-stopped-hook))
+
+;;;; Waiting for records
+
+(declare-function fastrevert--mod-wait "fastrevert-module" (seconds))
+(declare-function fastrevert--mod-hold-wakes "fastrevert-module" (hold))
+
+(defconst fastrevert--wait-slice 0.02
+  "Seconds `fastrevert--wait-for' waits natively at a time.
+Between slices Emacs runs its timers and other processes' filters.")
+
+(defvar fastrevert--last-yield 0.0
+  "When `fastrevert--yield' last ran, as a `float-time'.")
+
+(defun fastrevert--wait-for (predicate deadline just-this-one)
+  "Handle the engine's results until a call of PREDICATE is non-nil.
+Return PREDICATE's last value: nil when the wait ended at DEADLINE,
+a `float-time' (nil means no deadline).  PREDICATE is called with no
+argument before each slice of waiting.  JUST-THIS-ONE is as for
+`accept-process-output'.
+
+The wait is native: the engine's results are taken as soon as they
+are ready, not when Emacs's event loop next reads the wake pipe.  It
+happens in slices of `fastrevert--wait-slice' seconds; at least that
+often, Emacs runs what JUST-THIS-ONE allows (see `fastrevert--yield'),
+however busy the engine."
+  ;; Results already queued are handled first: a batch may be waiting
+  ;; for its wake byte to be read.
+  (fastrevert--drain)
+  (let ((got nil)
+        (done nil))
+    (while (not done)
+      (setq got (funcall predicate))
+      (if (or got (and deadline (<= deadline (float-time))))
+          (setq done t)
+        (if (fastrevert--mod-wait
+             (if deadline
+                 (max 0 (min fastrevert--wait-slice (- deadline (float-time))))
+               fastrevert--wait-slice))
+            (fastrevert--drain)
+          (fastrevert--yield just-this-one)))
+      ;; An engine that keeps results ready, call after call, must not
+      ;; keep timers from running: they get their turn at least once a
+      ;; slice.
+      (when (>= (- (float-time) fastrevert--last-yield) fastrevert--wait-slice)
+        (fastrevert--yield just-this-one)))
+    got))
+
+(defun fastrevert--yield (just-this-one)
+  "Let Emacs run what a wait may run meanwhile, without waiting.
+With JUST-THIS-ONE nil, timers and every process's filters run; with
+another non-integer, timers only; with an integer, nothing."
+  (setq fastrevert--last-yield (float-time))
+  (let ((wake fastrevert--wake-process))
+    (cond ((integerp just-this-one))
+          ((not (process-live-p wake))
+           (unless just-this-one (accept-process-output nil 0)))
+          (t
+           ;; The wait drains the engine itself.  Meanwhile no wake byte
+           ;; is written: a busy stream would keep the pipe readable, and
+           ;; Emacs reads a pipe for as long as it stays readable.
+           (fastrevert--mod-hold-wakes t)
+           (unwind-protect
+               ;; Waiting on the wake pipe alone runs timers only.
+               (accept-process-output (and just-this-one wake) 0 nil just-this-one)
+             (fastrevert--mod-hold-wakes nil))))))
+
+(defun fastrevert-engine-unload-function ()
+  "Stop the engine, for `unload-feature' of this library.
+Its wake process is deleted and its processes are killed (their
+sentinels are told).  Return nil, so that `unload-feature' goes on to
+remove the rest."
+  (fastrevert--engine-stop)
+  (remove-hook 'kill-emacs-hook #'fastrevert--engine-stop-at-exit)
+  nil)
+
+(provide 'fastrevert-engine)
+
+;;; fastrevert-engine.el ends here
