@@ -1,8 +1,8 @@
 #include "core/process.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/errors.h"
+#include "core/fd.h"
 #include "core/nursery.h"
 
 namespace fastrevert {
@@ -38,15 +39,9 @@ constexpr std::size_t kMaxUndrainedBytes = std::size_t{16} << 20;
 // The waitpid fallback looks again after 1 ms, doubling up to this.
 constexpr std::uint64_t kMaxExitPollDelayMs = 50;
 
-void close_fd(int& fd) noexcept {
-  if (fd >= 0) close(fd);
-  fd = -1;
-}
-
 void check_uv(int status, const char* function) {
   if (status < 0) throw SystemError(-status, function);
 }
-
 
 }  // namespace
 
@@ -139,7 +134,8 @@ struct ProcessTable::Process {
   ProcessTable::Clock::time_point born = ProcessTable::Clock::now();
 };
 
-ProcessTable::ProcessTable(Engine& engine) : ProcessTable(engine, engine.loop(), Engine::Wake::yes) {}
+ProcessTable::ProcessTable(Engine& engine)
+    : ProcessTable(engine, engine.loop(), Engine::Wake::yes) {}
 
 ProcessTable::ProcessTable(Engine& engine, uv_loop_t* loop, Engine::Wake wake)
     : engine_(engine), loop_(loop), wake_(wake), read_scratch_(std::make_shared<ReadScratch>()) {}
@@ -152,7 +148,7 @@ void ProcessTable::start(std::uint64_t id, const SpawnSpec& spec, const Options&
 }
 
 std::unique_ptr<ProcessTable::Process> ProcessTable::process_from_child(Child& child,
-                                                                      const Options& options) {
+                                                                        const Options& options) {
   auto process = std::make_unique<Process>();
   process->options = options;
   process->pid = std::exchange(child.pid, -1);
@@ -223,9 +219,8 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
       Framing framing =
           stream == &process.out ? process.options.framing : process.options.stderr_framing;
       if (!stream->reader) {
-        stream->reader = std::make_unique<AdaptiveReader>(process.options.initial_read_size,
-                                                          process.options.max_read_size,
-                                                          read_scratch_);
+        stream->reader = std::make_unique<AdaptiveReader>(
+            process.options.initial_read_size, process.options.max_read_size, read_scratch_);
       }
       if (!stream->framer && framing != Framing::none) stream->framer = make_framer(framing);
       if (!loop_) continue;
@@ -261,10 +256,7 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
     // Leave nothing behind: no child, no zombie, no descriptor, no handle.
     process.removed = true;
     if (!process.reaped) {
-      send_signal(process, SIGKILL);
-      int status;
-      while (waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
-      }
+      kill_and_reap(process.pid, process.options.signal_process_group);
       process.reaped = true;
     }
     retire(process);
@@ -319,10 +311,7 @@ void ProcessTable::move_state(Process& from, Process& to) noexcept {
 
 void ProcessTable::discard(Process& process) noexcept {
   if (!process.reaped && process.pid > 0) {
-    kill(process.options.signal_process_group ? -process.pid : process.pid, SIGKILL);
-    int status;
-    while (waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    kill_and_reap(process.pid, process.options.signal_process_group);
     process.reaped = true;
   }
   for (int* fd : {&process.out.fd, &process.err.fd, &process.out.memfd, &process.err.memfd,
@@ -459,8 +448,7 @@ void ProcessTable::on_nursery_due(uv_poll_t* handle, int, int) {
     for (auto& entry : children) table.adopt_or_report(entry.first, std::move(entry.second));
   } catch (...) {
     table.engine_.report(RecordKind::notice, 0, 0,
-                         "fastrevert: out of memory adopting new processes; retrying",
-                         table.wake_);
+                         "fastrevert: out of memory adopting new processes; retrying", table.wake_);
   }
 }
 
@@ -560,13 +548,12 @@ bool ProcessTable::remove(std::uint64_t id) {
   if (found == processes_.end()) return false;
   Process& process = *found->second;
   process.removed = true;
-  if (!process.reaped) send_signal(process, SIGKILL);
   if (!loop_ && !process.reaped) {
     // No exit watch will reap it later: a SIGKILLed child dies at once.
-    int status;
-    while (waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    kill_and_reap(process.pid, process.options.signal_process_group);
     process.reaped = true;
+  } else if (!process.reaped) {
+    send_signal(process, SIGKILL);
   }
   retire(process);
   free_if_closed(process);
@@ -599,10 +586,7 @@ void ProcessTable::shutdown() {
   for (Process* process : all) {
     process->removed = true;
     if (!process->reaped) {
-      send_signal(*process, SIGKILL);
-      int status;
-      while (waitpid(process->pid, &status, 0) < 0 && errno == EINTR) {
-      }
+      kill_and_reap(process->pid, process->options.signal_process_group);
       process->reaped = true;
     }
     stop_exit_watch(*process);
@@ -756,34 +740,31 @@ void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
 }
 
 int ProcessTable::splice_to_memfd(Process& process, Stream& stream) {
-  loff_t offset = static_cast<loff_t>(stream.memfd_size);
-  ssize_t moved;
-  do {
-    moved =
-        splice(stream.fd, nullptr, stream.memfd, &offset, kDefaultMaxReadSize, SPLICE_F_NONBLOCK);
-  } while (moved < 0 && errno == EINTR);
-  if (moved == 0) return -1;
-  if (moved < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+  SpliceResult spliced =
+      splice_into(stream.fd, stream.memfd, stream.memfd_size, kDefaultMaxReadSize);
+  if (spliced.status == SpliceResult::Status::eof) return -1;
+  if (spliced.status == SpliceResult::Status::would_block) return 0;
+  if (spliced.status != SpliceResult::Status::moved) {
     // Anything else: let the read path find out (and report) what is wrong.
     stream.splice_failed = true;
     return -2;
   }
+  std::size_t moved = spliced.moved;
   // A full pipe: a bigger one means fewer wake-ups.
-  if (!stream.pipe_grown && static_cast<std::size_t>(moved) >= 65536) {
+  if (!stream.pipe_grown && moved >= 65536) {
     grow_pipe(stream.fd, pipe_max_size());
     stream.pipe_grown = true;
   }
-  stream.bytes_read += static_cast<std::uint64_t>(moved);
-  engine_.stats().bytes_read.fetch_add(static_cast<std::uint64_t>(moved),
-                                       std::memory_order_relaxed);
+  stream.bytes_read += moved;
+  engine_.stats().bytes_read.fetch_add(moved, std::memory_order_relaxed);
   char tail[4];
-  std::size_t want = std::min<std::size_t>(sizeof tail, static_cast<std::size_t>(moved));
-  ssize_t got = pread(stream.memfd, tail, want, offset - static_cast<loff_t>(want));
+  std::size_t want = std::min(sizeof tail, moved);
+  auto end = static_cast<off_t>(stream.memfd_size + moved);
+  ssize_t got = pread(stream.memfd, tail, want, end - static_cast<off_t>(want));
   // Reading back what was just written cannot fail short of a kernel
   // bug; zeros then at least keep every byte announced.
   if (got != static_cast<ssize_t>(want)) std::memset(tail, 0, sizeof tail);
-  announce_memfd(process, stream, std::string_view(tail, want), static_cast<std::uint64_t>(moved));
+  announce_memfd(process, stream, std::string_view(tail, want), moved);
   return 1;
 }
 
@@ -815,23 +796,15 @@ bool ProcessTable::start_memfd(Process& process, Stream& stream) {
 }
 
 bool ProcessTable::append_to_memfd(Process& process, Stream& stream, std::string_view bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t written = pwrite(stream.memfd, bytes.data() + done, bytes.size() - done,
-                             static_cast<off_t>(stream.memfd_size + done));
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) {
-      int error = written < 0 ? errno : ENOSPC;
-      close_fd(stream.memfd);
-      // The bytes written so far were never announced, so nothing is seen
-      // twice: all of BYTES goes out as a record.
-      engine_.emit(Record{RecordKind::notice, process.id, stream.code,
-                          std::string("fastrevert: cannot write process output to memory (") +
-                              std::strerror(error) + "); passing it as strings"},
-                   wake_);
-      return false;
-    }
-    done += static_cast<std::size_t>(written);
+  if (int error = write_all_at(stream.memfd, bytes, stream.memfd_size)) {
+    close_fd(stream.memfd);
+    // The bytes written so far were never announced, so nothing is seen
+    // twice: all of BYTES goes out as a record.
+    engine_.emit(Record{RecordKind::notice, process.id, stream.code,
+                        std::string("fastrevert: cannot write process output to memory (") +
+                            std::strerror(error) + "); passing it as strings"},
+                 wake_);
+    return false;
   }
   announce_memfd(process, stream,
                  bytes.substr(bytes.size() - std::min<std::size_t>(bytes.size(), 4)), bytes.size());

@@ -5,8 +5,9 @@
 // child's stdout and stderr with uv_poll, its exit with a uv_poll on its
 // pidfd (or, on kernels without pidfd_open, a uv_timer that calls
 // waitpid(pid, WNOHANG) on that pid only), and feeds its stdin without ever
-// blocking; a table without a loop leaves the watching to its thread.  It installs no signal handler and never waits on any pid but
-// its own children's, so Emacs keeps SIGCHLD and its own subprocesses.
+// blocking; a table without a loop leaves the watching to its thread.  It installs no signal
+// handler and never waits on any pid but its own children's, so Emacs keeps SIGCHLD and its own
+// subprocesses.
 //
 // Records, per process ID:
 // - process_output (code 1 stdout, 2 stderr): the bytes of one stream, framed
@@ -72,10 +73,10 @@
 #include <utility>
 #include <vector>
 
+#include "core/child.h"
 #include "core/engine.h"
 #include "core/framing.h"
-#include "core/reader.h"
-#include "core/spawn.h"
+#include "core/pipe.h"
 
 namespace fastrevert {
 

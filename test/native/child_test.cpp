@@ -1,6 +1,6 @@
-// Tests of spawn(): argv, environment, directory, redirections, errors, and
-// the clean state a child starts in.
-#include "core/spawn.h"
+// Tests of spawning, reaping and quitting a child: argv, environment, directory, redirections,
+// errors, and the clean state a child starts in.
+#include "core/child.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -22,15 +22,15 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "core/call.h"
 #include "core/errors.h"
-#include "core/reader.h"
 #include "support.h"
 
 using namespace fastrevert;
 
-using fastrevert::test::TempDir;
 using fastrevert::test::never_exiting;
 using fastrevert::test::shell;
+using fastrevert::test::TempDir;
 using fastrevert::test::write_file;
 
 namespace {
@@ -361,17 +361,4 @@ TEST_CASE("kill_and_reap kills a running child and leaves no zombie", "[spawn]")
   errno = 0;
   CHECK(waitpid(pid, nullptr, WNOHANG) == -1);
   CHECK(errno == ECHILD);
-}
-
-TEST_CASE("grow_pipe enlarges a pipe up to pipe-max-size and ignores non-pipes", "[spawn]") {
-  int ends[2];
-  REQUIRE(pipe2(ends, O_CLOEXEC) == 0);
-  std::size_t grown = grow_pipe(ends[0], std::size_t{1} << 30);
-  CHECK(grown > 65536);
-  CHECK(grown <= pipe_max_size());
-  close(ends[0]);
-  close(ends[1]);
-  int file = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  CHECK(grow_pipe(file, 1 << 20) == 0);
-  close(file);
 }

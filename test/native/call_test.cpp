@@ -1,5 +1,5 @@
-// Tests of the adaptive reader and of run_to_completion().
-#include "core/reader.h"
+// Tests of the synchronous runner: run_to_completion() and run_call().
+#include "core/call.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -19,91 +19,18 @@
 #include <string_view>
 
 #include "catch_compat.h"
+#include "core/child.h"
 #include "core/errors.h"
-#include "core/spawn.h"
 #include "support.h"
 
 using namespace fastrevert;
 
-using fastrevert::test::pattern_bytes;
 using fastrevert::test::never_exiting;
+using fastrevert::test::pattern_bytes;
 using fastrevert::test::shell;
 using fastrevert::test::TestPipe;
 
-TEST_CASE("adaptive reader doubles its read size while reads come back full, up to the cap",
-          "[reader]") {
-  TestPipe pipe;
-  pipe.write_all(std::string(65536, 'x'));  // A default pipe holds 64 KiB.
-  AdaptiveReader reader(4096, 16384, nullptr, 0);
-  std::size_t total = 0;
-  std::size_t largest_read = 0;
-  for (;;) {
-    ReadResult result = reader.read(pipe.read_end);
-    if (result.status != ReadResult::Status::data) {
-      CHECK(result.status == ReadResult::Status::would_block);
-      break;
-    }
-    total += result.bytes.size();
-    largest_read = std::max(largest_read, result.bytes.size());
-  }
-  CHECK(total == 65536);
-  CHECK(largest_read == 16384);
-  CHECK(reader.read_size() == 16384);
-}
-
-TEST_CASE("adaptive reader keeps its size when reads come back short", "[reader]") {
-  TestPipe pipe;
-  AdaptiveReader reader(4096);
-  for (int i = 0; i < 10; ++i) {
-    pipe.write_all("short");
-    ReadResult result = reader.read(pipe.read_end);
-    REQUIRE(result.status == ReadResult::Status::data);
-    CHECK(result.bytes == "short");
-  }
-  CHECK(reader.read_size() == 4096);
-}
-
-TEST_CASE("adaptive reader reports end of file and would-block", "[reader]") {
-  TestPipe pipe;
-  AdaptiveReader reader(4096);
-  CHECK(reader.read(pipe.read_end).status == ReadResult::Status::would_block);
-  pipe.write_all("last");
-  close(pipe.write_end);
-  pipe.write_end = -1;
-  std::string collected;
-  CHECK(reader.read_append(pipe.read_end, collected).bytes == "last");
-  CHECK(reader.read(pipe.read_end).status == ReadResult::Status::eof);
-  CHECK(collected == "last");
-}
-
-TEST_CASE("adaptive reader enlarges a pipe that a single read found full", "[reader]") {
-  TestPipe pipe;
-  pipe.write_all(std::string(65536, 'x'));
-  AdaptiveReader reader(65536, kDefaultMaxReadSize, nullptr, std::size_t{1} << 20);
-  REQUIRE(reader.read(pipe.read_end).bytes.size() == 65536);
-  CHECK(reader.pipe_capacity() == std::min<std::size_t>(std::size_t{1} << 20, pipe_max_size()));
-  CHECK(static_cast<std::size_t>(fcntl(pipe.read_end, F_GETPIPE_SZ)) == reader.pipe_capacity());
-}
-
-TEST_CASE("readers sharing one scratch buffer stop allocating once it is large enough",
-          "[reader]") {
-  auto scratch = std::make_shared<ReadScratch>();
-  TestPipe first;
-  TestPipe second;
-  AdaptiveReader first_reader(4096, 65536, scratch, 0);
-  AdaptiveReader second_reader(4096, 65536, scratch, 0);
-  first.write_all(std::string(65536, 'a'));
-  while (first_reader.read(first.read_end).status == ReadResult::Status::data) {
-  }
-  std::size_t capacity = scratch->capacity();
-  CHECK(capacity >= 65536);
-  second.write_all(std::string(65536, 'b'));
-  while (second_reader.read(second.read_end).status == ReadResult::Status::data) {
-  }
-  CHECK(scratch->capacity() == capacity);
-}
-
-TEST_CASE("run_to_completion delivers 50 MB from head -c intact with bounded reads", "[reader]") {
+TEST_CASE("run_to_completion delivers 50 MB from head -c intact with bounded reads", "[call]") {
   char name[] = "/tmp/fastrevert-reader-XXXXXX";
   int fd = mkstemp(name);
   REQUIRE(fd >= 0);
@@ -142,7 +69,7 @@ TEST_CASE("run_to_completion delivers 50 MB from head -c intact with bounded rea
   CHECK(largest_chunk <= options.max_read_size);
 }
 
-TEST_CASE("run_to_completion feeds stdin and keeps both streams in order", "[reader]") {
+TEST_CASE("run_to_completion feeds stdin and keeps both streams in order", "[call]") {
   std::string input = pattern_bytes(10u << 20, 3);
   SpawnSpec spec = shell("cat; echo done >&2");
   spec.stdin_mode = SpawnSpec::Stdin::pipe;
@@ -160,7 +87,7 @@ TEST_CASE("run_to_completion feeds stdin and keeps both streams in order", "[rea
   CHECK(err == "done\n");
 }
 
-TEST_CASE("run_to_completion returns the raw wait status of exit codes and signals", "[reader]") {
+TEST_CASE("run_to_completion returns the raw wait status of exit codes and signals", "[call]") {
   Child exits = spawn(shell("exit 7"));
   RunResult exited = run_to_completion(exits, nullptr, nullptr);
   CHECK(WIFEXITED(exited.wait_status));
@@ -173,7 +100,7 @@ TEST_CASE("run_to_completion returns the raw wait status of exit codes and signa
   CHECK(WTERMSIG(signalled.wait_status) == SIGTERM);
 }
 
-TEST_CASE("run_to_completion interrupts a never-ending child when asked to quit", "[reader]") {
+TEST_CASE("run_to_completion interrupts a never-ending child when asked to quit", "[call]") {
   Child child = spawn(never_exiting());
   pid_t pid = child.pid;
   auto start = std::chrono::steady_clock::now();
@@ -191,7 +118,7 @@ TEST_CASE("run_to_completion interrupts a never-ending child when asked to quit"
 }
 
 TEST_CASE("run_to_completion escalates to SIGKILL when the child ignores the quit signal",
-          "[reader]") {
+          "[call]") {
   Child child = spawn(shell("trap '' INT; exec sleep 1000"));
   RunOptions options;
   options.should_quit = [] { return true; };
@@ -202,7 +129,7 @@ TEST_CASE("run_to_completion escalates to SIGKILL when the child ignores the qui
   CHECK(WTERMSIG(result.wait_status) == SIGKILL);
 }
 
-TEST_CASE("run_to_completion survives a child that does not read its stdin", "[reader]") {
+TEST_CASE("run_to_completion survives a child that does not read its stdin", "[call]") {
   SpawnSpec spec;
   spec.program = "/bin/true";
   spec.stdin_mode = SpawnSpec::Stdin::pipe;
@@ -217,7 +144,7 @@ TEST_CASE("run_to_completion survives a child that does not read its stdin", "[r
   CHECK_FALSE(sigismember(&pending, SIGPIPE));
 }
 
-TEST_CASE("run_to_completion kills and reaps the child when a sink throws", "[reader]") {
+TEST_CASE("run_to_completion kills and reaps the child when a sink throws", "[call]") {
   Child child = spawn(shell("echo hello; exec sleep 1000"));
   pid_t pid = child.pid;
   CHECK_THROWS_AS(
@@ -230,7 +157,7 @@ TEST_CASE("run_to_completion kills and reaps the child when a sink throws", "[re
   CHECK(child.stdout_fd == -1);
 }
 
-TEST_CASE("run_to_completion reads output to end of file after the child exits", "[reader]") {
+TEST_CASE("run_to_completion reads output to end of file after the child exits", "[call]") {
   // The shell exits at once; its background child writes later through the
   // inherited pipe, as a `call-process' of such a script would see.
   Child child = spawn(shell("(sleep 0.2; echo late) & echo early"));
@@ -240,20 +167,7 @@ TEST_CASE("run_to_completion reads output to end of file after the child exits",
   CHECK(out == "early\nlate\n");
 }
 
-TEST_CASE("write_without_sigpipe reports EPIPE and leaves no SIGPIPE pending", "[reader]") {
-  int ends[2];
-  REQUIRE(pipe2(ends, O_CLOEXEC) == 0);
-  close(ends[0]);
-  errno = 0;
-  CHECK(write_without_sigpipe(ends[1], "x", 1) == -1);
-  CHECK(errno == EPIPE);
-  close(ends[1]);
-  sigset_t pending;
-  sigpending(&pending);
-  CHECK_FALSE(sigismember(&pending, SIGPIPE));
-}
-
-TEST_CASE("run_to_completion reaps with waitpid alone when there is no pidfd", "[reader]") {
+TEST_CASE("run_to_completion reaps with waitpid alone when there is no pidfd", "[call]") {
   Child child = spawn(shell("sleep 0.05; echo polled; exit 6"));
   close(child.pidfd);
   child.pidfd = -1;  // As on a kernel without pidfd_open.
@@ -262,19 +176,4 @@ TEST_CASE("run_to_completion reaps with waitpid alone when there is no pidfd", "
       child, [&](std::string_view bytes) { out.append(bytes); }, nullptr);
   CHECK(out == "polled\n");
   CHECK(WEXITSTATUS(result.wait_status) == 6);
-}
-
-TEST_CASE("adaptive reader caps its first read size at its largest", "[reader]") {
-  TestPipe pipe;
-  pipe.write_all("bytes");
-  // An enormous `read-process-output-max' must cost a buffer of the cap,
-  // not an allocation that cannot succeed.
-  AdaptiveReader reader(std::size_t{1} << 40, 65536, nullptr, 0);
-  CHECK(reader.read_size() == 65536);
-  CHECK(reader.max_size() == 65536);
-  ReadResult result = reader.read(pipe.read_end);
-  REQUIRE(result.status == ReadResult::Status::data);
-  CHECK(result.bytes == "bytes");
-  AdaptiveReader defaulted(std::size_t{1} << 40, 0, nullptr, 0);
-  CHECK(defaulted.read_size() == kDefaultMaxReadSize);
 }
