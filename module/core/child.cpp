@@ -388,7 +388,7 @@ int reap_with_quit(Child& child, const std::function<bool()>& should_quit, bool 
     } else {
       usleep(5000);
     }
-    escalation.update(!escalation.quit() && should_quit());
+    escalation.update(!escalation.quit() && should_quit && should_quit());
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstring>
 #include <fstream>
 #include <initializer_list>
 #include <memory>
@@ -361,4 +362,43 @@ TEST_CASE("kill_and_reap kills a running child and leaves no zombie", "[spawn]")
   errno = 0;
   CHECK(waitpid(pid, nullptr, WNOHANG) == -1);
   CHECK(errno == ECHILD);
+}
+
+TEST_CASE("spawn_or_stand_in reports a failed exec through a stand-in child", "[spawn]") {
+  TempDir dir;
+  write_file(dir / "not-a-program",
+             "\x7f"
+             "ELF garbage",
+             0755);
+  SpawnSpec spec;
+  spec.program = dir.file("not-a-program");
+  spec.stderr_mode = SpawnSpec::Stderr::merge;
+  int asked = 0;
+  Child child = spawn_or_stand_in(spec, [&asked]() -> std::optional<std::string> {
+    ++asked;
+    return std::string("emacs");
+  });
+  Output output;
+  RunResult result = run_to_completion(
+      child, [&](std::string_view bytes) { output.out.append(bytes); }, nullptr);
+  CHECK(asked == 1);
+  CHECK(WEXITSTATUS(result.wait_status) == 126);
+  CHECK(output.out == "emacs: " + spec.program + ": " + std::strerror(ENOEXEC) + "\n");
+}
+
+TEST_CASE("spawn_or_stand_in throws a failed exec when no stand-in is wanted", "[spawn]") {
+  SpawnSpec spec;
+  spec.program = "/nonexistent/fastrevert-program";
+  CHECK_THROWS_AS(spawn_or_stand_in(spec, [] { return std::optional<std::string>(); }),
+                  SystemError);
+}
+
+TEST_CASE("spawn_or_stand_in asks for argv0 only after a failed exec", "[spawn]") {
+  int asked = 0;
+  Child child = spawn_or_stand_in(shell("exit 0"), [&asked] {
+    ++asked;
+    return std::optional<std::string>("emacs");
+  });
+  run_to_completion(child, nullptr, nullptr);
+  CHECK(asked == 0);
 }
