@@ -1,5 +1,5 @@
 // The asynchronous process glue: `fastrevert-make-process' (children run by
-// the engine's process table, core/process.h), the memfds their output
+// the engine's process table, core/process_table.h), the memfds their output
 // reaches Lisp through, and the signal names and numbers Lisp needs.
 //
 // Every function here runs on Emacs's main thread.  Children are spawned
@@ -44,8 +44,8 @@
 #include "core/errors.h"
 #include "core/framing.h"
 #include "core/handed_fds.h"
-#include "core/nursery.h"
-#include "core/process.h"
+#include "core/handoff.h"
+#include "core/process_table.h"
 #include "glue/child_args.h"
 #include "glue/env.h"
 #include "glue/state.h"
@@ -80,44 +80,15 @@ constexpr SignalName kSignalNames[] = {
 };
 
 // How many bytes of a child's output go to Lisp as strings before a memfd
-// takes over (see core/process.h): a small output is cheaper as a string
+// takes over (see core/process_table.h): a small output is cheaper as a string
 // than as a file, and a large one makes no garbage through the file.
 constexpr std::size_t kMemfdThreshold = 16384;
 
-// How long a child may wait in the nursery before the engine adopts it: long
-// enough for Lisp to get from `fastrevert-make-process' to its first wait,
-// short enough that the output of a child nobody waits for is read at once.
-constexpr std::chrono::microseconds kAdoptionDelay(2000);
-
-// How long a wait that has results for Lisp goes on serving children that
-// are still running: a child that has just written its output is usually
-// about to exit, and its exit then comes with the same return to Lisp
-// instead of another round.  Only children that were never sent anything
-// wait this way (a command hands a child to the engine for good); the wait's
-// own deadline still ends it, and so does a child whose output streams,
-// which goes to the engine to be read while Lisp inserts.
-constexpr std::chrono::microseconds kLinger(3000);
-
-// How long after its start a child served here has only its exit watched
-// (see ProcessTable::watched): a child that ends within that time costs one
-// wake-up, and the first output of one that lives on comes at most that
-// late.  Short, since a child that streams stalls meanwhile on a full pipe.
-constexpr std::chrono::microseconds kQuietStart(1000);
-
-// The nursery, and the table (without a loop) the main thread serves its
-// children with while it waits; they exist while the engine runs.
-struct Nearby {
-  Engine* engine = nullptr;
-  std::shared_ptr<Nursery> nursery;
-  std::unique_ptr<ProcessTable> table;
-  // Reused from wait to wait.
-  std::vector<pollfd> fds;
-  std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> owners;
-};
-// Shared so that a wait in serve_children keeps it while a signal handler
-// that interrupted the wait stops the engine (see glue/module.cpp), and
-// never destroyed by exit() for the same reason.
-std::shared_ptr<Nearby>& nearby = *new std::shared_ptr<Nearby>();
+// The children served while Lisp waits (see core/handoff.h); it exists while
+// the engine runs.  Shared so that a wait in serve_children keeps it while a
+// signal handler that interrupted the wait stops the engine (see
+// glue/module.cpp), and never destroyed by exit() for the same reason.
+std::shared_ptr<Handoff>& handoff = *new std::shared_ptr<Handoff>();
 
 // The memfds of process output that Lisp holds (see core/handed_fds.h).
 HandedFds& handed_fds = *new HandedFds();
@@ -131,27 +102,16 @@ int handed_fd_arg(Env& env, emacs_value value) {
   return static_cast<int>(fd);
 }
 
-// Posts CHILD to the engine's table as ID; returns whether it was posted.  A
-// Command must be copyable, so the handover travels in a shared_ptr; if the
-// command never runs, the handover dies with it and kills its child.
-bool post_adoption(Engine& running, std::uint64_t id, std::unique_ptr<ProcessHandover> child) {
-  auto shared = std::make_shared<std::unique_ptr<ProcessHandover>>(std::move(child));
-  return running.post([id, shared](Engine& e) {
-    e.service<ProcessTable>().adopt_or_report(id, std::move(*shared));
-  });
-}
-
-// Hands child ID to the engine if it waits in the nursery, so that a command
+// Hands child ID to the engine if it waits for adoption, so that a command
 // posted next finds it in the engine's table.
-void hand_to_engine(Engine& running, std::uint64_t id) {
-  if (!nearby) return;
-  std::unique_ptr<ProcessHandover> child = nearby->nursery->take(id);
-  if (child) post_adoption(running, id, std::move(child));
+void hand_to_engine(std::uint64_t id) {
+  if (handoff) handoff->hand_to_engine(id);
 }
 
 // Posts COMMAND for process ID, after handing the child to the engine.
 void post_for_process(Env& env, std::uint64_t id, Engine::Command command) {
-  hand_to_engine(engine(env), id);
+  engine(env);
+  hand_to_engine(id);
   post_or_signal(env, std::move(command));
 }
 
@@ -160,23 +120,15 @@ void post_for_process(Env& env, std::uint64_t id, Engine::Command command) {
 namespace fastrevert::glue {
 
 void processes_attach(Engine& running) {
-  auto near = std::make_shared<Nearby>();
-  near->engine = &running;
-  near->nursery = std::make_shared<Nursery>(kAdoptionDelay);
-  near->table = std::make_unique<ProcessTable>(running, nullptr, Engine::Wake::no);
-  std::shared_ptr<Nursery> nursery = near->nursery;
-  nearby = std::move(near);
-  running.post([nursery](Engine& e) { e.service<ProcessTable>().attend(nursery); });
+  Handoff::Tuning tuning;
+  tuning.streaming_bytes = kMemfdThreshold;
+  handoff = std::make_shared<Handoff>(running, tuning);
 }
 
 void processes_detach() noexcept {
-  if (!nearby) return;
-  // Between waits the main thread's table holds no child.
-  nearby->table->shutdown();
-  nearby->table.reset();
-  // The engine's table keeps the nursery until it shuts down and kills the
-  // children left in it.
-  nearby.reset();
+  // The engine keeps the nursery until it shuts down and kills the children
+  // left in it.
+  handoff.reset();
 }
 
 void processes_note_delivery(const Record& record) {
@@ -195,77 +147,9 @@ void processes_discard(const std::deque<Record>& records) noexcept {
 }
 
 std::optional<bool> serve_children(Env& env, std::chrono::nanoseconds timeout) {
-  std::shared_ptr<Nearby> held = nearby;
-  if (!held || held->nursery->size() == 0) return std::nullopt;
-  Nearby& near = *held;
-  Engine& running = *near.engine;
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point deadline = Clock::now() + timeout;
-  std::optional<Clock::time_point> linger_end;
-  bool ready = false;
-  bool quit = false;
-  // Children still running go back, to be served by the next wait or
-  // adopted by the engine; a child that streams goes to the engine at once,
-  // which reads it while Lisp handles what came.  Run on every way out, so
-  // that a failure here leaves no child behind in this thread's table.
-  auto hand_back = [&near, &running]() {
-    running.watch_records(false);
-    for (std::uint64_t id : near.table->ids()) {
-      bool streams = near.table->bytes_read(id) > kMemfdThreshold;
-      std::unique_ptr<ProcessHandover> child = near.table->hand_over(id);
-      if (streams) {
-        post_adoption(running, id, std::move(child));
-      } else {
-        near.nursery->put(id, std::move(child));
-      }
-    }
-  };
-  try {
-    for (auto& entry : near.nursery->take_all()) {
-      near.table->adopt_or_report(entry.first, std::move(entry.second));
-    }
-    // The engine's results (other children, files) end the wait too.
-    running.watch_records(true);
-    for (;;) {
-      ready = running.pending() > 0;
-      Clock::time_point now = Clock::now();
-      if (ready) {
-        if (near.table->size() == 0 || near.table->streams(kMemfdThreshold)) break;
-        if (!linger_end) linger_end = now + kLinger;
-        if (now >= *linger_end) break;
-      }
-      if (now >= deadline || !running.running()) break;
-      if (env.quit_requested()) {
-        quit = true;
-        break;
-      }
-      near.fds.clear();
-      near.owners.clear();
-      Clock::time_point changes = near.table->watched(near.fds, near.owners, now, kQuietStart);
-      near.fds.push_back(pollfd{running.records_fd(), POLLIN, 0});
-      // Quit is looked at least this often.
-      Clock::time_point until = std::min(
-          {deadline, now + std::chrono::milliseconds(10), linger_end.value_or(deadline), changes});
-      auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now);
-      timespec span{static_cast<time_t>(left.count() / 1000000000),
-                    static_cast<long>(left.count() % 1000000000)};
-      if (ppoll(near.fds.data(), near.fds.size(), &span, nullptr) > 0 &&
-          (near.fds.back().revents & POLLIN)) {
-        std::uint64_t count;
-        ssize_t ignored = read(running.records_fd(), &count, sizeof count);
-        (void)ignored;
-      }
-      near.table->serve(near.fds, near.owners);
-    }
-  } catch (...) {
-    hand_back();
-    running.wake_if_pending();
-    throw;
-  }
-  hand_back();
-  // Results Lisp will not drain now must wake it later.
-  if (!ready || quit) running.wake_if_pending();
-  return ready && !quit;
+  std::shared_ptr<Handoff> held = handoff;
+  if (!held) return std::nullopt;
+  return held->serve(timeout, [&env] { return env.quit_requested(); });
 }
 
 }  // namespace fastrevert::glue
@@ -308,21 +192,22 @@ FASTREVERT_DEFUN("fastrevert--mod-close-fd", mod_close_fd, 1, 1,
   return env.boolean(close(fd) == 0);
 }
 
-FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
-                 "Spawn a child for the engine to run as process ID; return its pid.\n"
-                 "PROGRAM, ARGV, ENV and CWD are as for `fastrevert--mod-call-process'.\n"
-                 "STDIN is t (a pipe), nil (/dev/null) or an encoded file name.\n"
-                 "STDOUT is t (a pipe), nil (/dev/null) or `memfd': a pipe whose bytes,\n"
-                 "once more than `fastrevert--mod-memfd-threshold' of them were read, go\n"
-                 "to a memfd instead of results: a `process-output' result of code 4\n"
-                 "then gives Lisp the number of a descriptor of that memfd, to read and\n"
-                 "to close with `fastrevert--mod-memfd-release', and results of code 3\n"
-                 "tell how far it is written (see core/process.h).  STDERR is t (with stdout),\n"
-                 "`pipe' (a pipe of its own), nil (/dev/null) or an encoded file name.\n"
-                 "FRAMING is nil, `lines' or `lsp', for stdout.  READ-SIZE is the first\n"
-                 "read size.  A spawn failure returns (:error CONDITION FUNCTION\n"
-                 "STRERROR PATH).  Output and exit arrive as engine results.\n\n"
-                 "(fn ID PROGRAM ARGV ENV CWD STDIN STDOUT STDERR FRAMING READ-SIZE)") {
+FASTREVERT_DEFUN(
+    "fastrevert--mod-process-start", mod_process_start, 10, 10,
+    "Spawn a child for the engine to run as process ID; return its pid.\n"
+    "PROGRAM, ARGV, ENV and CWD are as for `fastrevert--mod-call-process'.\n"
+    "STDIN is t (a pipe), nil (/dev/null) or an encoded file name.\n"
+    "STDOUT is t (a pipe), nil (/dev/null) or `memfd': a pipe whose bytes,\n"
+    "once more than `fastrevert--mod-memfd-threshold' of them were read, go\n"
+    "to a memfd instead of results: a `process-output' result of code 4\n"
+    "then gives Lisp the number of a descriptor of that memfd, to read and\n"
+    "to close with `fastrevert--mod-memfd-release', and results of code 3\n"
+    "tell how far it is written (see core/process_table.h).  STDERR is t (with stdout),\n"
+    "`pipe' (a pipe of its own), nil (/dev/null) or an encoded file name.\n"
+    "FRAMING is nil, `lines' or `lsp', for stdout.  READ-SIZE is the first\n"
+    "read size.  A spawn failure returns (:error CONDITION FUNCTION\n"
+    "STRERROR PATH).  Output and exit arrive as engine results.\n\n"
+    "(fn ID PROGRAM ARGV ENV CWD STDIN STDOUT STDERR FRAMING READ-SIZE)") {
   std::int64_t id = integer_arg(env, args[0]);
   SpawnSpec spec;
   fill_spec(env, args + 1, spec);
@@ -356,8 +241,8 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
   pid_t pid = child.pid;
   auto identifier = static_cast<std::uint64_t>(id);
   auto handover = std::make_unique<ProcessHandover>(std::move(child), options);
-  if (nearby) {
-    nearby->nursery->put(identifier, std::move(handover));
+  if (handoff) {
+    handoff->put(identifier, std::move(handover));
   } else if (!post_adoption(running, identifier, std::move(handover))) {
     env.signal("fastrevert-not-running",
                env.list({env.string("The fastrevert engine is stopping")}));
@@ -455,7 +340,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-remove", mod_process_remove, 1, 1,
                  "(fn ID)") {
   auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
   if (Engine* running = engine_if_running()) {
-    hand_to_engine(*running, id);
+    hand_to_engine(id);
     running->post([id](Engine& e) { e.service<ProcessTable>().remove(id); });
   }
   return env.nil();

@@ -5,12 +5,12 @@
 // child's stdout and stderr with uv_poll, its exit with a uv_poll on its
 // pidfd (or, on kernels without pidfd_open, a uv_timer that calls
 // waitpid(pid, WNOHANG) on that pid only), and feeds its stdin without ever
-// blocking; a table without a loop leaves the watching to its thread.  It installs no signal
-// handler and never waits on any pid but its own children's, so Emacs keeps SIGCHLD and its own
-// subprocesses.
+// blocking; a table without a loop leaves the watching to its thread (see
+// core/handoff.h).  It installs no signal handler and never waits on any pid
+// but its own children's, so Emacs keeps SIGCHLD and its own subprocesses.
 //
 // Records, per process ID:
-// - process_output (code 1 stdout, 2 stderr): the bytes of one stream, framed
+// - process_output (code OutputCode::stdout_bytes or stderr_bytes): the bytes of one stream, framed
 //   as Options say (only complete units, and the tail at end of file).  Each
 //   stream's records are in stream order.  Coalescing: a stream's poll
 //   callback runs once per loop iteration in which the pipe is readable,
@@ -52,10 +52,9 @@
 //
 // A table runs on one loop and one thread at a time.  The engine's table runs
 // on the engine thread; the main thread may run a table of its own while it
-// waits (see glue/process.cpp).  A child moves between them as a
+// waits (see core/handoff.h).  A child moves between them as a
 // ProcessHandover, which carries everything read and framed so far, so that
-// no byte is lost or reordered on the way; a Nursery holds handovers that
-// wait for the engine's table.
+// no byte is lost or reordered on the way.
 #pragma once
 
 #include <poll.h>
@@ -80,8 +79,17 @@
 
 namespace fastrevert {
 
-class Nursery;
 class ProcessHandover;
+
+// The code of a process_output record: which stream it carries, and how.
+// Lisp mirrors these numbers (lisp/fastrevert-process.el), so they never
+// change.
+enum class OutputCode : int {
+  stdout_bytes = 1,  // Bytes of stdout.
+  stderr_bytes = 2,  // Bytes of stderr.
+  stdout_range = 3,  // How far stdout's memfd is written.
+  stdout_memfd = 4,  // The number of a descriptor of stdout's memfd.
+};
 
 class ProcessTable : public Service {
  public:
@@ -114,10 +122,9 @@ class ProcessTable : public Service {
     bool test_fail_first_read = false;
   };
 
-  // The record code that hands the consumer its descriptor of the memfd.
-  static constexpr int kStdoutMemfdCode = 4;
-  // The record code of stdout ranges written to the memfd.
-  static constexpr int kStdoutRangeCode = 3;
+  // The record codes of the memfd hand-over and of its ranges, as ints.
+  static constexpr int kStdoutMemfdCode = static_cast<int>(OutputCode::stdout_memfd);
+  static constexpr int kStdoutRangeCode = static_cast<int>(OutputCode::stdout_range);
   // The size of one entry of such a record's data.
   static constexpr std::size_t kRangeEntrySize = 12;
 
@@ -183,10 +190,6 @@ class ProcessTable : public Service {
   // stopped it here.  Returns nullptr when ID is unknown.
   std::unique_ptr<ProcessHandover> hand_over(std::uint64_t id);
 
-  // From now on, adopts NURSERY's children whenever its timer is due.
-  // Shutting down kills and reaps those still waiting.
-  void attend(std::shared_ptr<Nursery> nursery);
-
   // Queues DATA for the child's stdin and writes what the pipe takes now; the
   // rest goes out as the child reads.  Never blocks.  Returns false (dropping
   // DATA) when ID is unknown, has no stdin pipe, or its stdin was closed
@@ -240,7 +243,6 @@ class ProcessTable : public Service {
   static void on_pidfd_readable(uv_poll_t* handle, int status, int events);
   static void on_exit_timer(uv_timer_t* handle);
   static void on_handle_closed(uv_handle_t* handle);
-  static void on_nursery_due(uv_poll_t* handle, int status, int events);
 
   friend class ProcessHandover;
   // A Process for CHILD, which gives it its descriptors, with no handle yet.
@@ -315,10 +317,6 @@ class ProcessTable : public Service {
   // engine will call resume_throttled().
   std::vector<std::pair<std::uint64_t, int>> throttled_;
   bool resume_armed_ = false;
-  // The nursery attended, and the poll on its timer.
-  std::shared_ptr<Nursery> nursery_;
-  uv_poll_t nursery_poll_{};
-  bool nursery_poll_open_ = false;
 };
 
 // A child between tables (see above): made from a freshly spawned Child, or

@@ -1,4 +1,4 @@
-#include "core/process.h"
+#include "core/process_table.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -19,7 +19,6 @@
 
 #include "core/errors.h"
 #include "core/fd.h"
-#include "core/nursery.h"
 
 namespace fastrevert {
 
@@ -49,7 +48,7 @@ void check_uv(int status, const char* function) {
 struct ProcessTable::Stream {
   explicit Stream(int stream_code) : code(stream_code) {}
 
-  // The record code: 1 for stdout, 2 for stderr.
+  // The record code: OutputCode::stdout_bytes or stderr_bytes.
   const int code;
   // The read end, or -1 once closed (or when the child has no such pipe).
   int fd = -1;
@@ -94,8 +93,8 @@ struct ProcessTable::Process {
   Options options;
   pid_t pid = -1;
 
-  Stream out{1};
-  Stream err{2};
+  Stream out{static_cast<int>(OutputCode::stdout_bytes)};
+  Stream err{static_cast<int>(OutputCode::stderr_bytes)};
 
   int stdin_fd = -1;
   uv_poll_t stdin_poll{};
@@ -429,29 +428,6 @@ std::vector<std::uint64_t> ProcessTable::ids() const {
   return all;
 }
 
-void ProcessTable::attend(std::shared_ptr<Nursery> nursery) {
-  if (nursery_ || shutting_down_ || !nursery || !loop_) return;
-  check_uv(uv_poll_init(loop_, &nursery_poll_, nursery->timer_fd()), "uv_poll_init");
-  nursery_ = std::move(nursery);
-  nursery_poll_.data = this;
-  nursery_poll_open_ = true;
-  uv_poll_start(&nursery_poll_, UV_READABLE, &ProcessTable::on_nursery_due);
-}
-
-void ProcessTable::on_nursery_due(uv_poll_t* handle, int, int) {
-  auto& table = *static_cast<ProcessTable*>(handle->data);
-  try {
-    auto children = table.nursery_->take_all();
-    // Acknowledged only once the children are out: if taking them failed,
-    // the timer stays readable and this runs again.
-    table.nursery_->acknowledge();
-    for (auto& entry : children) table.adopt_or_report(entry.first, std::move(entry.second));
-  } catch (...) {
-    table.engine_.report(RecordKind::notice, 0, 0,
-                         "fastrevert: out of memory adopting new processes; retrying", table.wake_);
-  }
-}
-
 ProcessHandover::ProcessHandover(Child child, const ProcessTable::Options& options) {
   try {
     process_ = ProcessTable::process_from_child(child, options);
@@ -537,7 +513,7 @@ void ProcessTable::resume_throttled() {
   for (const auto& [id, code] : throttled) {
     auto found = processes_.find(id);
     if (found == processes_.end()) continue;
-    Stream& stream = code == 1 ? found->second->out : found->second->err;
+    Stream& stream = code == found->second->out.code ? found->second->out : found->second->err;
     stream.throttled = false;
     update_polling(stream);
   }
@@ -572,14 +548,6 @@ std::size_t ProcessTable::queued_stdin_bytes(std::uint64_t id) const {
 
 void ProcessTable::shutdown() {
   shutting_down_ = true;
-  if (nursery_) {
-    // Children nobody adopted die with their handovers.
-    nursery_->take_all();
-    if (nursery_poll_open_) {
-      nursery_poll_open_ = false;
-      uv_close(reinterpret_cast<uv_handle_t*>(&nursery_poll_), nullptr);
-    }
-  }
   std::vector<Process*> all;
   for (auto& entry : processes_) all.push_back(entry.second.get());
   for (auto& entry : retiring_) all.push_back(entry.first);
