@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -117,7 +118,35 @@ std::vector<char*> c_string_vector(const std::vector<std::string>& strings) {
   return pointers;
 }
 
+// Signal names as `signal-process' accepts them, without the "SIG" prefix.
+struct SignalName {
+  const char* name;
+  int number;
+};
+constexpr SignalName kSignalNames[] = {
+    {"HUP", SIGHUP},       {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"ILL", SIGILL},
+    {"TRAP", SIGTRAP},     {"ABRT", SIGABRT},   {"IOT", SIGIOT},   {"BUS", SIGBUS},
+    {"FPE", SIGFPE},       {"KILL", SIGKILL},   {"USR1", SIGUSR1}, {"SEGV", SIGSEGV},
+    {"USR2", SIGUSR2},     {"PIPE", SIGPIPE},   {"ALRM", SIGALRM}, {"TERM", SIGTERM},
+    {"STKFLT", SIGSTKFLT}, {"CHLD", SIGCHLD},   {"CLD", SIGCHLD},  {"CONT", SIGCONT},
+    {"STOP", SIGSTOP},     {"TSTP", SIGTSTP},   {"TTIN", SIGTTIN}, {"TTOU", SIGTTOU},
+    {"URG", SIGURG},       {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM},
+    {"PROF", SIGPROF},     {"WINCH", SIGWINCH}, {"IO", SIGIO},     {"POLL", SIGPOLL},
+    {"PWR", SIGPWR},       {"SYS", SIGSYS},
+};
+
 }  // namespace
+
+std::optional<int> signal_number(std::string_view name) {
+  std::string upper(name);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  std::string_view bare(upper);
+  if (bare.substr(0, 3) == "SIG") bare.remove_prefix(3);
+  for (const SignalName& entry : kSignalNames) {
+    if (bare == entry.name) return entry.number;
+  }
+  return std::nullopt;
+}
 
 Child::Child(Child&& other) noexcept
     : pid(std::exchange(other.pid, -1)),

@@ -134,6 +134,10 @@ std::optional<std::size_t> first_executable(const std::string& candidates);
 Child spawn_or_stand_in(const SpawnSpec& spec,
                         const std::function<std::optional<std::string>()>& argv0);
 
+// The number of the signal NAME ("SIGINT", "int", "KILL": any case, with or
+// without the SIG prefix), as `signal-process' accepts it, or std::nullopt.
+std::optional<int> signal_number(std::string_view name);
+
 // How a reaped child ended, decoded once from its wait status.
 struct ExitStatus {
   enum class How {

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -10,6 +11,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <utility>
+
+#include "core/errors.h"
 
 namespace fastrevert {
 
@@ -148,6 +151,25 @@ int write_all_at(int fd, std::string_view data, std::uint64_t offset) noexcept {
     done += static_cast<std::size_t>(written);
   }
   return 0;
+}
+
+std::string read_at(int fd, std::uint64_t begin, std::uint64_t end) {
+  struct stat status;
+  if (fstat(fd, &status) != 0) throw_errno("fstat");
+  std::uint64_t size = status.st_size > 0 ? static_cast<std::uint64_t>(status.st_size) : 0;
+  std::uint64_t stop = std::min(end, size);
+  std::string bytes(stop > begin ? static_cast<std::size_t>(stop - begin) : 0, '\0');
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t got =
+        pread(fd, bytes.data() + done, bytes.size() - done, static_cast<off_t>(begin + done));
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) throw_errno("pread");
+    if (got == 0) break;
+    done += static_cast<std::size_t>(got);
+  }
+  bytes.resize(done);
+  return bytes;
 }
 
 SpliceResult splice_into(int pipe_fd, int file_fd, std::uint64_t offset, std::size_t max) noexcept {

@@ -114,6 +114,11 @@ ssize_t write_without_sigpipe(int fd, const char* data, std::size_t size) noexce
 // Returns 0, or the errno that stopped it (ENOSPC for a write of nothing).
 int write_all_at(int fd, std::string_view data, std::uint64_t offset) noexcept;
 
+// Bytes [BEGIN, END) of the file FD, read with pread; bytes past the end of
+// the file are missing from the result, and only what the file holds is
+// allocated, however far END reaches.  Throws SystemError.
+std::string read_at(int fd, std::uint64_t begin, std::uint64_t end);
+
 // What one splice_into() call did.
 struct SpliceResult {
   enum class Status {

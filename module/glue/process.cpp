@@ -45,6 +45,7 @@
 #include "core/framing.h"
 #include "core/handed_fds.h"
 #include "core/handoff.h"
+#include "core/pipe.h"
 #include "core/process_table.h"
 #include "glue/child_args.h"
 #include "glue/env.h"
@@ -61,23 +62,6 @@ Framing framing_arg(Env& env, emacs_value value) {
   if (env.eq(value, env.intern("lsp"))) return Framing::lsp;
   env.signal("wrong-type-argument", env.list({env.intern("fastrevert-framing-p"), value}));
 }
-
-// Signal names as `signal-process' accepts them, without the "SIG" prefix.
-struct SignalName {
-  const char* name;
-  int number;
-};
-constexpr SignalName kSignalNames[] = {
-    {"HUP", SIGHUP},       {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"ILL", SIGILL},
-    {"TRAP", SIGTRAP},     {"ABRT", SIGABRT},   {"IOT", SIGIOT},   {"BUS", SIGBUS},
-    {"FPE", SIGFPE},       {"KILL", SIGKILL},   {"USR1", SIGUSR1}, {"SEGV", SIGSEGV},
-    {"USR2", SIGUSR2},     {"PIPE", SIGPIPE},   {"ALRM", SIGALRM}, {"TERM", SIGTERM},
-    {"STKFLT", SIGSTKFLT}, {"CHLD", SIGCHLD},   {"CLD", SIGCHLD},  {"CONT", SIGCONT},
-    {"STOP", SIGSTOP},     {"TSTP", SIGTSTP},   {"TTIN", SIGTTIN}, {"TTOU", SIGTTOU},
-    {"URG", SIGURG},       {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM},
-    {"PROF", SIGPROF},     {"WINCH", SIGWINCH}, {"IO", SIGIO},     {"POLL", SIGPOLL},
-    {"PWR", SIGPWR},       {"SYS", SIGSYS},
-};
 
 // How many bytes of a child's output go to Lisp as strings before a memfd
 // takes over (see core/process_table.h): a small output is cheaper as a string
@@ -164,22 +148,7 @@ FASTREVERT_DEFUN("fastrevert--mod-memfd-read", mod_memfd_read, 3, 3,
   std::int64_t beg = integer_arg(env, args[1]);
   std::int64_t end = integer_arg(env, args[2]);
   if (beg < 0 || end < beg) env.signal("args-out-of-range", env.list({args[1], args[2]}));
-  // Only what the file holds is allocated, however far END reaches.
-  struct stat status;
-  if (fstat(fd, &status) != 0) throw_errno("fstat");
-  std::int64_t size = status.st_size;
-  std::int64_t stop = std::min(end, size);
-  std::string bytes(static_cast<std::size_t>(std::max<std::int64_t>(stop - beg, 0)), '\0');
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t got = pread(fd, bytes.data() + done, bytes.size() - done,
-                        static_cast<off_t>(beg) + static_cast<off_t>(done));
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) throw_errno("pread");
-    if (got == 0) break;
-    done += static_cast<std::size_t>(got);
-  }
-  bytes.resize(done);
+  std::string bytes = read_at(fd, static_cast<std::uint64_t>(beg), static_cast<std::uint64_t>(end));
   return env.unibyte(bytes);
 }
 
@@ -350,14 +319,8 @@ FASTREVERT_DEFUN("fastrevert--mod-signal-number", mod_signal_number, 1, 1,
                  "Return the number of the signal NAME (a string such as \"SIGINT\",\n"
                  "\"int\" or \"KILL\"), or nil if there is no such signal.\n\n"
                  "(fn NAME)") {
-  std::string name = env.to_bytes(args[0]);
-  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
-  std::string_view bare(name);
-  if (bare.substr(0, 3) == "SIG") bare.remove_prefix(3);
-  for (const SignalName& entry : kSignalNames) {
-    if (bare == entry.name) return env.integer(entry.number);
-  }
-  return env.nil();
+  std::optional<int> number = signal_number(env.to_bytes(args[0]));
+  return number ? env.integer(*number) : env.nil();
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-strsignal", mod_strsignal, 1, 1,

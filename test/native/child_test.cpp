@@ -402,3 +402,12 @@ TEST_CASE("spawn_or_stand_in asks for argv0 only after a failed exec", "[spawn]"
   run_to_completion(child, nullptr, nullptr);
   CHECK(asked == 0);
 }
+
+TEST_CASE("signal_number accepts names in any case with or without the SIG prefix", "[spawn]") {
+  CHECK(signal_number("SIGINT") == std::optional<int>(SIGINT));
+  CHECK(signal_number("int") == std::optional<int>(SIGINT));
+  CHECK(signal_number("Kill") == std::optional<int>(SIGKILL));
+  CHECK(signal_number("sigusr2") == std::optional<int>(SIGUSR2));
+  CHECK_FALSE(signal_number("SIG").has_value());
+  CHECK_FALSE(signal_number("NOSUCH").has_value());
+}

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -140,4 +141,32 @@ TEST_CASE("grow_pipe enlarges a pipe up to pipe-max-size and ignores non-pipes",
   int file = open("/dev/null", O_RDONLY | O_CLOEXEC);
   CHECK(grow_pipe(file, 1 << 20) == 0);
   close(file);
+}
+
+TEST_CASE("read_at returns the bytes a file holds and nothing past its end", "[pipe]") {
+  fastrevert::test::TempDir dir;
+  fastrevert::test::write_file(dir / "file", "0123456789");
+  int fd = open(dir.file("file").c_str(), O_RDONLY | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  CHECK(read_at(fd, 2, 5) == "234");
+  CHECK(read_at(fd, 8, std::uint64_t{1} << 40) == "89");
+  CHECK(read_at(fd, 12, 20).empty());
+  close(fd);
+}
+
+TEST_CASE("write_all_at writes every byte at its offset and splice_into moves a pipe's bytes",
+          "[pipe]") {
+  int memfd = memfd_create("fastrevert-test", MFD_CLOEXEC);
+  REQUIRE(memfd >= 0);
+  CHECK(write_all_at(memfd, "head", 0) == 0);
+  TestPipe pipe;
+  pipe.write_all("tail");
+  SpliceResult moved = splice_into(pipe.read_end, memfd, 4, 1024);
+  REQUIRE(moved.status == SpliceResult::Status::moved);
+  CHECK(moved.moved == 4);
+  CHECK(splice_into(pipe.read_end, memfd, 8, 1024).status == SpliceResult::Status::would_block);
+  close(pipe.release_writer());
+  CHECK(splice_into(pipe.read_end, memfd, 8, 1024).status == SpliceResult::Status::eof);
+  CHECK(read_at(memfd, 0, 100) == "headtail");
+  close(memfd);
 }
