@@ -104,9 +104,6 @@ class ProcessTable : public Service {
     // signal() and remove() signal the child's whole process group; for
     // children spawned with SpawnSpec::new_session.
     bool signal_process_group = false;
-    // Watch the exit with the waitpid timer even when a pidfd exists.  For
-    // tests of the fallback path.
-    bool poll_exit_with_waitpid = false;
     // Unframed stdout goes to a memfd once more than memfd_threshold bytes
     // of it were read, see above.  The table closes its own descriptor of
     // the memfd once stdout has reached end of file or the process is
@@ -114,11 +111,17 @@ class ProcessTable : public Service {
     // never used.
     bool stdout_to_memfd = false;
     std::size_t memfd_threshold = 0;
+
+    // Test hooks: paths the tests reach on purpose.  No caller outside the
+    // tests sets them.
+    // Watch the exit with the waitpid timer even when a pidfd exists, as on
+    // a kernel without pidfd_open.
+    bool poll_exit_with_waitpid = false;
     // Fill the memfd with read and pwrite from the start, as after a failed
-    // splice.  For tests of that path.
+    // splice.
     bool memfd_without_splice = false;
-    // For tests only: the first read of the child's output throws
-    // std::bad_alloc, as a read buffer that cannot be allocated would.
+    // The first read of the child's output throws std::bad_alloc, as a read
+    // buffer that cannot be allocated would.
     bool test_fail_first_read = false;
   };
 
