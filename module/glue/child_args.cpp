@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <utility>
 
 namespace fastrevert::glue {
 
@@ -27,9 +28,13 @@ const char* file_error_condition(int error) {
 
 // The child's environment from the Lisp list VALUE, whose strings each hold
 // one or more "NAME=VALUE" entries separated by NUL bytes, in
-// `process-environment' order.  Lisp keeps the block of a run of children
-// in the same environment, so only its bytes are copied here.
+// `process-environment' order.  Lisp keeps the block of a run of children in
+// the same environment, which saves making the string; the environment made
+// from it is kept here, which saves parsing it again (some 10 to 20 us a
+// child, 1 to 2% of a spawn): a run costs one comparison each.
 std::shared_ptr<const std::vector<std::string>> environment_from(Env& env, emacs_value value) {
+  static std::vector<std::string> last_blocks;
+  static std::shared_ptr<const std::vector<std::string>> last_environment;
   emacs_value car = env.intern("car-safe");
   emacs_value cdr = env.intern("cdr-safe");
   std::vector<std::string> blocks;
@@ -39,6 +44,7 @@ std::shared_ptr<const std::vector<std::string>> environment_from(Env& env, emacs
     blocks.push_back(env.to_bytes(item));
     value = env.funcall(cdr, {value});
   }
+  if (last_environment && blocks == last_blocks) return last_environment;
   std::vector<std::string_view> entries;
   for (const std::string& block : blocks) {
     std::string_view rest(block);
@@ -49,7 +55,9 @@ std::shared_ptr<const std::vector<std::string>> environment_from(Env& env, emacs
       rest.remove_prefix(end + 1);
     }
   }
-  return std::make_shared<const std::vector<std::string>>(child_environment(entries));
+  last_environment = std::make_shared<const std::vector<std::string>>(child_environment(entries));
+  last_blocks = std::move(blocks);
+  return last_environment;
 }
 
 }  // namespace
