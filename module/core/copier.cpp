@@ -9,9 +9,10 @@
 #include <cstddef>
 #include <memory>
 #include <new>
+#include <string_view>
 
 #include "core/errors.h"
-#include "core/spawn.h"
+#include "core/pipe.h"
 #include "core/threads.h"
 
 namespace fastrevert {
@@ -110,8 +111,7 @@ void MemfdCopier::run() noexcept {
       stopping = stop_requested_;
     }
     if (target > punched) {
-      fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-                static_cast<off_t>(target));
+      fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(target));
       punched = target;
       std::lock_guard<std::mutex> lock(mutex_);
       released_ = target;
@@ -137,42 +137,39 @@ bool MemfdCopier::copy_available() noexcept {
   std::unique_ptr<char[]> buffer;
   int error = 0;
   for (;;) {
-    ssize_t got;
+    std::size_t got = 0;
     if (use_splice_) {
-      auto at = static_cast<loff_t>(offset);
-      got = splice(pipe_fd_, nullptr, memfd_, &at, kChunk, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-      if (got < 0 && (errno == EINVAL || errno == ENOSYS)) {
+      SpliceResult spliced = splice_into(pipe_fd_, memfd_, offset, kChunk);
+      if (spliced.status == SpliceResult::Status::refused) {
         use_splice_ = false;
         continue;
       }
+      if (spliced.status == SpliceResult::Status::would_block) return true;
+      if (spliced.status == SpliceResult::Status::eof) break;
+      if (spliced.status == SpliceResult::Status::error) {
+        error = spliced.error;
+        break;
+      }
+      got = spliced.moved;
     } else {
       if (!buffer) buffer.reset(new (std::nothrow) char[kChunk]);
       if (!buffer) {
         error = ENOMEM;
         break;
       }
-      got = read(pipe_fd_, buffer.get(), kChunk);
-      for (ssize_t put_so_far = 0; got > 0 && put_so_far < got;) {
-        ssize_t put = pwrite(memfd_, buffer.get() + put_so_far,
-                             static_cast<std::size_t>(got - put_so_far),
-                             static_cast<off_t>(offset + static_cast<std::uint64_t>(put_so_far)));
-        if (put < 0 && errno == EINTR) continue;
-        if (put <= 0) {
-          error = put < 0 ? errno : EIO;
-          break;
-        }
-        put_so_far += put;
+      ssize_t count = read(pipe_fd_, buffer.get(), kChunk);
+      if (count == 0) break;  // End of file.
+      if (count < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN) return true;
+        error = errno;
+        break;
       }
+      got = static_cast<std::size_t>(count);
+      error = write_all_at(memfd_, std::string_view(buffer.get(), got), offset);
       if (error != 0) break;
     }
-    if (got == 0) break;  // End of file.
-    if (got < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN) return true;
-      error = errno;
-      break;
-    }
-    offset += static_cast<std::uint64_t>(got);
+    offset += got;
     std::lock_guard<std::mutex> lock(mutex_);
     written_ = offset;
     changed_.notify_all();

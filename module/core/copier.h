@@ -23,8 +23,8 @@ namespace fastrevert {
 class MemfdCopier {
  public:
   struct Options {
-    // Copy with read and pwrite from the start, as after a refused splice.
-    // For tests of that path.
+    // Test hook: copy with read and pwrite from the start, as after a
+    // refused splice.
     bool without_splice = false;
   };
 
@@ -56,7 +56,7 @@ class MemfdCopier {
   // The errno that ended the copy early, or 0.
   int error();
 
-  // How many bytes were given back so far (for tests).
+  // Test hook: how many bytes were given back so far.
   std::uint64_t released();
 
  private:

@@ -32,7 +32,8 @@ emacs_value Env::funcall(emacs_value function, const std::vector<emacs_value>& a
 }
 
 emacs_value Env::string(std::string_view utf8) const {
-  emacs_value value = raw_->make_string(raw_, utf8.data(), static_cast<std::ptrdiff_t>(utf8.size()));
+  emacs_value value =
+      raw_->make_string(raw_, utf8.data(), static_cast<std::ptrdiff_t>(utf8.size()));
   check();
   return value;
 }
@@ -57,6 +58,7 @@ std::int64_t Env::to_integer(emacs_value value) const {
 }
 
 std::string Env::to_bytes(emacs_value value) const {
+  if (!is_string(value)) wrong_type("stringp", value);
   std::ptrdiff_t size = 0;
   raw_->copy_string_contents(raw_, value, nullptr, &size);
   check();
@@ -112,7 +114,8 @@ namespace {
 // Raises SYMBOL with DATA built from MESSAGE.  Runs only while no exit is
 // pending; if building the data itself fails, that failure stays pending.
 void signal_message(emacs_env* raw, const char* symbol, const std::string& message) {
-  emacs_value text = raw->make_string(raw, message.data(), static_cast<std::ptrdiff_t>(message.size()));
+  emacs_value text =
+      raw->make_string(raw, message.data(), static_cast<std::ptrdiff_t>(message.size()));
   emacs_value data = raw->funcall(raw, raw->intern(raw, "list"), 1, &text);
   if (raw->non_local_exit_check(raw) != emacs_funcall_exit_return) return;
   raw->non_local_exit_signal(raw, raw->intern(raw, symbol), data);
@@ -120,9 +123,9 @@ void signal_message(emacs_env* raw, const char* symbol, const std::string& messa
 
 void signal_system_error(emacs_env* raw, const SystemError& error) {
   Env env(raw);
-  emacs_value data = env.list({env.string(error.function()),
-                               env.string(std::strerror(error.code().value())),
-                               error.path().empty() ? env.nil() : env.string(error.path())});
+  emacs_value data =
+      env.list({env.string(error.function()), env.string(std::strerror(error.code().value())),
+                error.path().empty() ? env.nil() : env.string(error.path())});
   raw->non_local_exit_signal(raw, env.intern("fastrevert-system-error"), data);
 }
 
@@ -141,9 +144,9 @@ emacs_value run_guarded(emacs_env* raw, NativeFunction function, std::ptrdiff_t 
     // Raise what Emacs's own memory_full raises: the error and data held in
     // `memory-signal-data', prepared at startup so that no allocation is
     // needed now.
-    emacs_value signal_data = raw->funcall(
-        raw, raw->intern(raw, "symbol-value"), 1,
-        std::array<emacs_value, 1>{raw->intern(raw, "memory-signal-data")}.data());
+    emacs_value signal_data =
+        raw->funcall(raw, raw->intern(raw, "symbol-value"), 1,
+                     std::array<emacs_value, 1>{raw->intern(raw, "memory-signal-data")}.data());
     emacs_value symbol = raw->funcall(raw, raw->intern(raw, "car"), 1, &signal_data);
     emacs_value data = raw->funcall(raw, raw->intern(raw, "cdr"), 1, &signal_data);
     if (raw->non_local_exit_check(raw) == emacs_funcall_exit_return) {

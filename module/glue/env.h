@@ -54,6 +54,7 @@ class Env {
   std::int64_t to_integer(emacs_value value) const;
   // The bytes of STRING: UTF-8 for a multibyte string, the bytes themselves
   // for a unibyte one (so Lisp passes file names encoded).
+  // Signals `wrong-type-argument' for a non-string.
   std::string to_bytes(emacs_value string) const;
   // A number of SECONDS, integer or float, as a duration (see
   // core/duration.h): infinity and anything longer than a century become
@@ -112,11 +113,12 @@ struct Registrar {
 
 // Defines a native function bound to LISP_NAME.  The body sees `env', `nargs'
 // and `args'.
-#define FASTREVERT_DEFUN(LISP_NAME, CXX_NAME, MIN_ARITY, MAX_ARITY, DOCSTRING)                     \
-  static emacs_value CXX_NAME(::fastrevert::glue::Env& env, std::ptrdiff_t nargs,                  \
-                              emacs_value* args);                                                  \
-  static const ::fastrevert::glue::Registrar CXX_NAME##_registrar{::fastrevert::glue::FunctionSpec{ \
-      LISP_NAME, MIN_ARITY, MAX_ARITY, &::fastrevert::glue::trampoline<CXX_NAME>, DOCSTRING}};     \
-  static emacs_value CXX_NAME([[maybe_unused]] ::fastrevert::glue::Env& env,                       \
-                              [[maybe_unused]] std::ptrdiff_t nargs,                               \
+#define FASTREVERT_DEFUN(LISP_NAME, CXX_NAME, MIN_ARITY, MAX_ARITY, DOCSTRING)                 \
+  static emacs_value CXX_NAME(::fastrevert::glue::Env& env, std::ptrdiff_t nargs,              \
+                              emacs_value* args);                                              \
+  static const ::fastrevert::glue::Registrar CXX_NAME##_registrar{                             \
+      ::fastrevert::glue::FunctionSpec{LISP_NAME, MIN_ARITY, MAX_ARITY,                        \
+                                       &::fastrevert::glue::trampoline<CXX_NAME>, DOCSTRING}}; \
+  static emacs_value CXX_NAME([[maybe_unused]] ::fastrevert::glue::Env& env,                   \
+                              [[maybe_unused]] std::ptrdiff_t nargs,                           \
                               [[maybe_unused]] emacs_value* args)

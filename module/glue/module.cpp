@@ -23,7 +23,8 @@
 
 extern "C" {
 __attribute__((visibility("default"))) int plugin_is_GPL_compatible;
-__attribute__((visibility("default"))) int emacs_module_init(struct emacs_runtime* runtime) noexcept;
+__attribute__((visibility("default"))) int emacs_module_init(
+    struct emacs_runtime* runtime) noexcept;
 }
 
 namespace fastrevert::glue {
@@ -42,13 +43,20 @@ std::shared_ptr<Engine>& running_engine = *new std::shared_ptr<Engine>();
 
 const char* record_kind_name(RecordKind kind) {
   switch (kind) {
-    case RecordKind::echo: return "echo";
-    case RecordKind::notice: return "notice";
-    case RecordKind::file_changed: return "file-changed";
-    case RecordKind::file_watched: return "file-watched";
-    case RecordKind::process_output: return "process-output";
-    case RecordKind::process_exit: return "process-exit";
-    case RecordKind::process_error: return "process-error";
+    case RecordKind::echo:
+      return "echo";
+    case RecordKind::notice:
+      return "notice";
+    case RecordKind::file_changed:
+      return "file-changed";
+    case RecordKind::file_watched:
+      return "file-watched";
+    case RecordKind::process_output:
+      return "process-output";
+    case RecordKind::process_exit:
+      return "process-exit";
+    case RecordKind::process_error:
+      return "process-error";
   }
   return "unknown";
 }
@@ -75,18 +83,24 @@ int wake_fd_of(Env& env, emacs_value process) {
 
 Engine& engine(Env& env) {
   if (!running_engine) {
-    env.signal("fastrevert-not-running", env.list({env.string("The fastrevert engine is not running")}));
+    env.signal("fastrevert-not-running",
+               env.list({env.string("The fastrevert engine is not running")}));
   }
   return *running_engine;
 }
 
-Engine* engine_if_running() noexcept { return running_engine.get(); }
+Engine* engine_if_running() noexcept {
+  return running_engine.get();
+}
 
-std::shared_ptr<Engine> engine_reference() noexcept { return running_engine; }
+std::shared_ptr<Engine> engine_reference() noexcept {
+  return running_engine;
+}
 
 void post_or_signal(Env& env, Engine::Command command) {
   if (!engine(env).post(std::move(command))) {
-    env.signal("fastrevert-not-running", env.list({env.string("The fastrevert engine is stopping")}));
+    env.signal("fastrevert-not-running",
+               env.list({env.string("The fastrevert engine is stopping")}));
   }
 }
 
@@ -105,12 +119,11 @@ FASTREVERT_DEFUN("fastrevert--mod-start", mod_start, 1, 1,
                  "PIPE-PROCESS must be a live pipe process made by `make-pipe-process';\n"
                  "its filter should call `fastrevert--mod-drain'.\n\n(fn PIPE-PROCESS)") {
   if (running_engine) {
-    env.signal("fastrevert-error", env.list({env.string("The fastrevert engine is already running")}));
+    env.signal("fastrevert-error",
+               env.list({env.string("The fastrevert engine is already running")}));
   }
   int wake_fd = wake_fd_of(env, args[0]);
-  auto started = std::make_shared<Engine>(wake_fd);
-  processes_attach(*started);
-  running_engine = std::move(started);
+  running_engine = std::make_shared<Engine>(wake_fd);
   return env.t();
 }
 
@@ -139,7 +152,6 @@ FASTREVERT_DEFUN("fastrevert--mod-stop", mod_stop, 0, 1,
   // longer the running one.
   std::shared_ptr<Engine> stopping = std::move(running_engine);
   running_engine.reset();
-  processes_detach();
   if (!stopping->stop_within(timeout)) {
     // The detached thread still uses the engine, so it must outlive this
     // call; it is left to the end of the process.
@@ -163,14 +175,10 @@ FASTREVERT_DEFUN("fastrevert--mod-wait", mod_wait, 1, 1,
                  "nil when the time ran out, the engine is not running, or the user\n"
                  "quit; a quit is then signalled as this function returns.  The wait\n"
                  "happens here, not in Emacs's event loop: no timer or process filter\n"
-                 "runs meanwhile, so callers keep SECONDS short.  Children of\n"
-                 "`fastrevert--mod-process-start' that the engine has not adopted yet\n"
-                 "are read and reaped by this thread while it waits.\n\n(fn SECONDS)") {
+                 "runs meanwhile, so callers keep SECONDS short.\n\n(fn SECONDS)") {
   std::chrono::nanoseconds timeout = env.to_duration(args[0]);
   std::shared_ptr<Engine> current = engine_reference();
   if (!current) return env.nil();
-  // Children not yet adopted by the engine are served right here.
-  if (std::optional<bool> served = serve_children(env, timeout)) return env.boolean(*served);
   // Quit is checked between slices, so C-g is seen within one.
   constexpr std::chrono::milliseconds kSlice(10);
   auto deadline = std::chrono::steady_clock::now() + timeout;
@@ -263,19 +271,32 @@ FASTREVERT_DEFUN("fastrevert--mod-stats", mod_stats, 0, 0,
   auto count = [&env](const std::atomic<std::uint64_t>& value) {
     return env.integer(static_cast<std::int64_t>(value.load(std::memory_order_relaxed)));
   };
-  return env.list({env.intern(":watches"), count(stats.watches),
-                   env.intern(":polled-files"), count(stats.polled_files),
-                   env.intern(":kernel-events"), count(stats.kernel_events),
-                   env.intern(":events-dropped-natively"), count(stats.events_dropped_natively),
-                   env.intern(":batches"), count(stats.batches),
-                   env.intern(":overflows"), count(stats.overflows),
-                   env.intern(":processes"), count(stats.processes),
-                   env.intern(":bytes-read"), count(stats.bytes_read),
-                   env.intern(":commands"), count(stats.commands),
-                   env.intern(":records"), count(stats.records),
-                   env.intern(":wakes"), count(stats.wakes),
-                   env.intern(":drains"), count(stats.drains),
-                   env.intern(":drain-ns"), count(stats.drain_ns)});
+  return env.list({env.intern(":watches"),
+                   count(stats.watches),
+                   env.intern(":polled-files"),
+                   count(stats.polled_files),
+                   env.intern(":kernel-events"),
+                   count(stats.kernel_events),
+                   env.intern(":events-dropped-natively"),
+                   count(stats.events_dropped_natively),
+                   env.intern(":batches"),
+                   count(stats.batches),
+                   env.intern(":overflows"),
+                   count(stats.overflows),
+                   env.intern(":processes"),
+                   count(stats.processes),
+                   env.intern(":bytes-read"),
+                   count(stats.bytes_read),
+                   env.intern(":commands"),
+                   count(stats.commands),
+                   env.intern(":records"),
+                   count(stats.records),
+                   env.intern(":wakes"),
+                   count(stats.wakes),
+                   env.intern(":drains"),
+                   count(stats.drains),
+                   env.intern(":drain-ns"),
+                   count(stats.drain_ns)});
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-test-throw", mod_test_throw, 1, 1,
@@ -296,7 +317,8 @@ int emacs_module_init(struct emacs_runtime* runtime) noexcept {
   emacs_env* raw = runtime->get_environment(runtime);
   if (raw->size < static_cast<std::ptrdiff_t>(sizeof(struct emacs_env_28))) {
     // Only the Emacs 25 part of the environment is safe to use here.
-    const char text[] = "fastrevert needs the Emacs 28 module API (open_channel); this Emacs is too old";
+    const char text[] =
+        "fastrevert needs the Emacs 28 module API (open_channel); this Emacs is too old";
     emacs_value message = raw->make_string(raw, text, sizeof text - 1);
     raw->funcall(raw, raw->intern(raw, "message"), 1, &message);
     return 2;
@@ -305,8 +327,8 @@ int emacs_module_init(struct emacs_runtime* runtime) noexcept {
   try {
     emacs_value defalias = env.intern("defalias");
     for (const FunctionSpec& spec : function_registry()) {
-      emacs_value function =
-          raw->make_function(raw, spec.min_arity, spec.max_arity, spec.entry, spec.docstring, nullptr);
+      emacs_value function = raw->make_function(raw, spec.min_arity, spec.max_arity, spec.entry,
+                                                spec.docstring, nullptr);
       env.check();
       env.funcall(defalias, {env.intern(spec.lisp_name), function});
     }

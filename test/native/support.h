@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "catch_compat.h"
-#include "core/spawn.h"
+#include "core/child.h"
 
 namespace fastrevert::test {
 

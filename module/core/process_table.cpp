@@ -1,8 +1,8 @@
-#include "core/process.h"
+#include "core/process_table.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/errors.h"
-#include "core/nursery.h"
+#include "core/fd.h"
 
 namespace fastrevert {
 
@@ -38,15 +38,9 @@ constexpr std::size_t kMaxUndrainedBytes = std::size_t{16} << 20;
 // The waitpid fallback looks again after 1 ms, doubling up to this.
 constexpr std::uint64_t kMaxExitPollDelayMs = 50;
 
-void close_fd(int& fd) noexcept {
-  if (fd >= 0) close(fd);
-  fd = -1;
-}
-
 void check_uv(int status, const char* function) {
   if (status < 0) throw SystemError(-status, function);
 }
-
 
 }  // namespace
 
@@ -54,7 +48,7 @@ void check_uv(int status, const char* function) {
 struct ProcessTable::Stream {
   explicit Stream(int stream_code) : code(stream_code) {}
 
-  // The record code: 1 for stdout, 2 for stderr.
+  // The record code: OutputCode::stdout_bytes or stderr_bytes.
   const int code;
   // The read end, or -1 once closed (or when the child has no such pipe).
   int fd = -1;
@@ -99,8 +93,8 @@ struct ProcessTable::Process {
   Options options;
   pid_t pid = -1;
 
-  Stream out{1};
-  Stream err{2};
+  Stream out{static_cast<int>(OutputCode::stdout_bytes)};
+  Stream err{static_cast<int>(OutputCode::stderr_bytes)};
 
   int stdin_fd = -1;
   uv_poll_t stdin_poll{};
@@ -135,14 +129,10 @@ struct ProcessTable::Process {
   bool counted = false;
   // Given up after a failure; its process_error record is out.
   bool failed = false;
-  // When the child was spawned (near enough: when its Process was made).
-  ProcessTable::Clock::time_point born = ProcessTable::Clock::now();
 };
 
-ProcessTable::ProcessTable(Engine& engine) : ProcessTable(engine, engine.loop(), Engine::Wake::yes) {}
-
-ProcessTable::ProcessTable(Engine& engine, uv_loop_t* loop, Engine::Wake wake)
-    : engine_(engine), loop_(loop), wake_(wake), read_scratch_(std::make_shared<ReadScratch>()) {}
+ProcessTable::ProcessTable(Engine& engine)
+    : engine_(engine), loop_(engine.loop()), read_scratch_(std::make_shared<ReadScratch>()) {}
 
 ProcessTable::~ProcessTable() = default;
 
@@ -152,7 +142,7 @@ void ProcessTable::start(std::uint64_t id, const SpawnSpec& spec, const Options&
 }
 
 std::unique_ptr<ProcessTable::Process> ProcessTable::process_from_child(Child& child,
-                                                                      const Options& options) {
+                                                                        const Options& options) {
   auto process = std::make_unique<Process>();
   process->options = options;
   process->pid = std::exchange(child.pid, -1);
@@ -186,8 +176,8 @@ void ProcessTable::adopt_or_report(std::uint64_t id, std::unique_ptr<ProcessHand
     adopt(id, std::move(handover));
   } catch (const std::exception& error) {
     // adopt() killed and reaped the child; tell its owner it is gone.
-    engine_.report(RecordKind::notice, id, 0, error.what(), wake_);
-    engine_.report(RecordKind::process_exit, id, -1, "", wake_);
+    engine_.report(RecordKind::notice, id, 0, error.what());
+    engine_.report(RecordKind::process_exit, id, -1, "");
   }
 }
 
@@ -223,12 +213,10 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
       Framing framing =
           stream == &process.out ? process.options.framing : process.options.stderr_framing;
       if (!stream->reader) {
-        stream->reader = std::make_unique<AdaptiveReader>(process.options.initial_read_size,
-                                                          process.options.max_read_size,
-                                                          read_scratch_);
+        stream->reader = std::make_unique<AdaptiveReader>(
+            process.options.initial_read_size, process.options.max_read_size, read_scratch_);
       }
       if (!stream->framer && framing != Framing::none) stream->framer = make_framer(framing);
-      if (!loop_) continue;
       check_uv(uv_poll_init(loop_, &stream->poll, stream->fd), "uv_poll_init");
       stream->poll.data = &process;
       stream->poll_open = true;
@@ -238,8 +226,6 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
     }
     if (process.reaped) {
       close_fd(process.pidfd);
-    } else if (!loop_) {
-      // Watched by the table's thread; see watched() and serve().
     } else if (process.pidfd >= 0 && !process.options.poll_exit_with_waitpid) {
       check_uv(uv_poll_init(loop_, &process.exit_poll, process.pidfd), "uv_poll_init");
       process.exit_poll.data = &process;
@@ -261,10 +247,7 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
     // Leave nothing behind: no child, no zombie, no descriptor, no handle.
     process.removed = true;
     if (!process.reaped) {
-      send_signal(process, SIGKILL);
-      int status;
-      while (waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
-      }
+      kill_and_reap(process.pid, process.options.signal_process_group);
       process.reaped = true;
     }
     retire(process);
@@ -282,185 +265,14 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
   maybe_finish(process);
 }
 
-void ProcessTable::move_state(Process& from, Process& to) noexcept {
-  to.options = from.options;
-  to.pid = std::exchange(from.pid, -1);
-  to.counted = from.counted;
-  to.born = from.born;
-  auto move_stream = [](Stream& source, Stream& target) {
-    target.fd = std::exchange(source.fd, -1);
-    target.reader = std::move(source.reader);
-    target.framer = std::move(source.framer);
-    target.broken_framing_reported = source.broken_framing_reported;
-    target.raw = std::move(source.raw);
-    source.raw.clear();
-    target.memfd_wanted = source.memfd_wanted;
-    target.bytes_read = source.bytes_read;
-    target.memfd = std::exchange(source.memfd, -1);
-    target.memfd_size = source.memfd_size;
-    std::memcpy(target.memfd_tail, source.memfd_tail, sizeof target.memfd_tail);
-    target.splice_failed = source.splice_failed;
-    target.pipe_grown = source.pipe_grown;
-  };
-  move_stream(from.out, to.out);
-  move_stream(from.err, to.err);
-  to.stdin_fd = std::exchange(from.stdin_fd, -1);
-  to.stdin_pipe_grown = from.stdin_pipe_grown;
-  to.stdin_queue = std::move(from.stdin_queue);
-  from.stdin_queue.clear();
-  to.stdin_front_offset = std::exchange(from.stdin_front_offset, 0);
-  to.stdin_queued_bytes = std::exchange(from.stdin_queued_bytes, 0);
-  to.stdin_close_requested = from.stdin_close_requested;
-  to.pidfd = std::exchange(from.pidfd, -1);
-  to.exit_poll_delay_ms = from.exit_poll_delay_ms;
-  to.reaped = from.reaped;
-  to.wait_status = from.wait_status;
-}
-
 void ProcessTable::discard(Process& process) noexcept {
   if (!process.reaped && process.pid > 0) {
-    kill(process.options.signal_process_group ? -process.pid : process.pid, SIGKILL);
-    int status;
-    while (waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
-    }
+    kill_and_reap(process.pid, process.options.signal_process_group);
     process.reaped = true;
   }
   for (int* fd : {&process.out.fd, &process.err.fd, &process.out.memfd, &process.err.memfd,
                   &process.stdin_fd, &process.pidfd}) {
     close_fd(*fd);
-  }
-}
-
-std::unique_ptr<ProcessHandover> ProcessTable::hand_over(std::uint64_t id) {
-  auto found = processes_.find(id);
-  if (found == processes_.end()) return nullptr;
-  Process& old = *found->second;
-  std::unique_ptr<ProcessHandover> handover(new ProcessHandover());
-  handover->process_ = std::make_unique<Process>();
-  move_state(old, *handover->process_);
-  // What is left here is handles, closed now; the child is no longer this
-  // table's to signal, reap or report.
-  old.removed = true;
-  old.reaped = true;
-  stop_exit_watch(old);
-  retire(old);
-  free_if_closed(old);
-  return handover;
-}
-
-ProcessTable::Clock::time_point ProcessTable::watched(
-    std::vector<pollfd>& fds, std::vector<std::pair<std::uint64_t, Watch>>& owners,
-    Clock::time_point now, Clock::duration quiet) const {
-  Clock::time_point next = Clock::time_point::max();
-  for (const auto& entry : processes_) {
-    const Process& process = *entry.second;
-    auto add = [&](int fd, Watch what) {
-      if (fd < 0) return;
-      fds.push_back(pollfd{fd, POLLIN, 0});
-      owners.emplace_back(entry.first, what);
-    };
-    bool exit_watched = !process.reaped && process.pidfd >= 0;
-    if (exit_watched) add(process.pidfd, Watch::exit);
-    Clock::time_point of_age = process.born + quiet;
-    if (exit_watched && now < of_age) {
-      next = std::min(next, of_age);
-      continue;
-    }
-    add(process.out.fd, Watch::out);
-    add(process.err.fd, Watch::err);
-  }
-  return next;
-}
-
-void ProcessTable::serve(const std::vector<pollfd>& fds,
-                         const std::vector<std::pair<std::uint64_t, Watch>>& owners) {
-  for (std::size_t i = 0; i < fds.size() && i < owners.size(); ++i) {
-    if (fds[i].revents == 0) continue;
-    // A child may have finished, and been freed, while an earlier event
-    // was served; and a descriptor it closed may have been reused.
-    auto found = processes_.find(owners[i].first);
-    if (found == processes_.end()) continue;
-    Process& process = *found->second;
-    guarded(process, [&] {
-      switch (owners[i].second) {
-        case Watch::out:
-          if (process.out.fd == fds[i].fd) read_stream(process, process.out);
-          break;
-        case Watch::err:
-          if (process.err.fd == fds[i].fd) read_stream(process, process.err);
-          break;
-        case Watch::exit:
-          if (process.pidfd != fds[i].fd) break;
-          try_reap(process);
-          // What the child wrote is all in its pipes now, unless it left
-          // them to a child of its own; the reads end where they are empty.
-          for (Stream* stream : {&process.out, &process.err}) {
-            if (!process.finished && stream->fd >= 0) read_stream(process, *stream);
-          }
-          break;
-      }
-    });
-  }
-  // Without a pidfd, an exit is only seen by looking.
-  std::vector<std::uint64_t> blind;
-  for (const auto& entry : processes_) {
-    if (entry.second->pidfd < 0 && !entry.second->reaped) blind.push_back(entry.first);
-  }
-  for (std::uint64_t id : blind) {
-    auto found = processes_.find(id);
-    if (found != processes_.end()) {
-      Process& process = *found->second;
-      guarded(process, [&] { try_reap(process); });
-    }
-  }
-  // Without handles, nothing else frees a finished child; here no
-  // reference to one is held any more.
-  for (auto it = retiring_.begin(); it != retiring_.end();) {
-    it = it->second->open_handles == 0 ? retiring_.erase(it) : std::next(it);
-  }
-}
-
-std::uint64_t ProcessTable::bytes_read(std::uint64_t id) const {
-  auto found = processes_.find(id);
-  if (found == processes_.end()) return 0;
-  return found->second->out.bytes_read + found->second->err.bytes_read;
-}
-
-bool ProcessTable::streams(std::uint64_t bytes) const {
-  for (const auto& entry : processes_) {
-    if (entry.second->out.bytes_read + entry.second->err.bytes_read > bytes) return true;
-  }
-  return false;
-}
-
-std::vector<std::uint64_t> ProcessTable::ids() const {
-  std::vector<std::uint64_t> all;
-  all.reserve(processes_.size());
-  for (const auto& entry : processes_) all.push_back(entry.first);
-  return all;
-}
-
-void ProcessTable::attend(std::shared_ptr<Nursery> nursery) {
-  if (nursery_ || shutting_down_ || !nursery || !loop_) return;
-  check_uv(uv_poll_init(loop_, &nursery_poll_, nursery->timer_fd()), "uv_poll_init");
-  nursery_ = std::move(nursery);
-  nursery_poll_.data = this;
-  nursery_poll_open_ = true;
-  uv_poll_start(&nursery_poll_, UV_READABLE, &ProcessTable::on_nursery_due);
-}
-
-void ProcessTable::on_nursery_due(uv_poll_t* handle, int, int) {
-  auto& table = *static_cast<ProcessTable*>(handle->data);
-  try {
-    auto children = table.nursery_->take_all();
-    // Acknowledged only once the children are out: if taking them failed,
-    // the timer stays readable and this runs again.
-    table.nursery_->acknowledge();
-    for (auto& entry : children) table.adopt_or_report(entry.first, std::move(entry.second));
-  } catch (...) {
-    table.engine_.report(RecordKind::notice, 0, 0,
-                         "fastrevert: out of memory adopting new processes; retrying",
-                         table.wake_);
   }
 }
 
@@ -530,7 +342,7 @@ void ProcessTable::update_polling(Stream& stream) {
 }
 
 bool ProcessTable::throttle(Process& process, Stream& stream) {
-  if (!loop_ || stream.memfd >= 0 || engine_.undrained_bytes() < kMaxUndrainedBytes) return false;
+  if (stream.memfd >= 0 || engine_.undrained_bytes() < kMaxUndrainedBytes) return false;
   throttled_.emplace_back(process.id, stream.code);
   stream.throttled = true;
   update_polling(stream);
@@ -549,7 +361,7 @@ void ProcessTable::resume_throttled() {
   for (const auto& [id, code] : throttled) {
     auto found = processes_.find(id);
     if (found == processes_.end()) continue;
-    Stream& stream = code == 1 ? found->second->out : found->second->err;
+    Stream& stream = code == found->second->out.code ? found->second->out : found->second->err;
     stream.throttled = false;
     update_polling(stream);
   }
@@ -561,13 +373,6 @@ bool ProcessTable::remove(std::uint64_t id) {
   Process& process = *found->second;
   process.removed = true;
   if (!process.reaped) send_signal(process, SIGKILL);
-  if (!loop_ && !process.reaped) {
-    // No exit watch will reap it later: a SIGKILLed child dies at once.
-    int status;
-    while (waitpid(process.pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    process.reaped = true;
-  }
   retire(process);
   free_if_closed(process);
   return true;
@@ -585,24 +390,13 @@ std::size_t ProcessTable::queued_stdin_bytes(std::uint64_t id) const {
 
 void ProcessTable::shutdown() {
   shutting_down_ = true;
-  if (nursery_) {
-    // Children nobody adopted die with their handovers.
-    nursery_->take_all();
-    if (nursery_poll_open_) {
-      nursery_poll_open_ = false;
-      uv_close(reinterpret_cast<uv_handle_t*>(&nursery_poll_), nullptr);
-    }
-  }
   std::vector<Process*> all;
   for (auto& entry : processes_) all.push_back(entry.second.get());
   for (auto& entry : retiring_) all.push_back(entry.first);
   for (Process* process : all) {
     process->removed = true;
     if (!process->reaped) {
-      send_signal(*process, SIGKILL);
-      int status;
-      while (waitpid(process->pid, &status, 0) < 0 && errno == EINTR) {
-      }
+      kill_and_reap(process->pid, process->options.signal_process_group);
       process->reaped = true;
     }
     stop_exit_watch(*process);
@@ -628,7 +422,7 @@ void ProcessTable::guarded(Process& process, Step&& step) noexcept {
 void ProcessTable::fail(Process& process, const char* what) noexcept {
   if (!process.failed && !process.removed) {
     process.failed = true;
-    engine_.report(RecordKind::process_error, process.id, 0, what, wake_);
+    engine_.report(RecordKind::process_error, process.id, 0, what);
   }
   if (!process.reaped) send_signal(process, SIGKILL);
   for (Stream* stream : {&process.out, &process.err}) {
@@ -701,7 +495,7 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
       }
     }
     // What this wake-up read counts towards what Emacs has to take.
-    if (!to_memfd && loop_ && reads > 0 &&
+    if (!to_memfd && reads > 0 &&
         engine_.undrained_bytes() + stream.raw.size() >= kMaxUndrainedBytes) {
       break;
     }
@@ -745,45 +539,41 @@ void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
       stream.broken_framing_reported = true;
       engine_.emit(Record{RecordKind::notice, process.id, stream.code,
                           "fastrevert: process output framing failed (" + stream.framer->error() +
-                              "); passing the rest through raw"},
-                   wake_);
+                              "); passing the rest through raw"});
     }
   }
   if (chunk.empty() || process.removed) return;
   if (stream.memfd >= 0 && append_to_memfd(process, stream, chunk)) return;
   engine_.emit_coalesced(
-      Record{RecordKind::process_output, process.id, stream.code, std::move(chunk)}, wake_);
+      Record{RecordKind::process_output, process.id, stream.code, std::move(chunk)});
 }
 
 int ProcessTable::splice_to_memfd(Process& process, Stream& stream) {
-  loff_t offset = static_cast<loff_t>(stream.memfd_size);
-  ssize_t moved;
-  do {
-    moved =
-        splice(stream.fd, nullptr, stream.memfd, &offset, kDefaultMaxReadSize, SPLICE_F_NONBLOCK);
-  } while (moved < 0 && errno == EINTR);
-  if (moved == 0) return -1;
-  if (moved < 0) {
-    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+  SpliceResult spliced =
+      splice_into(stream.fd, stream.memfd, stream.memfd_size, kDefaultMaxReadSize);
+  if (spliced.status == SpliceResult::Status::eof) return -1;
+  if (spliced.status == SpliceResult::Status::would_block) return 0;
+  if (spliced.status != SpliceResult::Status::moved) {
     // Anything else: let the read path find out (and report) what is wrong.
     stream.splice_failed = true;
     return -2;
   }
+  std::size_t moved = spliced.moved;
   // A full pipe: a bigger one means fewer wake-ups.
-  if (!stream.pipe_grown && static_cast<std::size_t>(moved) >= 65536) {
+  if (!stream.pipe_grown && moved >= 65536) {
     grow_pipe(stream.fd, pipe_max_size());
     stream.pipe_grown = true;
   }
-  stream.bytes_read += static_cast<std::uint64_t>(moved);
-  engine_.stats().bytes_read.fetch_add(static_cast<std::uint64_t>(moved),
-                                       std::memory_order_relaxed);
+  stream.bytes_read += moved;
+  engine_.stats().bytes_read.fetch_add(moved, std::memory_order_relaxed);
   char tail[4];
-  std::size_t want = std::min<std::size_t>(sizeof tail, static_cast<std::size_t>(moved));
-  ssize_t got = pread(stream.memfd, tail, want, offset - static_cast<loff_t>(want));
+  std::size_t want = std::min(sizeof tail, moved);
+  auto end = static_cast<off_t>(stream.memfd_size + moved);
+  ssize_t got = pread(stream.memfd, tail, want, end - static_cast<off_t>(want));
   // Reading back what was just written cannot fail short of a kernel
   // bug; zeros then at least keep every byte announced.
   if (got != static_cast<ssize_t>(want)) std::memset(tail, 0, sizeof tail);
-  announce_memfd(process, stream, std::string_view(tail, want), static_cast<std::uint64_t>(moved));
+  announce_memfd(process, stream, std::string_view(tail, want), moved);
   return 1;
 }
 
@@ -799,14 +589,12 @@ bool ProcessTable::start_memfd(Process& process, Stream& stream) {
     if (memfd >= 0) close(memfd);
     engine_.emit(Record{RecordKind::notice, process.id, stream.code,
                         std::string("fastrevert: cannot make a memfd for process output (") +
-                            std::strerror(error) + "); passing it as strings"},
-                 wake_);
+                            std::strerror(error) + "); passing it as strings"});
     return false;
   }
   stream.memfd = memfd;
   engine_.emit(
-      Record{RecordKind::process_output, process.id, kStdoutMemfdCode, std::to_string(theirs)},
-      wake_);
+      Record{RecordKind::process_output, process.id, kStdoutMemfdCode, std::to_string(theirs)});
   // What this wake-up read so far, the read that crossed the threshold
   // included, goes in first; only earlier wake-ups' bytes went as strings.
   // If the write fails, the bytes stay to go out as a string.
@@ -815,23 +603,14 @@ bool ProcessTable::start_memfd(Process& process, Stream& stream) {
 }
 
 bool ProcessTable::append_to_memfd(Process& process, Stream& stream, std::string_view bytes) {
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t written = pwrite(stream.memfd, bytes.data() + done, bytes.size() - done,
-                             static_cast<off_t>(stream.memfd_size + done));
-    if (written < 0 && errno == EINTR) continue;
-    if (written <= 0) {
-      int error = written < 0 ? errno : ENOSPC;
-      close_fd(stream.memfd);
-      // The bytes written so far were never announced, so nothing is seen
-      // twice: all of BYTES goes out as a record.
-      engine_.emit(Record{RecordKind::notice, process.id, stream.code,
-                          std::string("fastrevert: cannot write process output to memory (") +
-                              std::strerror(error) + "); passing it as strings"},
-                   wake_);
-      return false;
-    }
-    done += static_cast<std::size_t>(written);
+  if (int error = write_all_at(stream.memfd, bytes, stream.memfd_size)) {
+    close_fd(stream.memfd);
+    // The bytes written so far were never announced, so nothing is seen
+    // twice: all of BYTES goes out as a record.
+    engine_.emit(Record{RecordKind::notice, process.id, stream.code,
+                        std::string("fastrevert: cannot write process output to memory (") +
+                            std::strerror(error) + "); passing it as strings"});
+    return false;
   }
   announce_memfd(process, stream,
                  bytes.substr(bytes.size() - std::min<std::size_t>(bytes.size(), 4)), bytes.size());
@@ -855,7 +634,7 @@ void ProcessTable::announce_memfd(Process& process, Stream& stream, std::string_
   }
   std::memcpy(&entry[8], stream.memfd_tail, sizeof stream.memfd_tail);
   engine_.emit_coalesced(
-      Record{RecordKind::process_output, process.id, kStdoutRangeCode, std::move(entry)}, wake_);
+      Record{RecordKind::process_output, process.id, kStdoutRangeCode, std::move(entry)});
 }
 
 void ProcessTable::close_stream(Process& process, Stream& stream) {
@@ -897,15 +676,12 @@ void ProcessTable::write_queued_stdin(Process& process) {
     if (process.stdin_close_requested) close_stdin_now(process);
     return;
   }
-  // Without a loop, the rest waits for the next table.
-  if (!loop_) return;
   if (!process.stdin_poll_open) {
     int status = uv_poll_init(loop_, &process.stdin_poll, process.stdin_fd);
     if (status < 0) {
       engine_.emit(
           Record{RecordKind::notice, process.id, 0,
-                 std::string("fastrevert: cannot watch process stdin: ") + uv_strerror(status)},
-          wake_);
+                 std::string("fastrevert: cannot watch process stdin: ") + uv_strerror(status)});
       close_stdin_now(process);
       return;
     }
@@ -972,7 +748,7 @@ void ProcessTable::maybe_finish(Process& process) {
   if (!process.reaped || process.out.fd >= 0 || process.err.fd >= 0) return;
   process.finished = true;
   if (!process.removed) {
-    engine_.emit(Record{RecordKind::process_exit, process.id, process.wait_status, {}}, wake_);
+    engine_.emit(Record{RecordKind::process_exit, process.id, process.wait_status, {}});
   }
   retire(process);
 }
@@ -999,6 +775,14 @@ void ProcessTable::free_if_closed(Process& process) {
   // Only retired processes are freed, and only once libuv has let go of
   // every handle embedded in them.
   if (process.retired && process.open_handles == 0) retiring_.erase(&process);
+}
+
+bool post_adoption(Engine& engine, std::uint64_t id, std::unique_ptr<ProcessHandover> child) {
+  // A Command must be copyable, so the handover travels in a shared_ptr.
+  auto shared = std::make_shared<std::unique_ptr<ProcessHandover>>(std::move(child));
+  return engine.post([id, shared](Engine& e) {
+    e.service<ProcessTable>().adopt_or_report(id, std::move(*shared));
+  });
 }
 
 }  // namespace fastrevert

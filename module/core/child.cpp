@@ -1,6 +1,7 @@
-#include "core/spawn.h"
+#include "core/child.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -8,46 +9,21 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
-#include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <unordered_set>
 #include <utility>
 
 #include "core/errors.h"
+#include "core/fd.h"
 
 extern char** environ;
 
 namespace fastrevert {
 
 namespace {
-
-void close_quietly(int& fd) noexcept {
-  if (fd >= 0) close(fd);
-  fd = -1;
-}
-
-// Descriptors the parent opened for one spawn.  Whatever is still held when
-// the spawn fails (or the child ends) is closed on destruction, so no error
-// path leaks a descriptor.
-class ScopedFd {
- public:
-  ScopedFd() = default;
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ScopedFd(ScopedFd&& other) noexcept : fd_(other.release()) {}
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  ~ScopedFd() { close_quietly(fd_); }
-
-  int get() const noexcept { return fd_; }
-  void reset(int fd) noexcept {
-    close_quietly(fd_);
-    fd_ = fd;
-  }
-  int release() noexcept { return std::exchange(fd_, -1); }
-
- private:
-  int fd_ = -1;
-};
 
 // Moves FD above 2 when it landed on a standard descriptor (possible only when
 // the caller runs with 0, 1 or 2 closed).  Otherwise the child's dup2 actions
@@ -84,8 +60,8 @@ void set_nonblocking(int fd) {
 // blocking standard descriptors (O_NONBLOCK lives in the open file
 // description, which the child's dup shares).
 struct Pipe {
-  ScopedFd read_end;
-  ScopedFd write_end;
+  UniqueFd read_end;
+  UniqueFd write_end;
 };
 
 Pipe make_pipe() {
@@ -142,7 +118,35 @@ std::vector<char*> c_string_vector(const std::vector<std::string>& strings) {
   return pointers;
 }
 
+// Signal names as `signal-process' accepts them, without the "SIG" prefix.
+struct SignalName {
+  const char* name;
+  int number;
+};
+constexpr SignalName kSignalNames[] = {
+    {"HUP", SIGHUP},       {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"ILL", SIGILL},
+    {"TRAP", SIGTRAP},     {"ABRT", SIGABRT},   {"IOT", SIGIOT},   {"BUS", SIGBUS},
+    {"FPE", SIGFPE},       {"KILL", SIGKILL},   {"USR1", SIGUSR1}, {"SEGV", SIGSEGV},
+    {"USR2", SIGUSR2},     {"PIPE", SIGPIPE},   {"ALRM", SIGALRM}, {"TERM", SIGTERM},
+    {"STKFLT", SIGSTKFLT}, {"CHLD", SIGCHLD},   {"CLD", SIGCHLD},  {"CONT", SIGCONT},
+    {"STOP", SIGSTOP},     {"TSTP", SIGTSTP},   {"TTIN", SIGTTIN}, {"TTOU", SIGTTOU},
+    {"URG", SIGURG},       {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM},
+    {"PROF", SIGPROF},     {"WINCH", SIGWINCH}, {"IO", SIGIO},     {"POLL", SIGPOLL},
+    {"PWR", SIGPWR},       {"SYS", SIGSYS},
+};
+
 }  // namespace
+
+std::optional<int> signal_number(std::string_view name) {
+  std::string upper(name);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  std::string_view bare(upper);
+  if (bare.substr(0, 3) == "SIG") bare.remove_prefix(3);
+  for (const SignalName& entry : kSignalNames) {
+    if (bare == entry.name) return entry.number;
+  }
+  return std::nullopt;
+}
 
 Child::Child(Child&& other) noexcept
     : pid(std::exchange(other.pid, -1)),
@@ -168,22 +172,34 @@ Child::~Child() {
 }
 
 void Child::close_fds() noexcept {
-  close_quietly(pidfd);
-  close_quietly(stdin_fd);
-  close_quietly(stdout_fd);
-  close_quietly(stderr_fd);
+  close_fd(pidfd);
+  close_fd(stdin_fd);
+  close_fd(stdout_fd);
+  close_fd(stderr_fd);
+}
+
+std::vector<std::string> child_environment(const std::vector<std::string_view>& entries) {
+  std::unordered_set<std::string_view> seen;
+  std::vector<std::string> environment;
+  environment.reserve(entries.size());
+  for (std::string_view entry : entries) {
+    std::size_t equals = entry.find('=');
+    if (!seen.insert(entry.substr(0, equals)).second) continue;
+    if (equals != std::string_view::npos) environment.emplace_back(entry);
+  }
+  return environment;
 }
 
 Child spawn(const SpawnSpec& spec) {
   // The child's ends, dup'ed onto 0, 1 and 2 by the file actions and closed
   // here once the child has them.
-  ScopedFd child_stdin;
-  ScopedFd child_stdout;
-  ScopedFd child_stderr;
+  UniqueFd child_stdin;
+  UniqueFd child_stdout;
+  UniqueFd child_stderr;
   // The parent's ends, handed to the Child on success.
-  ScopedFd parent_stdin;
-  ScopedFd parent_stdout;
-  ScopedFd parent_stderr;
+  UniqueFd parent_stdin;
+  UniqueFd parent_stdout;
+  UniqueFd parent_stderr;
 
   switch (spec.stdin_mode) {
     case SpawnSpec::Stdin::pipe: {
@@ -317,43 +333,110 @@ std::optional<std::size_t> first_executable(const std::string& candidates) {
   return std::nullopt;
 }
 
-int kill_and_reap(Child& child) noexcept {
-  int status = -1;
-  if (child.pid > 0) {
-    kill(child.pid, SIGKILL);
-    pid_t reaped;
-    do {
-      reaped = waitpid(child.pid, &status, 0);
-    } while (reaped < 0 && errno == EINTR);
-    if (reaped < 0) status = -1;
-    child.pid = -1;
+Child spawn_or_stand_in(const SpawnSpec& spec,
+                        const std::function<std::optional<std::string>()>& argv0) {
+  try {
+    return spawn(spec);
+  } catch (const SystemError& error) {
+    if (error.function() != "posix_spawn") throw;
+    std::optional<std::string> invoked_as = argv0();
+    if (!invoked_as) throw;
+    int code = error.code().value();
+    SpawnSpec stand_in = spec;
+    stand_in.program = "/bin/sh";
+    stand_in.argv = {"sh",
+                     "-c",
+                     "printf '%s: %s: %s\\n' \"$1\" \"$2\" \"$3\" >&2; exit " +
+                         std::to_string(code == ENOENT ? 127 : 126),
+                     "sh",
+                     *invoked_as,
+                     spec.program,
+                     std::strerror(code)};
+    try {
+      return spawn(stand_in);
+    } catch (const SystemError&) {
+      throw error;
+    }
   }
-  child.close_fds();
+}
+
+ExitStatus exit_status(int wait_status) noexcept {
+  ExitStatus status;
+  if (wait_status == -1) return status;
+  if (WIFSIGNALED(wait_status)) {
+    status.how = ExitStatus::How::signaled;
+    status.code = WTERMSIG(wait_status);
+    status.core_dumped = WCOREDUMP(wait_status);
+  } else {
+    status.how = ExitStatus::How::exited;
+    status.code = WEXITSTATUS(wait_status);
+  }
   return status;
 }
 
-std::size_t pipe_max_size() noexcept {
-  // A function-local static: C++11 makes its one-time initialization
-  // thread-safe, and the value never changes afterwards.
-  static const std::size_t cached = [] {
-    std::size_t value = 1 << 20;
-    if (FILE* file = std::fopen("/proc/sys/fs/pipe-max-size", "re")) {
-      unsigned long read_value = 0;
-      if (std::fscanf(file, "%lu", &read_value) == 1 && read_value >= 4096) value = read_value;
-      std::fclose(file);
-    }
-    return value;
-  }();
-  return cached;
+QuitEscalation::QuitEscalation(const Child& child, bool process_group, int quit_signal,
+                               std::chrono::milliseconds grace) noexcept
+    : child_(child), process_group_(process_group), quit_signal_(quit_signal), grace_(grace) {}
+
+void QuitEscalation::update(bool quit_requested) noexcept {
+  if (killed_) return;
+  if (quit_requested && !quit_) {
+    quit_ = true;
+    quit_time_ = std::chrono::steady_clock::now();
+    if (quit_signal_ == SIGKILL) killed_ = true;
+    send(quit_signal_);
+    return;
+  }
+  if (quit_ && (quit_requested || std::chrono::steady_clock::now() - quit_time_ >= grace_)) {
+    killed_ = true;
+    send(SIGKILL);
+  }
 }
 
-std::size_t grow_pipe(int fd, std::size_t size) noexcept {
-  int current = fcntl(fd, F_GETPIPE_SZ);
-  if (current < 0) return 0;
-  std::size_t wanted = size < pipe_max_size() ? size : pipe_max_size();
-  if (wanted <= static_cast<std::size_t>(current)) return static_cast<std::size_t>(current);
-  int granted = fcntl(fd, F_SETPIPE_SZ, static_cast<int>(wanted));
-  return granted < 0 ? static_cast<std::size_t>(current) : static_cast<std::size_t>(granted);
+void QuitEscalation::send(int signal_number) noexcept {
+  // The pid cannot have been reused: it stays the child's until it is
+  // reaped, and reaping sets it to -1.
+  if (child_.pid > 0) kill(process_group_ ? -child_.pid : child_.pid, signal_number);
+}
+
+int reap_with_quit(Child& child, const std::function<bool()>& should_quit, bool process_group,
+                   bool& quit) {
+  QuitEscalation escalation(child, process_group);
+  if (child.pid <= 0) return -1;
+  for (;;) {
+    int status = 0;
+    pid_t reaped = waitpid(child.pid, &status, WNOHANG);
+    if (reaped == child.pid || (reaped < 0 && errno != EINTR)) {
+      child.pid = -1;
+      quit = escalation.quit();
+      return reaped < 0 ? -1 : status;
+    }
+    if (child.pidfd >= 0) {
+      pollfd fd = {child.pidfd, POLLIN, 0};
+      poll(&fd, 1, 50);
+    } else {
+      usleep(5000);
+    }
+    escalation.update(!escalation.quit() && should_quit && should_quit());
+  }
+}
+
+int kill_and_reap(pid_t pid, bool process_group) noexcept {
+  if (pid <= 0) return -1;
+  kill(process_group ? -pid : pid, SIGKILL);
+  int status = 0;
+  pid_t reaped;
+  do {
+    reaped = waitpid(pid, &status, 0);
+  } while (reaped < 0 && errno == EINTR);
+  return reaped < 0 ? -1 : status;
+}
+
+int kill_and_reap(Child& child) noexcept {
+  int status = kill_and_reap(child.pid, false);
+  child.pid = -1;
+  child.close_fds();
+  return status;
 }
 
 }  // namespace fastrevert

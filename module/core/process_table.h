@@ -5,11 +5,12 @@
 // child's stdout and stderr with uv_poll, its exit with a uv_poll on its
 // pidfd (or, on kernels without pidfd_open, a uv_timer that calls
 // waitpid(pid, WNOHANG) on that pid only), and feeds its stdin without ever
-// blocking; a table without a loop leaves the watching to its thread.  It installs no signal handler and never waits on any pid but
-// its own children's, so Emacs keeps SIGCHLD and its own subprocesses.
+// blocking; a table without a loop leaves the watching to its thread (see
+// core/handoff.h).  It installs no signal handler and never waits on any pid
+// but its own children's, so Emacs keeps SIGCHLD and its own subprocesses.
 //
 // Records, per process ID:
-// - process_output (code 1 stdout, 2 stderr): the bytes of one stream, framed
+// - process_output (code OutputCode::stdout_bytes or stderr_bytes): the bytes of one stream, framed
 //   as Options say (only complete units, and the tail at end of file).  Each
 //   stream's records are in stream order.  Coalescing: a stream's poll
 //   callback runs once per loop iteration in which the pipe is readable,
@@ -51,10 +52,9 @@
 //
 // A table runs on one loop and one thread at a time.  The engine's table runs
 // on the engine thread; the main thread may run a table of its own while it
-// waits (see glue/process.cpp).  A child moves between them as a
+// waits (see core/handoff.h).  A child moves between them as a
 // ProcessHandover, which carries everything read and framed so far, so that
-// no byte is lost or reordered on the way; a Nursery holds handovers that
-// wait for the engine's table.
+// no byte is lost or reordered on the way.
 #pragma once
 
 #include <poll.h>
@@ -72,15 +72,24 @@
 #include <utility>
 #include <vector>
 
+#include "core/child.h"
 #include "core/engine.h"
 #include "core/framing.h"
-#include "core/reader.h"
-#include "core/spawn.h"
+#include "core/pipe.h"
 
 namespace fastrevert {
 
-class Nursery;
 class ProcessHandover;
+
+// The code of a process_output record: which stream it carries, and how.
+// Lisp mirrors these numbers (lisp/fastrevert-engine.el), so they never
+// change.
+enum class OutputCode : int {
+  stdout_bytes = 1,  // Bytes of stdout.
+  stderr_bytes = 2,  // Bytes of stderr.
+  stdout_range = 3,  // How far stdout's memfd is written.
+  stdout_memfd = 4,  // The number of a descriptor of stdout's memfd.
+};
 
 class ProcessTable : public Service {
  public:
@@ -95,9 +104,6 @@ class ProcessTable : public Service {
     // signal() and remove() signal the child's whole process group; for
     // children spawned with SpawnSpec::new_session.
     bool signal_process_group = false;
-    // Watch the exit with the waitpid timer even when a pidfd exists.  For
-    // tests of the fallback path.
-    bool poll_exit_with_waitpid = false;
     // Unframed stdout goes to a memfd once more than memfd_threshold bytes
     // of it were read, see above.  The table closes its own descriptor of
     // the memfd once stdout has reached end of file or the process is
@@ -105,50 +111,28 @@ class ProcessTable : public Service {
     // never used.
     bool stdout_to_memfd = false;
     std::size_t memfd_threshold = 0;
+
+    // Test hooks: paths the tests reach on purpose.  No caller outside the
+    // tests sets them.
+    // Watch the exit with the waitpid timer even when a pidfd exists, as on
+    // a kernel without pidfd_open.
+    bool poll_exit_with_waitpid = false;
     // Fill the memfd with read and pwrite from the start, as after a failed
-    // splice.  For tests of that path.
+    // splice.
     bool memfd_without_splice = false;
-    // For tests only: the first read of the child's output throws
-    // std::bad_alloc, as a read buffer that cannot be allocated would.
+    // The first read of the child's output throws std::bad_alloc, as a read
+    // buffer that cannot be allocated would.
     bool test_fail_first_read = false;
   };
 
-  // The record code that hands the consumer its descriptor of the memfd.
-  static constexpr int kStdoutMemfdCode = 4;
-  // The record code of stdout ranges written to the memfd.
-  static constexpr int kStdoutRangeCode = 3;
+  // The record codes of the memfd hand-over and of its ranges, as ints.
+  static constexpr int kStdoutMemfdCode = static_cast<int>(OutputCode::stdout_memfd);
+  static constexpr int kStdoutRangeCode = static_cast<int>(OutputCode::stdout_range);
   // The size of one entry of such a record's data.
   static constexpr std::size_t kRangeEntrySize = 12;
 
-  // The engine's table: on the engine's loop, its records wake Emacs.
+  // The engine's table, on the engine's loop.
   explicit ProcessTable(Engine& engine);
-  // A table on LOOP, run by whichever thread runs LOOP, whose records go to
-  // ENGINE's outbox; WAKE says whether they wake the consumer (see
-  // Engine::Wake).  With LOOP null the table has no loop and no handle: its
-  // thread polls the descriptors that watched() names and hands what is
-  // ready to serve().  Such a table writes a child's queued input only as
-  // far as the pipe takes it at once; the rest waits for the next table.
-  ProcessTable(Engine& engine, uv_loop_t* loop, Engine::Wake wake);
-
-  // What a descriptor of a table without a loop stands for.
-  enum class Watch : std::uint8_t { out, err, exit };
-  using Clock = std::chrono::steady_clock;
-  // Appends to FDS a pollfd (POLLIN) for every descriptor of the table's
-  // children that waits for an event, and to OWNERS who it is for.  The
-  // output of a child younger than QUIET (since it was spawned) is not
-  // watched, only its exit: a child that ends that soon is then read and
-  // reaped after one wake-up instead of one per event, and any other has its
-  // first output read QUIET after its start at the latest.  Returns when
-  // the set of watched descriptors changes next (a child coming of age), or
-  // Clock::time_point::max().
-  Clock::time_point watched(std::vector<pollfd>& fds,
-                            std::vector<std::pair<std::uint64_t, Watch>>& owners,
-                            Clock::time_point now, Clock::duration quiet) const;
-  // Serves the events poll(2) reported in FDS, as watched() filled them and
-  // OWNERS; an exit also reads what the child left in its pipes.  A child
-  // without a pidfd is looked at each time.
-  void serve(const std::vector<pollfd>& fds,
-             const std::vector<std::pair<std::uint64_t, Watch>>& owners);
   ~ProcessTable() override;
 
   ProcessTable(const ProcessTable&) = delete;
@@ -175,16 +159,6 @@ class ProcessTable : public Service {
   // notice, then the child's process_exit with code -1, so that its owner
   // learns that it is gone.
   void adopt_or_report(std::uint64_t id, std::unique_ptr<ProcessHandover> handover);
-
-  // Takes ID out of the table, alive and with all it has not yet emitted
-  // (framed bytes held back, its stdin queue, whether it was reaped), for
-  // another table to adopt.  Reading resumes there, even if set_reading()
-  // stopped it here.  Returns nullptr when ID is unknown.
-  std::unique_ptr<ProcessHandover> hand_over(std::uint64_t id);
-
-  // From now on, adopts NURSERY's children whenever its timer is due.
-  // Shutting down kills and reaps those still waiting.
-  void attend(std::shared_ptr<Nursery> nursery);
 
   // Queues DATA for the child's stdin and writes what the pipe takes now; the
   // rest goes out as the child reads.  Never blocks.  Returns false (dropping
@@ -215,12 +189,6 @@ class ProcessTable : public Service {
   bool contains(std::uint64_t id) const { return processes_.count(id) != 0; }
   // The number of processes in the table.
   std::size_t size() const noexcept { return processes_.size(); }
-  // The ids in the table.
-  std::vector<std::uint64_t> ids() const;
-  // How many bytes of ID's stdout and stderr were read so far, or 0.
-  std::uint64_t bytes_read(std::uint64_t id) const;
-  // Whether some child has had more than BYTES of output read.
-  bool streams(std::uint64_t bytes) const;
   // The child's pid (for `process-id'), or -1 when ID is unknown.
   pid_t pid(std::uint64_t id) const;
   // The number of stdin bytes queued for ID, or 0.
@@ -239,13 +207,10 @@ class ProcessTable : public Service {
   static void on_pidfd_readable(uv_poll_t* handle, int status, int events);
   static void on_exit_timer(uv_timer_t* handle);
   static void on_handle_closed(uv_handle_t* handle);
-  static void on_nursery_due(uv_poll_t* handle, int status, int events);
 
   friend class ProcessHandover;
   // A Process for CHILD, which gives it its descriptors, with no handle yet.
   static std::unique_ptr<Process> process_from_child(Child& child, const Options& options);
-  // Moves the child and all state but the handles from FROM to TO.
-  static void move_state(Process& from, Process& to) noexcept;
   // Kills and reaps the child of a Process that no table runs, and closes its
   // descriptors.
   static void discard(Process& process) noexcept;
@@ -300,7 +265,6 @@ class ProcessTable : public Service {
 
   Engine& engine_;
   uv_loop_t* loop_;
-  Engine::Wake wake_;
   // One scratch buffer for every stream's reads: the engine thread reads one
   // stream at a time and copies the bytes out before the next read.
   std::shared_ptr<ReadScratch> read_scratch_;
@@ -314,15 +278,12 @@ class ProcessTable : public Service {
   // engine will call resume_throttled().
   std::vector<std::pair<std::uint64_t, int>> throttled_;
   bool resume_armed_ = false;
-  // The nursery attended, and the poll on its timer.
-  std::shared_ptr<Nursery> nursery_;
-  uv_poll_t nursery_poll_{};
-  bool nursery_poll_open_ = false;
 };
 
-// A child between tables (see above): made from a freshly spawned Child, or
-// by ProcessTable::hand_over().  Destroying one that no table adopted kills
-// and reaps its child and closes its descriptors.
+// A freshly spawned child on its way to the engine's table (spawned on the
+// main thread, so that a spawn error reaches Lisp synchronously).
+// Destroying one that no table adopted kills and reaps its child and closes
+// its descriptors.
 class ProcessHandover {
  public:
   // Takes CHILD's descriptors, whatever happens.
@@ -334,8 +295,11 @@ class ProcessHandover {
 
  private:
   friend class ProcessTable;
-  ProcessHandover() = default;
   std::unique_ptr<ProcessTable::Process> process_;
 };
+
+// Posts CHILD to ENGINE's table as ID; returns whether it was posted.  If the
+// command never runs, the handover dies with it and kills its child.
+bool post_adoption(Engine& engine, std::uint64_t id, std::unique_ptr<ProcessHandover> child);
 
 }  // namespace fastrevert

@@ -1,28 +1,34 @@
-// Reading a child's output at pipe speed, and running a child to completion.
+// Pipe work: reading a child's output at pipe speed, sizing pipes, writing
+// without SIGPIPE, and moving a pipe's bytes into a memfd.
 //
 // AdaptiveReader starts at Emacs's `read-process-output-max' and doubles its
 // read size while reads come back full, so a chatty child is read in large
 // gulps and a quiet one costs a small buffer.  Its memory is reused: in steady
 // state a read allocates nothing.
 //
-// run_to_completion() is the engine of a `call-process' equivalent: it runs on
-// the calling thread (Emacs's main thread), multiplexes stdin, stdout, stderr
-// and the child's exit with poll(), and asks the caller at least every
-// RunOptions::quit_poll_ms whether the user has quit.
+// Every function may be called from any thread.  None keeps global state
+// except the cached value of /proc/sys/fs/pipe-max-size.
 #pragma once
 
 #include <sys/types.h>
 
-#include <csignal>
 #include <cstddef>
-#include <functional>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 
-#include "core/spawn.h"
-
 namespace fastrevert {
+
+// The value of /proc/sys/fs/pipe-max-size, read once and cached; 1 MiB when it
+// cannot be read.
+std::size_t pipe_max_size() noexcept;
+
+// Asks for pipe FD to hold SIZE bytes (capped at pipe_max_size()).  Returns
+// the capacity the pipe now has, or 0 when FD is not a pipe.  Never throws: a
+// refused enlargement (EPERM past a user's pipe quota) leaves the pipe as it
+// was.
+std::size_t grow_pipe(int fd, std::size_t size) noexcept;
 
 // The largest read an AdaptiveReader grows to, unless told otherwise.
 inline constexpr std::size_t kDefaultMaxReadSize = std::size_t{4} << 20;
@@ -103,46 +109,33 @@ class AdaptiveReader {
 // set on failure (EINTR is retried).
 ssize_t write_without_sigpipe(int fd, const char* data, std::size_t size) noexcept;
 
-// Receives a stream's bytes in order.  May throw: the child is then killed and
-// reaped and the exception propagates.
-using ByteSink = std::function<void(std::string_view)>;
+// Writes every byte of DATA to the file FD at OFFSET (a memfd: never short in
+// practice, but a short write must not lose the rest), retrying EINTR.
+// Returns 0, or the errno that stopped it (ENOSPC for a write of nothing).
+int write_all_at(int fd, std::string_view data, std::uint64_t offset) noexcept;
 
-struct RunOptions {
-  // Written to the child's stdin pipe (if Child::stdin_fd >= 0), which is then
-  // closed.  The caller keeps the bytes alive for the call.
-  std::string_view stdin_data;
-  // First and largest read size (see AdaptiveReader).
-  std::size_t initial_read_size = 65536;
-  std::size_t max_read_size = kDefaultMaxReadSize;
-  // Called after every wake-up, and at least every QUIT_POLL_MS while nothing
-  // happens; true means the user quit.  The first quit sends QUIT_SIGNAL; a
-  // second quit, or KILL_GRACE_MS passing without the child exiting, sends
-  // SIGKILL.  After a quit, the run ends as soon as the child is reaped,
-  // without waiting for output pipes that a grandchild may hold open.
-  std::function<bool()> should_quit;
-  int quit_poll_ms = 50;
-  int quit_signal = SIGINT;
-  int kill_grace_ms = 1000;
-  // Signal the child's process group (kill(-pid)), for a child spawned with
-  // SpawnSpec::new_session.
-  bool signal_process_group = false;
+// Bytes [BEGIN, END) of the file FD, read with pread; bytes past the end of
+// the file are missing from the result, and only what the file holds is
+// allocated, however far END reaches.  Throws SystemError.
+std::string read_at(int fd, std::uint64_t begin, std::uint64_t end);
+
+// What one splice_into() call did.
+struct SpliceResult {
+  enum class Status {
+    moved,        // MOVED bytes went from the pipe to the file.
+    would_block,  // The pipe is empty now.
+    eof,          // The writer closed its end and everything was moved.
+    refused,      // The kernel will not splice here (EINVAL, ENOSYS): copy instead.
+    error,        // splice() failed with ERROR.
+  };
+  Status status = Status::would_block;
+  std::size_t moved = 0;
+  int error = 0;
 };
 
-struct RunResult {
-  // The raw wait status (WIFEXITED...), or -1 when the child had already been
-  // reaped by someone else (SIGCHLD set to SIG_IGN).
-  int wait_status = -1;
-  // Whether should_quit() returned true at some point.
-  bool quit = false;
-};
-
-// Feeds STDIN_DATA, hands every byte of stdout and stderr, in order, to
-// ON_STDOUT and ON_STDERR (either may be empty to discard), waits until both
-// pipes reach end of file and the child has exited, and reaps it (waitpid on
-// its pid only).  Without a quit, output is read to end of file even after the
-// child exits, as `call-process' does.  On return, or on an exception, the
-// child is reaped and all its descriptors are closed.
-RunResult run_to_completion(Child& child, const ByteSink& on_stdout, const ByteSink& on_stderr,
-                            const RunOptions& options = {});
+// Moves up to MAX bytes from the non-blocking pipe PIPE_FD into FILE_FD at
+// OFFSET with splice(2), which moves pipe pages without a copy through user
+// space.  Retries EINTR.
+SpliceResult splice_into(int pipe_fd, int file_fd, std::uint64_t offset, std::size_t max) noexcept;
 
 }  // namespace fastrevert

@@ -1,4 +1,5 @@
-// Spawning children without forking Emacs.
+// A child process: spawning it without forking Emacs, reporting a failed
+// exec as Emacs would, finding its program, quitting it and reaping it.
 //
 // spawn() uses posix_spawn, which glibc implements with clone(CLONE_VM |
 // CLONE_VFORK): the parent's address space is shared, not copied, so the cost
@@ -6,16 +7,19 @@
 // a signal handler or touches SIGCHLD, which belongs to Emacs; a child is
 // reaped only by waiting on its own pid (or pidfd).
 //
-// Every function may be called from any thread.  None keeps global state
-// except the cached value of /proc/sys/fs/pipe-max-size.
+// Every function may be called from any thread, and none keeps global state.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace fastrevert {
@@ -96,6 +100,11 @@ struct Child {
   void close_fds() noexcept;
 };
 
+// The environment block for a child from ENTRIES in `process-environment'
+// order: the first definition of a name wins, and a lone NAME (no "=")
+// removes the variable, as Emacs's own environment block does.
+std::vector<std::string> child_environment(const std::vector<std::string_view>& entries);
+
 // Starts a child as SPEC says.  The child starts with an empty signal mask and
 // every signal at its default disposition, whatever the caller had blocked or
 // handled, and with no descriptor but 0, 1 and 2 open.  Throws SystemError:
@@ -113,19 +122,78 @@ Child spawn(const SpawnSpec& spec);
 // never executable.
 std::optional<std::size_t> first_executable(const std::string& candidates);
 
+// Like spawn(), but when the exec itself fails (a file that is not a valid
+// executable, a script whose interpreter is missing), asks ARGV0 for the
+// name the parent was invoked as.  Given one, it starts a /bin/sh stand-in
+// instead that prints "ARGV0: PROGRAM: STRERROR" on the child's standard
+// error, through every redirection, and exits with 126 (127 for ENOENT):
+// what the child of a parent that forks shows (Emacs 28, which uses
+// vfork).  Given none (a parent that reports a failed exec itself, as Emacs
+// 30 does), it throws the failure as spawn() does.  ARGV0 is called only
+// after such a failure.
+Child spawn_or_stand_in(const SpawnSpec& spec,
+                        const std::function<std::optional<std::string>()>& argv0);
+
+// The number of the signal NAME ("SIGINT", "int", "KILL": any case, with or
+// without the SIG prefix), as `signal-process' accepts it, or std::nullopt.
+std::optional<int> signal_number(std::string_view name);
+
+// How a reaped child ended, decoded once from its wait status.
+struct ExitStatus {
+  enum class How {
+    exited,    // CODE is the exit code.
+    signaled,  // CODE is the number of the signal that killed it.
+    lost,      // Someone else reaped it (SIGCHLD ignored): the status is gone.
+  };
+  How how = How::lost;
+  int code = -1;
+  bool core_dumped = false;
+};
+
+// Decodes the wait status WAIT_STATUS, or -1 for a child reaped elsewhere.
+ExitStatus exit_status(int wait_status) noexcept;
+
+// What a quit does to a running child: QUIT_SIGNAL (SIGINT, as C-g gives a
+// stock `call-process' child) first, then SIGKILL when the user quits again
+// or GRACE passes without the child exiting.  Nothing is sent to a child
+// already reaped (its pid -1).
+class QuitEscalation {
+ public:
+  explicit QuitEscalation(const Child& child, bool process_group, int quit_signal = SIGINT,
+                          std::chrono::milliseconds grace = std::chrono::seconds(1)) noexcept;
+
+  // Call after every wake-up with whether the user asks to quit now.
+  void update(bool quit_requested) noexcept;
+  // Whether the user has quit.
+  bool quit() const noexcept { return quit_; }
+
+ private:
+  void send(int signal_number) noexcept;
+
+  const Child& child_;
+  bool process_group_;
+  int quit_signal_;
+  std::chrono::milliseconds grace_;
+  bool quit_ = false;
+  bool killed_ = false;
+  std::chrono::steady_clock::time_point quit_time_{};
+};
+
+// Waits for CHILD to exit and reaps it (its pid only), asking SHOULD_QUIT at
+// least every 50 ms; a quit escalates as QuitEscalation says.  Returns the
+// raw wait status, or -1 when someone else reaped it, and sets QUIT when the
+// user quit.
+int reap_with_quit(Child& child, const std::function<bool()>& should_quit, bool process_group,
+                   bool& quit);
+
+// SIGKILLs PID (its process group with PROCESS_GROUP) and waits for it,
+// retrying EINTR; returns the raw wait status, or -1 when someone else
+// reaped it.  For error paths and shutdown: a SIGKILLed child dies at once.
+int kill_and_reap(pid_t pid, bool process_group) noexcept;
+
 // SIGKILLs CHILD (if it has not been reaped) and waits for it, returning the
 // raw wait status, or -1 when someone else reaped it.  Closes its descriptors.
 // For the error paths of a caller that cannot hand the child on.
 int kill_and_reap(Child& child) noexcept;
-
-// The value of /proc/sys/fs/pipe-max-size, read once and cached; 1 MiB when it
-// cannot be read.
-std::size_t pipe_max_size() noexcept;
-
-// Asks for pipe FD to hold SIZE bytes (capped at pipe_max_size()).  Returns
-// the capacity the pipe now has, or 0 when FD is not a pipe.  Never throws: a
-// refused enlargement (EPERM past a user's pipe quota) leaves the pipe as it
-// was.
-std::size_t grow_pipe(int fd, std::size_t size) noexcept;
 
 }  // namespace fastrevert

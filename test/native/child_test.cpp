@@ -1,6 +1,6 @@
-// Tests of spawn(): argv, environment, directory, redirections, errors, and
-// the clean state a child starts in.
-#include "core/spawn.h"
+// Tests of spawning, reaping and quitting a child: argv, environment, directory, redirections,
+// errors, and the clean state a child starts in.
+#include "core/child.h"
 
 #include <fcntl.h>
 #include <limits.h>
@@ -12,6 +12,7 @@
 
 #include <cerrno>
 #include <cstddef>
+#include <cstring>
 #include <fstream>
 #include <initializer_list>
 #include <memory>
@@ -22,15 +23,15 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "core/call.h"
 #include "core/errors.h"
-#include "core/reader.h"
 #include "support.h"
 
 using namespace fastrevert;
 
-using fastrevert::test::TempDir;
 using fastrevert::test::never_exiting;
 using fastrevert::test::shell;
+using fastrevert::test::TempDir;
 using fastrevert::test::write_file;
 
 namespace {
@@ -363,15 +364,50 @@ TEST_CASE("kill_and_reap kills a running child and leaves no zombie", "[spawn]")
   CHECK(errno == ECHILD);
 }
 
-TEST_CASE("grow_pipe enlarges a pipe up to pipe-max-size and ignores non-pipes", "[spawn]") {
-  int ends[2];
-  REQUIRE(pipe2(ends, O_CLOEXEC) == 0);
-  std::size_t grown = grow_pipe(ends[0], std::size_t{1} << 30);
-  CHECK(grown > 65536);
-  CHECK(grown <= pipe_max_size());
-  close(ends[0]);
-  close(ends[1]);
-  int file = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  CHECK(grow_pipe(file, 1 << 20) == 0);
-  close(file);
+TEST_CASE("spawn_or_stand_in reports a failed exec through a stand-in child", "[spawn]") {
+  TempDir dir;
+  write_file(dir / "not-a-program",
+             "\x7f"
+             "ELF garbage",
+             0755);
+  SpawnSpec spec;
+  spec.program = dir.file("not-a-program");
+  spec.stderr_mode = SpawnSpec::Stderr::merge;
+  int asked = 0;
+  Child child = spawn_or_stand_in(spec, [&asked]() -> std::optional<std::string> {
+    ++asked;
+    return std::string("emacs");
+  });
+  Output output;
+  RunResult result = run_to_completion(
+      child, [&](std::string_view bytes) { output.out.append(bytes); }, nullptr);
+  CHECK(asked == 1);
+  CHECK(WEXITSTATUS(result.wait_status) == 126);
+  CHECK(output.out == "emacs: " + spec.program + ": " + std::strerror(ENOEXEC) + "\n");
+}
+
+TEST_CASE("spawn_or_stand_in throws a failed exec when no stand-in is wanted", "[spawn]") {
+  SpawnSpec spec;
+  spec.program = "/nonexistent/fastrevert-program";
+  CHECK_THROWS_AS(spawn_or_stand_in(spec, [] { return std::optional<std::string>(); }),
+                  SystemError);
+}
+
+TEST_CASE("spawn_or_stand_in asks for argv0 only after a failed exec", "[spawn]") {
+  int asked = 0;
+  Child child = spawn_or_stand_in(shell("exit 0"), [&asked] {
+    ++asked;
+    return std::optional<std::string>("emacs");
+  });
+  run_to_completion(child, nullptr, nullptr);
+  CHECK(asked == 0);
+}
+
+TEST_CASE("signal_number accepts names in any case with or without the SIG prefix", "[spawn]") {
+  CHECK(signal_number("SIGINT") == std::optional<int>(SIGINT));
+  CHECK(signal_number("int") == std::optional<int>(SIGINT));
+  CHECK(signal_number("Kill") == std::optional<int>(SIGKILL));
+  CHECK(signal_number("sigusr2") == std::optional<int>(SIGUSR2));
+  CHECK_FALSE(signal_number("SIG").has_value());
+  CHECK_FALSE(signal_number("NOSUCH").has_value());
 }

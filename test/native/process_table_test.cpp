@@ -1,6 +1,6 @@
 // Tests of the process table through a real Engine: records, ordering, exit
 // statuses, stdin, signals, scale and shutdown.
-#include "core/process.h"
+#include "core/process_table.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -29,119 +29,22 @@
 #include "catch_compat.h"
 #include "core/engine.h"
 #include "core/errors.h"
-#include "core/nursery.h"
+#include "engine_harness.h"
 #include "support.h"
 
 using namespace fastrevert;
 
-using fastrevert::test::TempDir;
-using fastrevert::test::pattern_bytes;
 using fastrevert::test::never_exiting;
+using fastrevert::test::pattern_bytes;
 using fastrevert::test::shell;
+using fastrevert::test::TempDir;
 using fastrevert::test::write_file;
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-// An Engine with the main thread's side of the wake pipe, and helpers to run
-// code on the engine thread and to wait for records with a deadline.
-class EngineHarness {
- public:
-  EngineHarness() {
-    int ends[2];
-    REQUIRE(pipe2(ends, O_CLOEXEC | O_NONBLOCK) == 0);
-    wake_read_ = ends[0];
-    engine_ = std::make_unique<Engine>(ends[1]);
-  }
-  ~EngineHarness() {
-    engine_->stop();
-    close(wake_read_);
-  }
-
-  Engine& engine() { return *engine_; }
-
-  // Runs ACTION on the engine thread with the process table and waits for it.
-  void with_table(std::function<void(ProcessTable&)> action) {
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    auto error = std::make_shared<std::string>();
-    bool posted = engine_->post([action, done, error](Engine& engine) {
-      try {
-        action(engine.service<ProcessTable>());
-      } catch (const std::exception& caught) {
-        *error = caught.what();
-      }
-      // Release pairs with the acquire below, publishing ERROR.
-      done->store(true, std::memory_order_release);
-    });
-    // No Catch2 assertion may run here while ACTION (which may assert) runs
-    // on the engine thread: Catch2 is not thread-safe.
-    auto deadline = Clock::now() + std::chrono::seconds(30);
-    while (posted && !done->load(std::memory_order_acquire) && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-    REQUIRE(posted);
-    REQUIRE(done->load(std::memory_order_acquire));
-    if (!error->empty()) FAIL("engine command failed: " << *error);
-  }
-
-  // Drains records into ON_RECORD (or records()) until PREDICATE holds or
-  // TIMEOUT passes; returns whether it held.
-  bool wait_until(const std::function<bool()>& predicate,
-                  std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-    auto deadline = Clock::now() + timeout;
-    for (;;) {
-      for (auto& record : engine_->drain()) {
-        if (on_record) {
-          on_record(record);
-        } else {
-          records_.push_back(std::move(record));
-        }
-      }
-      if (predicate()) return true;
-      if (Clock::now() >= deadline) return false;
-      pollfd wake = {wake_read_, POLLIN, 0};
-      poll(&wake, 1, 10);
-      char bytes[64];
-      while (read(wake_read_, bytes, sizeof bytes) > 0) {
-      }
-    }
-  }
-
-  std::vector<Record>& records() { return records_; }
-
-  // When set, wait_until hands records here instead of keeping them.
-  std::function<void(Record&)> on_record;
-
-  int exits_of(std::uint64_t id) const {
-    int count = 0;
-    for (const auto& record : records_)
-      if (record.kind == RecordKind::process_exit && record.id == id) ++count;
-    return count;
-  }
-  const Record* exit_of(std::uint64_t id) const {
-    for (const auto& record : records_)
-      if (record.kind == RecordKind::process_exit && record.id == id) return &record;
-    return nullptr;
-  }
-  std::string output_of(std::uint64_t id, int code) const {
-    std::string all;
-    for (const auto& record : records_)
-      if (record.kind == RecordKind::process_output && record.id == id && record.code == code)
-        all += record.data;
-    return all;
-  }
-
- private:
-  int wake_read_ = -1;
-  std::unique_ptr<Engine> engine_;
-  std::vector<Record> records_;
-};
-
-bool is_gone(pid_t pid) {
-  errno = 0;
-  return waitpid(pid, nullptr, WNOHANG) == -1 && errno == ECHILD && kill(pid, 0) == -1;
-}
+using fastrevert::test::Clock;
+using fastrevert::test::EngineHarness;
+using fastrevert::test::is_gone;
 
 }  // namespace
 
@@ -613,9 +516,8 @@ TEST_CASE("process table pads a short memfd tail and closes its memfd on every p
   {
     // A removal while the child runs, after the memfd took over.
     int before = open_descriptors();
-    harness.with_table([&](ProcessTable& table) {
-      table.start(3, shell("printf x; exec sleep 600"), options);
-    });
+    harness.with_table(
+        [&](ProcessTable& table) { table.start(3, shell("printf x; exec sleep 600"), options); });
     REQUIRE(harness.wait_until([&] { return !range_entries(harness.records(), 3).empty(); }));
     harness.with_table([&](ProcessTable& table) { table.remove(3); });
     std::vector<int> memfds = memfds_of(harness.records(), 3);
@@ -640,8 +542,7 @@ TEST_CASE("process table sends a small output as strings and the rest through th
   std::string file = dir / "output";
   write_file(file, expected);
   harness.with_table([&](ProcessTable& table) {
-    table.start(2,
-                shell(std::string("head -c 600 ") + file + "; sleep 0.2; tail -c +601 " + file),
+    table.start(2, shell(std::string("head -c 600 ") + file + "; sleep 0.2; tail -c +601 " + file),
                 options);
     table.start(3, shell(std::string("cat ") + file), options);
   });
@@ -680,245 +581,10 @@ TEST_CASE("process table sends a small output as strings and the rest through th
   close(memfds[0]);
 }
 
-namespace {
-
-// Serves NEAR, a table without a loop, on this thread until PREDICATE holds
-// or TIMEOUT passes; returns whether it held.
-bool serve_until(ProcessTable& near, const std::function<bool()>& predicate,
-                 std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
-  auto deadline = Clock::now() + timeout;
-  std::vector<pollfd> fds;
-  std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> owners;
-  while (!predicate()) {
-    if (Clock::now() >= deadline) return false;
-    fds.clear();
-    owners.clear();
-    near.watched(fds, owners, Clock::now(), Clock::duration::zero());
-    poll(fds.data(), fds.size(), 10);
-    near.serve(fds, owners);
-  }
-  return true;
-}
-
-// Hands child ID of NEAR to the engine's table of HARNESS.
-void hand_to_engine(EngineHarness& harness, ProcessTable& near, std::uint64_t id) {
-  auto handover = std::make_shared<std::unique_ptr<ProcessHandover>>(near.hand_over(id));
-  REQUIRE(*handover);
-  harness.with_table([&](ProcessTable& table) { table.adopt(id, std::move(*handover)); });
-}
-
-}  // namespace
-
-TEST_CASE("a child handed from table to table mid-output keeps every byte, in order",
-          "[process]") {
-  EngineHarness harness;
-  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
-  ProcessTable::Options options;
-  Framing framing = GENERATE(Framing::none, Framing::lines);
-  options.framing = framing;
-  // Each line in two writes, so that a handover can fall inside a line.
-  std::string expected;
-  for (int i = 0; i < 3000; ++i) expected += "line " + std::to_string(i) + " end\n";
-  near.start(1, shell("i=0; while [ $i -lt 3000 ]; do printf 'line %d ' $i; printf 'end\\n'; "
-                      "i=$((i+1)); done; echo done >&2"),
-             options);
-  // Served here until some output came.
-  REQUIRE(serve_until(near, [&] { return harness.engine().pending() > 0; }));
-  hand_to_engine(harness, near, 1);
-  CHECK(near.size() == 0);
-  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
-  CHECK(harness.output_of(1, 1) == expected);
-  CHECK(harness.output_of(1, 2) == "done\n");
-  CHECK(harness.exits_of(1) == 1);
-  REQUIRE(harness.exit_of(1));
-  CHECK(WIFEXITED(harness.exit_of(1)->code));
-  if (framing == Framing::lines) {
-    for (const auto& record : harness.records()) {
-      if (record.kind == RecordKind::process_output && record.code == 1)
-        CHECK(record.data.back() == '\n');
-    }
-  }
-}
-
-TEST_CASE("a child reaped before its output ended is handed over with its exit status",
-          "[process]") {
-  EngineHarness harness;
-  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
-  // The shell exits at once with status 3; a grandchild holds stdout open.
-  near.start(1, shell("(sleep 0.3; echo late) & echo early; exit 3"), {});
-  REQUIRE(serve_until(near, [&] {
-    harness.wait_until([] { return true; }, std::chrono::milliseconds(0));
-    return harness.output_of(1, 1) == "early\n";
-  }));
-  // Long enough for the pidfd to have fired and the shell to be reaped here.
-  serve_until(near, [] { return false; }, std::chrono::milliseconds(100));
-  hand_to_engine(harness, near, 1);
-  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
-  CHECK(harness.output_of(1, 1) == "early\nlate\n");
-  CHECK(harness.exits_of(1) == 1);
-  REQUIRE(harness.exit_of(1));
-  CHECK(WEXITSTATUS(harness.exit_of(1)->code) == 3);
-}
-
-TEST_CASE("a table without a loop runs a child to its end on the thread that polls it",
-          "[process]") {
-  EngineHarness harness;
-  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
-  ProcessTable::Options options;
-  options.stdout_to_memfd = true;
-  options.memfd_threshold = 4096;
-  near.start(1, shell("printf small; echo err >&2"), {});
-  near.start(2, shell("head -c 100000 /dev/zero"), options);
-  std::vector<Record> records;
-  REQUIRE(serve_until(near, [&] {
-    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
-    int exits = 0;
-    for (const auto& record : records) exits += record.kind == RecordKind::process_exit;
-    return exits == 2;
-  }));
-  CHECK(near.size() == 0);
-  std::string out;
-  std::string err;
-  std::uint64_t in_memfd = 0;
-  for (const auto& record : records) {
-    if (record.kind != RecordKind::process_output) continue;
-    if (record.id == 1 && record.code == 1) out += record.data;
-    if (record.id == 1 && record.code == 2) err += record.data;
-    if (record.id == 2 && record.code == ProcessTable::kStdoutMemfdCode)
-      close(std::stoi(record.data));
-    if (record.id == 2 && record.code == ProcessTable::kStdoutRangeCode) {
-      for (int i = 0; i < 8; ++i)
-        in_memfd = (in_memfd & ~(0xffull << (8 * i))) |
-                   static_cast<std::uint64_t>(static_cast<unsigned char>(
-                       record.data[record.data.size() - ProcessTable::kRangeEntrySize + i]))
-                       << (8 * i);
-    }
-  }
-  CHECK(out == "small");
-  CHECK(err == "err\n");
-  CHECK(in_memfd > 0);
-  CHECK(in_memfd <= 100000);
-}
-
-TEST_CASE("nursery hands out each child once and arms its timer only while it holds one",
-          "[process]") {
-  Nursery nursery(std::chrono::milliseconds(20));
-  auto due = [&](int timeout_ms) {
-    pollfd timer = {nursery.timer_fd(), POLLIN, 0};
-    return poll(&timer, 1, timeout_ms) == 1;
-  };
-  CHECK_FALSE(due(50));
-  Child first = spawn(never_exiting());
-  pid_t first_pid = first.pid;
-  nursery.put(1, std::make_unique<ProcessHandover>(std::move(first), ProcessTable::Options{}));
-  nursery.put(2, std::make_unique<ProcessHandover>(spawn(never_exiting()), ProcessTable::Options{}));
-  CHECK(nursery.size() == 2);
-  CHECK(nursery.take(3) == nullptr);
-  std::unique_ptr<ProcessHandover> taken = nursery.take(1);
-  CHECK(taken != nullptr);
-  CHECK(nursery.take(1) == nullptr);
-  // A child still waits: the timer comes due.
-  CHECK(due(5000));
-  nursery.acknowledge();
-  CHECK_FALSE(due(0));
-  auto rest = nursery.take_all();
-  REQUIRE(rest.size() == 1);
-  CHECK(rest[0].first == 2);
-  CHECK(nursery.size() == 0);
-  // A child taken before the delay leaves the timer disarmed.
-  nursery.put(4, std::make_unique<ProcessHandover>(spawn(never_exiting()), ProcessTable::Options{}));
-  CHECK(nursery.take(4) != nullptr);
-  CHECK_FALSE(due(100));
-  // A handover nobody adopts kills and reaps its child.
-  taken.reset();
-  CHECK(is_gone(first_pid));
-  // So does a nursery dropped with children in it.
-  pid_t left_pid;
-  {
-    Nursery dropped(std::chrono::seconds(10));
-    Child left = spawn(never_exiting());
-    left_pid = left.pid;
-    dropped.put(1, std::make_unique<ProcessHandover>(std::move(left), ProcessTable::Options{}));
-  }
-  CHECK(is_gone(left_pid));
-}
-
-TEST_CASE("the engine's table adopts the children the nursery keeps past its delay",
-          "[process]") {
-  pid_t waiting_pid;
-  {
-    EngineHarness harness;
-    auto nursery = std::make_shared<Nursery>(std::chrono::milliseconds(5));
-    harness.with_table([&](ProcessTable& table) { table.attend(nursery); });
-    nursery->put(1, std::make_unique<ProcessHandover>(spawn(shell("echo hi")),
-                                                      ProcessTable::Options{}));
-    REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
-    CHECK(harness.output_of(1, 1) == "hi\n");
-    CHECK(nursery->size() == 0);
-  }
-  {
-    // Children still in the nursery when the engine stops die with it.
-    EngineHarness harness;
-    auto nursery = std::make_shared<Nursery>(std::chrono::seconds(60));
-    harness.with_table([&](ProcessTable& table) { table.attend(nursery); });
-    Child waiting = spawn(never_exiting());
-    waiting_pid = waiting.pid;
-    nursery->put(1, std::make_unique<ProcessHandover>(std::move(waiting), ProcessTable::Options{}));
-  }
-  CHECK(is_gone(waiting_pid));
-}
-
-TEST_CASE("a young child's exit alone is watched, and its output is read with it",
-          "[process]") {
-  EngineHarness harness;
-  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
-  near.start(1, never_exiting(), {});
-  near.start(2, shell("printf abc; echo def >&2"), {});
-  std::vector<pollfd> fds;
-  std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> owners;
-  auto now = Clock::now();
-  // Young: exits only, until the first comes of age.
-  auto changes = near.watched(fds, owners, now, std::chrono::hours(1));
-  CHECK(changes > now + std::chrono::minutes(59));
-  CHECK(changes <= now + std::chrono::hours(1));
-  REQUIRE(owners.size() == 2);
-  for (const auto& owner : owners) CHECK(owner.second == ProcessTable::Watch::exit);
-  // Of age: output too.
-  std::vector<pollfd> all;
-  std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> all_owners;
-  CHECK(near.watched(all, all_owners, now, Clock::duration::zero()) ==
-        Clock::time_point::max());
-  CHECK(all_owners.size() == 6);
-  // The one wake-up for child 2's exit brings its output and its end.
-  int woken = 0;
-  std::vector<Record> records;
-  while (records.empty()) {
-    REQUIRE(poll(fds.data(), fds.size(), 20000) > 0);
-    ++woken;
-    near.serve(fds, owners);
-    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
-  }
-  CHECK(woken == 1);
-  std::string out;
-  std::string err;
-  int exits = 0;
-  for (const auto& record : records) {
-    CHECK(record.id == 2);
-    if (record.kind == RecordKind::process_output) (record.code == 1 ? out : err) += record.data;
-    exits += record.kind == RecordKind::process_exit;
-  }
-  CHECK(out == "abc");
-  CHECK(err == "def\n");
-  CHECK(exits == 1);
-  CHECK(near.size() == 1);
-  pid_t pid = near.pid(1);
-  near.remove(1);
-  CHECK(is_gone(pid));
-}
-
-TEST_CASE("process table gives up a child whose output it cannot read with an error record "
-          "before its exit",
-          "[process]") {
+TEST_CASE(
+    "process table gives up a child whose output it cannot read with an error record "
+    "before its exit",
+    "[process]") {
   EngineHarness harness;
   harness.with_table([](ProcessTable& table) {
     ProcessTable::Options failing;
@@ -950,25 +616,6 @@ TEST_CASE("process table reads a child whatever first read size it is given", "[
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
   for (const auto& record : harness.records()) CHECK(record.kind != RecordKind::process_error);
   CHECK(harness.output_of(1, 1) == std::string(300000, '\0'));
-}
-
-TEST_CASE("a table without a loop turns a failed read into an error record and not an exception",
-          "[process]") {
-  EngineHarness harness;
-  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
-  ProcessTable::Options failing;
-  failing.test_fail_first_read = true;
-  near.start(1, shell("echo lost"), failing);
-  std::vector<Record> records;
-  REQUIRE(serve_until(near, [&] {
-    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
-    for (const auto& record : records)
-      if (record.kind == RecordKind::process_exit) return true;
-    return false;
-  }));
-  REQUIRE(records.size() >= 2);
-  CHECK(records.front().kind == RecordKind::process_error);
-  CHECK(records.back().kind == RecordKind::process_exit);
 }
 
 TEST_CASE("a child that outruns Emacs waits on its pipe and its undrained output stays bounded",
@@ -1007,8 +654,7 @@ TEST_CASE("a child that outruns Emacs waits on its pipe and its undrained output
   CHECK(zeros);
 }
 
-TEST_CASE("a drain callback runs on the engine thread once the outbox is taken down",
-          "[engine]") {
+TEST_CASE("a drain callback runs on the engine thread once the outbox is taken down", "[engine]") {
   EngineHarness harness;
   Engine& engine = harness.engine();
   std::atomic<int> called{0};

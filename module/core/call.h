@@ -1,0 +1,104 @@
+// The synchronous runner behind `fastrevert-call-process': one child, run to
+// completion on the calling thread (Emacs's main thread), with its output
+// handed over in order and a quit that escalates from SIGINT to SIGKILL.
+//
+// run_to_completion() is the general loop: it multiplexes stdin, stdout,
+// stderr and the child's exit with poll(), and hands each stream's bytes to a
+// sink.  run_call() is what `call-process' needs: a small output reaches the
+// caller as one string once the child has closed it; a larger one is copied
+// into a memfd (by a MemfdCopier thread once it outgrows a chunk) and handed
+// over as byte ranges of that file, so that the caller can decode straight
+// from the file while the child writes the rest.
+//
+// Nothing here calls Emacs: the caller passes what it needs as plain values
+// and callbacks.  Callbacks may throw (a Lisp error in the inserter, a quit
+// unwinding); the child is then killed and reaped and the exception goes on.
+#pragma once
+
+#include <signal.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+
+#include "core/child.h"
+#include "core/pipe.h"
+
+namespace fastrevert {
+
+// Receives a stream's bytes in order.  May throw: the child is then killed and
+// reaped and the exception propagates.
+using ByteSink = std::function<void(std::string_view)>;
+
+struct RunOptions {
+  // Written to the child's stdin pipe (if Child::stdin_fd >= 0), which is then
+  // closed.  The caller keeps the bytes alive for the call.
+  std::string_view stdin_data;
+  // First and largest read size (see AdaptiveReader).
+  std::size_t initial_read_size = 65536;
+  std::size_t max_read_size = kDefaultMaxReadSize;
+  // Called after every wake-up, and at least every QUIT_POLL_MS while nothing
+  // happens; true means the user quit.  The first quit sends QUIT_SIGNAL; a
+  // second quit, or KILL_GRACE_MS passing without the child exiting, sends
+  // SIGKILL.  After a quit, the run ends as soon as the child is reaped,
+  // without waiting for output pipes that a grandchild may hold open.
+  std::function<bool()> should_quit;
+  int quit_poll_ms = 50;
+  int quit_signal = SIGINT;
+  int kill_grace_ms = 1000;
+  // Signal the child's process group (kill(-pid)), for a child spawned with
+  // SpawnSpec::new_session.
+  bool signal_process_group = false;
+};
+
+struct RunResult {
+  // The raw wait status (WIFEXITED...), or -1 when the child had already been
+  // reaped by someone else (SIGCHLD set to SIG_IGN).
+  int wait_status = -1;
+  // Whether should_quit() returned true at some point.
+  bool quit = false;
+};
+
+// Feeds STDIN_DATA, hands every byte of stdout and stderr, in order, to
+// ON_STDOUT and ON_STDERR (either may be empty to discard), waits until both
+// pipes reach end of file and the child has exited, and reaps it (waitpid on
+// its pid only).  Without a quit, output is read to end of file even after the
+// child exits, as `call-process' does.  On return, or on an exception, the
+// child is reaped and all its descriptors are closed.
+RunResult run_to_completion(Child& child, const ByteSink& on_stdout, const ByteSink& on_stderr,
+                            const RunOptions& options = {});
+
+// Output of up to this many bytes reaches run_call's caller as one string.
+inline constexpr std::size_t kCallStringLimit = 1024;
+
+struct CallHooks {
+  // The whole output, when it is at most kCallStringLimit bytes (and not
+  // empty), once the child has closed its stdout.
+  std::function<void(std::string_view bytes)> insert_bytes;
+  // Bytes [FROM, TO) of MEMFD, for a longer output; the ranges follow each
+  // other from 0 to the end.  MEMFD stays open until run_call returns.
+  std::function<void(int memfd, std::uint64_t from, std::uint64_t to)> insert_range;
+  // Whether the user asks to quit; looked at least every 50 ms.
+  std::function<bool()> should_quit;
+};
+
+struct CallResult {
+  // How the child ended: its raw wait status, or -1 when someone else reaped it.
+  int wait_status = -1;
+  // The user quit: the child got SIGINT, a second of grace, then SIGKILL,
+  // and was reaped; no further hook was called.
+  bool quit = false;
+  // How many bytes of output were read.
+  std::uint64_t bytes = 0;
+};
+
+// Runs CHILD, spawned with its stdout a pipe (or not a pipe at all, for
+// output to a file or /dev/null: the child is then just awaited), to
+// completion, handing its output to HOOKS.  With CHUNK positive, ranges of at
+// least CHUNK bytes that end in a newline are handed over while the child
+// runs; the rest (all of it when CHUNK is 0) comes at the end.  The child is
+// reaped on every way out; the process group is signalled on a quit.
+CallResult run_call(Child& child, std::uint64_t chunk, const CallHooks& hooks);
+
+}  // namespace fastrevert

@@ -1,0 +1,172 @@
+// The synchronous process glue: `fastrevert-call-process' (core/call.h runs
+// the child; here its arguments are converted and its result reported) and
+// the program search it relies on.
+//
+// Policy (which coding system, which buffer, which error to signal) lives in
+// lisp/fastrevert-call.el and lisp/fastrevert-child.el.  These functions take
+// file names and arguments already encoded, and report failures as data so
+// that Lisp can signal exactly what the stock primitives signal.
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "core/call.h"
+#include "core/child.h"
+#include "core/engine.h"
+#include "core/errors.h"
+#include "glue/child_args.h"
+#include "glue/env.h"
+#include "glue/state.h"
+
+using namespace fastrevert;
+using namespace fastrevert::glue;
+
+namespace {
+
+// (exit CODE nil) or (signal DESCRIPTION CORE-DUMPED), as Lisp reports a
+// synchronous child's end; a child reaped elsewhere exits with -1.
+emacs_value how_it_ended(Env& env, int wait_status) {
+  ExitStatus status = exit_status(wait_status);
+  if (status.how == ExitStatus::How::signaled) {
+    const char* description = strsignal(status.code);
+    return env.list({env.intern("signal"), env.unibyte(description ? description : "unknown"),
+                     env.boolean(status.core_dumped)});
+  }
+  return env.list({env.intern("exit"), env.integer(status.code), env.nil()});
+}
+
+}  // namespace
+
+FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
+                 "Run PROGRAM synchronously and return how it ended.\n"
+                 "PROGRAM is the encoded absolute file name, ARGV a vector of encoded\n"
+                 "arguments (argv[0] included), ENV a list of strings, each holding\n"
+                 "one or more \"NAME=VALUE\" entries separated by NUL bytes, in\n"
+                 "`process-environment' order (the first definition of a name wins),\n"
+                 "CWD the encoded working directory.\n"
+                 "INFILE is nil (/dev/null) or an encoded file name for stdin.\n"
+                 "STDOUT is nil (/dev/null), an encoded file name, or a function\n"
+                 "INSERTER.  Output of up to 1 KiB is then handed over whole, once\n"
+                 "the child has closed its output, as (INSERTER BYTES nil nil) with\n"
+                 "BYTES a unibyte string.  Longer output is copied into a memfd as it\n"
+                 "arrives and INSERTER is called as (INSERTER FD BEG END) for each byte\n"
+                 "range [BEG, END) of memfd FD to insert, in order.  With CHUNK positive,\n"
+                 "ranges of at least CHUNK bytes ending in a newline are handed over\n"
+                 "while the child runs; the rest (all of it when CHUNK is 0) comes at\n"
+                 "the end.  STDERR is nil (/dev/null), t (with stdout) or an encoded\n"
+                 "file name.\n"
+                 "Return (exit CODE nil) or (signal DESCRIPTION CORE-DUMPED), where\n"
+                 "DESCRIPTION is unibyte strsignal text.  A spawn failure returns\n"
+                 "(:error CONDITION FUNCTION STRERROR PATH).  A quit kills the child\n"
+                 "(SIGINT, then SIGKILL), reaps it and signals `quit'.\n\n"
+                 "(fn PROGRAM ARGV ENV CWD INFILE STDOUT STDERR CHUNK)") {
+  SpawnSpec spec;
+  fill_spec(env, args, spec);
+  spec.stdin_mode = stdin_mode(env, args[4], spec.stdin_file);
+  if (spec.stdin_mode == SpawnSpec::Stdin::pipe) env.wrong_type("stringp", args[4]);
+  emacs_value inserter = nullptr;
+  if (!env.truthy(args[5])) {
+    spec.stdout_mode = SpawnSpec::Stdout::null;
+  } else if (env.is_string(args[5])) {
+    spec.stdout_mode = SpawnSpec::Stdout::file;
+    spec.stdout_file = env.to_bytes(args[5]);
+  } else {
+    spec.stdout_mode = SpawnSpec::Stdout::pipe;
+    inserter = args[5];
+  }
+  spec.stderr_mode = stderr_mode(env, args[6], spec.stderr_file);
+  if (spec.stderr_mode == SpawnSpec::Stderr::pipe) env.wrong_type("stringp", args[6]);
+  std::int64_t chunk = integer_arg(env, args[7]);
+  // Like stock call-process, the child leads a process group of its own, so
+  // that a quit signals everything it started (a shell's pipeline too).
+  spec.new_session = true;
+
+  Child child;
+  try {
+    child = spawn_like_emacs(env, spec);
+  } catch (const SystemError& error) {
+    return error_data(env, error);
+  }
+
+  CallHooks hooks;
+  // Emacs keeps reporting a pending quit once it has been seen; latch it,
+  // so that the child gets SIGINT and a grace period before SIGKILL, as a
+  // single C-g gives it with stock call-process.
+  bool quit_seen = false;
+  hooks.should_quit = [&env, &quit_seen] {
+    if (quit_seen) return false;
+    quit_seen = env.quit_requested();
+    return quit_seen;
+  };
+  if (inserter) {
+    // Most children write little: their output reaches Lisp as one unibyte
+    // string, which costs less than a file to insert from.  A larger one
+    // comes as ranges of a memfd that Lisp inserts with
+    // `insert-file-contents': Emacs decodes straight into the buffer gap,
+    // with no Lisp string, while the copy thread keeps reading the child.
+    hooks.insert_bytes = [&env, inserter](std::string_view bytes) {
+      env.funcall(inserter, {env.unibyte(bytes), env.nil(), env.nil()});
+    };
+    hooks.insert_range = [&env, inserter](int memfd, std::uint64_t from, std::uint64_t to) {
+      env.funcall(inserter, {env.integer(memfd), env.integer(static_cast<std::int64_t>(from)),
+                             env.integer(static_cast<std::int64_t>(to))});
+    };
+  }
+  CallResult result = run_call(child, static_cast<std::uint64_t>(chunk > 0 ? chunk : 0), hooks);
+  if (inserter && !result.quit) {
+    // Synchronous children count in `fastrevert-stats' too; the counters are
+    // relaxed atomics, safe to bump from this thread.
+    if (Engine* running = engine_if_running()) {
+      running->stats().processes.fetch_add(1, std::memory_order_relaxed);
+      running->stats().bytes_read.fetch_add(result.bytes, std::memory_order_relaxed);
+    }
+  }
+  // On a quit the `quit' signal is already pending: this raises it.
+  if (result.quit) env.check();
+  return how_it_ended(env, result.wait_status);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-first-executable", mod_first_executable, 1, 1,
+                 "Return the index of the first of CANDIDATES that can be executed, or nil.\n"
+                 "CANDIDATES is a unibyte string of encoded file names in search order,\n"
+                 "each ended by a NUL byte; an empty name is never executable.  The\n"
+                 "one found is a file the effective user may execute that is not a\n"
+                 "directory, as the program search of `call-process' decides.\n\n"
+                 "(fn CANDIDATES)") {
+  std::optional<std::size_t> found = first_executable(env.to_bytes(args[0]));
+  return found ? env.integer(static_cast<std::int64_t>(*found)) : env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-accessible-directory-p", mod_accessible_directory_p, 1, 1,
+                 "Return non-nil if DIRECTORY, an encoded local file name, can be entered.\n"
+                 "That is what `file-accessible-directory-p' decides when no file name\n"
+                 "handler is involved: DIRECTORY/. exists for the effective user.\n\n"
+                 "(fn DIRECTORY)") {
+  std::string directory = env.to_bytes(args[0]);
+  directory += "/.";
+  return env.boolean(faccessat(AT_FDCWD, directory.c_str(), F_OK, AT_EACCESS) == 0);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-strerror", mod_strerror, 1, 1,
+                 "Return the C library's text for the error named NAME, unibyte.\n"
+                 "NAME is one of the symbols `ENOENT', `EACCES', `EISDIR', `ENOTDIR',\n"
+                 "`ENAMETOOLONG'.\n\n"
+                 "(fn NAME)") {
+  static const std::pair<const char*, int> kErrors[] = {{"ENOENT", ENOENT},
+                                                        {"EACCES", EACCES},
+                                                        {"EISDIR", EISDIR},
+                                                        {"ENOTDIR", ENOTDIR},
+                                                        {"ENAMETOOLONG", ENAMETOOLONG}};
+  for (const auto& entry : kErrors) {
+    if (env.eq(args[0], env.intern(entry.first))) return env.unibyte(std::strerror(entry.second));
+  }
+  env.wrong_type("symbolp", args[0]);
+}

@@ -1,0 +1,412 @@
+// Tests of the synchronous runner: run_to_completion() and run_call().
+#include "core/call.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "catch_compat.h"
+#include "core/child.h"
+#include "core/errors.h"
+#include "support.h"
+
+using namespace fastrevert;
+
+using fastrevert::test::never_exiting;
+using fastrevert::test::pattern_bytes;
+using fastrevert::test::shell;
+using fastrevert::test::TempDir;
+using fastrevert::test::TestPipe;
+using fastrevert::test::write_file;
+
+namespace {
+
+// What run_call handed over, and how.
+struct Collected {
+  std::string bytes;
+  int string_calls = 0;
+  // Each range as (FROM, TO), in the order handed over.
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> ranges;
+  // Bytes inserted while the child was still running (before its exit).
+  std::uint64_t before_exit = 0;
+};
+
+// Hooks that append what is handed over to INTO, reading ranges back from
+// the memfd as Lisp's `insert-file-contents' would.
+CallHooks collecting(Collected& into) {
+  CallHooks hooks;
+  hooks.insert_bytes = [&into](std::string_view bytes) {
+    ++into.string_calls;
+    into.bytes.append(bytes);
+  };
+  hooks.insert_range = [&into](int memfd, std::uint64_t from, std::uint64_t to) {
+    into.ranges.emplace_back(from, to);
+    std::string part(static_cast<std::size_t>(to - from), '\0');
+    ssize_t got = pread(memfd, part.data(), part.size(), static_cast<off_t>(from));
+    REQUIRE(got == static_cast<ssize_t>(part.size()));
+    into.bytes += part;
+  };
+  return hooks;
+}
+
+// A file of SIZE pattern bytes cut into lines, and a child that prints it.
+std::string lines_of(std::size_t size) {
+  std::string bytes = pattern_bytes(size, 11);
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (bytes[i] == '\n' || i % 97 == 96) bytes[i] = i % 97 == 96 ? '\n' : 'n';
+  }
+  return bytes;
+}
+
+// Checks that RANGES follow each other from 0 to END with no gap or overlap.
+void check_contiguous(const std::vector<std::pair<std::uint64_t, std::uint64_t>>& ranges,
+                      std::uint64_t end) {
+  std::uint64_t at = 0;
+  for (const auto& range : ranges) {
+    CHECK(range.first == at);
+    CHECK(range.second > range.first);
+    at = range.second;
+  }
+  CHECK(at == end);
+}
+
+}  // namespace
+
+TEST_CASE("run_to_completion delivers 50 MB from head -c intact with bounded reads", "[call]") {
+  char name[] = "/tmp/fastrevert-reader-XXXXXX";
+  int fd = mkstemp(name);
+  REQUIRE(fd >= 0);
+  const std::size_t size = 50u << 20;
+  std::string expected = pattern_bytes(size, 7);
+  REQUIRE(write(fd, expected.data(), expected.size()) == static_cast<ssize_t>(size));
+  close(fd);
+
+  SpawnSpec spec;
+  spec.program = "/usr/bin/head";
+  spec.argv = {"head", "-c", std::to_string(size), name};
+  Child child = spawn(spec);
+  std::size_t offset = 0;
+  bool intact = true;
+  std::size_t largest_chunk = 0;
+  RunOptions options;
+  options.initial_read_size = 4096;
+  options.max_read_size = std::size_t{1} << 20;
+  RunResult result = run_to_completion(
+      child,
+      [&](std::string_view bytes) {
+        largest_chunk = std::max(largest_chunk, bytes.size());
+        if (offset + bytes.size() > size ||
+            expected.compare(offset, bytes.size(), bytes.data(), bytes.size()) != 0) {
+          intact = false;
+        }
+        offset += bytes.size();
+      },
+      nullptr, options);
+  unlink(name);
+  CHECK(WIFEXITED(result.wait_status));
+  CHECK(WEXITSTATUS(result.wait_status) == 0);
+  CHECK(offset == size);
+  CHECK(intact);
+  CHECK(largest_chunk > 4096);
+  CHECK(largest_chunk <= options.max_read_size);
+}
+
+TEST_CASE("run_to_completion feeds stdin and keeps both streams in order", "[call]") {
+  std::string input = pattern_bytes(10u << 20, 3);
+  SpawnSpec spec = shell("cat; echo done >&2");
+  spec.stdin_mode = SpawnSpec::Stdin::pipe;
+  Child child = spawn(spec);
+  std::string out;
+  std::string err;
+  RunOptions options;
+  options.stdin_data = input;
+  RunResult result = run_to_completion(
+      child, [&](std::string_view bytes) { out.append(bytes); },
+      [&](std::string_view bytes) { err.append(bytes); }, options);
+  CHECK(WEXITSTATUS(result.wait_status) == 0);
+  CHECK(out.size() == input.size());
+  CHECK(out == input);
+  CHECK(err == "done\n");
+}
+
+TEST_CASE("run_to_completion returns the raw wait status of exit codes and signals", "[call]") {
+  Child exits = spawn(shell("exit 7"));
+  RunResult exited = run_to_completion(exits, nullptr, nullptr);
+  CHECK(WIFEXITED(exited.wait_status));
+  CHECK(WEXITSTATUS(exited.wait_status) == 7);
+  CHECK_FALSE(exited.quit);
+
+  Child dies = spawn(shell("kill -TERM $$"));
+  RunResult signalled = run_to_completion(dies, nullptr, nullptr);
+  CHECK(WIFSIGNALED(signalled.wait_status));
+  CHECK(WTERMSIG(signalled.wait_status) == SIGTERM);
+}
+
+TEST_CASE("run_to_completion interrupts a never-ending child when asked to quit", "[call]") {
+  Child child = spawn(never_exiting());
+  pid_t pid = child.pid;
+  auto start = std::chrono::steady_clock::now();
+  int asked = 0;
+  RunOptions options;
+  options.should_quit = [&] { return ++asked >= 3; };
+  RunResult result = run_to_completion(child, nullptr, nullptr, options);
+  CHECK(result.quit);
+  CHECK(WIFSIGNALED(result.wait_status));
+  CHECK(WTERMSIG(result.wait_status) == SIGINT);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  errno = 0;
+  CHECK(waitpid(pid, nullptr, WNOHANG) == -1);
+  CHECK(errno == ECHILD);
+}
+
+TEST_CASE("run_to_completion escalates to SIGKILL when the child ignores the quit signal",
+          "[call]") {
+  Child child = spawn(shell("trap '' INT; exec sleep 1000"));
+  RunOptions options;
+  options.should_quit = [] { return true; };
+  options.kill_grace_ms = 100;
+  RunResult result = run_to_completion(child, nullptr, nullptr, options);
+  CHECK(result.quit);
+  CHECK(WIFSIGNALED(result.wait_status));
+  CHECK(WTERMSIG(result.wait_status) == SIGKILL);
+}
+
+TEST_CASE("run_to_completion survives a child that does not read its stdin", "[call]") {
+  SpawnSpec spec;
+  spec.program = "/bin/true";
+  spec.stdin_mode = SpawnSpec::Stdin::pipe;
+  Child child = spawn(spec);
+  std::string input(8u << 20, 'z');
+  RunOptions options;
+  options.stdin_data = input;
+  RunResult result = run_to_completion(child, nullptr, nullptr, options);
+  CHECK(WIFEXITED(result.wait_status));
+  sigset_t pending;
+  sigpending(&pending);
+  CHECK_FALSE(sigismember(&pending, SIGPIPE));
+}
+
+TEST_CASE("run_to_completion kills and reaps the child when a sink throws", "[call]") {
+  Child child = spawn(shell("echo hello; exec sleep 1000"));
+  pid_t pid = child.pid;
+  CHECK_THROWS_AS(
+      run_to_completion(
+          child, [](std::string_view) { throw std::runtime_error("sink failed"); }, nullptr),
+      std::runtime_error);
+  errno = 0;
+  CHECK(waitpid(pid, nullptr, WNOHANG) == -1);
+  CHECK(errno == ECHILD);
+  CHECK(child.stdout_fd == -1);
+}
+
+TEST_CASE("run_to_completion reads output to end of file after the child exits", "[call]") {
+  // The shell exits at once; its background child writes later through the
+  // inherited pipe, as a `call-process' of such a script would see.
+  Child child = spawn(shell("(sleep 0.2; echo late) & echo early"));
+  std::string out;
+  run_to_completion(
+      child, [&](std::string_view bytes) { out.append(bytes); }, nullptr);
+  CHECK(out == "early\nlate\n");
+}
+
+TEST_CASE("run_to_completion reaps with waitpid alone when there is no pidfd", "[call]") {
+  Child child = spawn(shell("sleep 0.05; echo polled; exit 6"));
+  close(child.pidfd);
+  child.pidfd = -1;  // As on a kernel without pidfd_open.
+  std::string out;
+  RunResult result = run_to_completion(
+      child, [&](std::string_view bytes) { out.append(bytes); }, nullptr);
+  CHECK(out == "polled\n");
+  CHECK(WEXITSTATUS(result.wait_status) == 6);
+}
+
+TEST_CASE("run_call hands a small output over as one string once the child closes it", "[call]") {
+  Child child = spawn(shell("printf 'one\\n'; printf 'two\\n'"));
+  Collected got;
+  CallResult result = run_call(child, 0, collecting(got));
+  CHECK(got.bytes == "one\ntwo\n");
+  CHECK(got.string_calls == 1);
+  CHECK(got.ranges.empty());
+  CHECK(result.bytes == 8);
+  CHECK_FALSE(result.quit);
+  CHECK(exit_status(result.wait_status).how == ExitStatus::How::exited);
+  CHECK(child.pid == -1);
+}
+
+TEST_CASE("run_call hands nothing over for a child that writes nothing", "[call]") {
+  Child child = spawn(shell("exit 0"));
+  Collected got;
+  CallResult result = run_call(child, 0, collecting(got));
+  CHECK(got.string_calls == 0);
+  CHECK(got.ranges.empty());
+  CHECK(result.bytes == 0);
+}
+
+TEST_CASE("run_call hands output past the string limit over as memfd ranges without a loss",
+          "[call]") {
+  // Sizes on both sides of the string limit and of a pipe's capacity, and
+  // one large enough for the copy thread to run for a while.
+  for (std::size_t size : {kCallStringLimit + 1, std::size_t{65536} + 17, std::size_t{3} << 20}) {
+    TempDir dir;
+    std::string expected = lines_of(size);
+    write_file(dir / "out", expected);
+    Child child = spawn(shell("cat '" + dir.file("out") + "'"));
+    Collected got;
+    CallResult result = run_call(child, 0, collecting(got));
+    INFO("size " << size);
+    CHECK(got.string_calls == 0);
+    CHECK(got.bytes.size() == expected.size());
+    CHECK(got.bytes == expected);
+    CHECK(result.bytes == size);
+    check_contiguous(got.ranges, size);
+  }
+}
+
+TEST_CASE("run_call with a chunk hands over whole lines while the child still runs", "[call]") {
+  TempDir dir;
+  std::string expected = lines_of(std::size_t{2} << 20);
+  write_file(dir / "out", expected);
+  write_file(dir / "gate", "");
+  // The child prints everything, then waits until the test has seen a
+  // range before it exits.
+  Child child = spawn(shell("cat '" + dir.file("out") + "'; while [ -e '" + dir.file("gate") +
+                            "' ]; do sleep 0.01; done"));
+  Collected got;
+  CallHooks hooks = collecting(got);
+  auto insert_range = hooks.insert_range;
+  hooks.insert_range = [&](int memfd, std::uint64_t from, std::uint64_t to) {
+    insert_range(memfd, from, to);
+    // Every range but the last ends a line.
+    if (to < expected.size()) CHECK(expected[static_cast<std::size_t>(to) - 1] == '\n');
+    unlink(dir.file("gate").c_str());
+  };
+  CallResult result = run_call(child, 65536, hooks);
+  CHECK(got.bytes == expected);
+  CHECK(got.ranges.size() >= 2);
+  check_contiguous(got.ranges, expected.size());
+  CHECK(exit_status(result.wait_status).code == 0);
+}
+
+TEST_CASE("run_call keeps the order of stdout and stderr bytes written to one pipe", "[call]") {
+  SpawnSpec spec =
+      shell("i=0; while [ $i -lt 300 ]; do echo out$i; echo err$i >&2; i=$((i+1)); done");
+  spec.stderr_mode = SpawnSpec::Stderr::merge;
+  Child child = spawn(spec);
+  Collected got;
+  run_call(child, 0, collecting(got));
+  std::string expected;
+  for (int i = 0; i < 300; ++i) {
+    expected += "out" + std::to_string(i) + "\n" + "err" + std::to_string(i) + "\n";
+  }
+  CHECK(got.bytes == expected);
+}
+
+TEST_CASE("run_call reports an exit code and a killing signal through exit_status", "[call]") {
+  Collected got;
+  Child exits = spawn(shell("echo bye; exit 3"));
+  ExitStatus exited = exit_status(run_call(exits, 0, collecting(got)).wait_status);
+  CHECK(exited.how == ExitStatus::How::exited);
+  CHECK(exited.code == 3);
+  Child dies = spawn(shell("echo bye; kill -TERM $$"));
+  ExitStatus signaled = exit_status(run_call(dies, 0, collecting(got)).wait_status);
+  CHECK(signaled.how == ExitStatus::How::signaled);
+  CHECK(signaled.code == SIGTERM);
+  CHECK_FALSE(signaled.core_dumped);
+  CHECK(exit_status(-1).how == ExitStatus::How::lost);
+}
+
+TEST_CASE("run_call on a quit interrupts the child and hands nothing more over", "[call]") {
+  SECTION("while output still fits a string") {
+    SpawnSpec spec = shell("echo started; exec sleep 1000");
+    spec.new_session = true;
+    Child child = spawn(spec);
+    Collected got;
+    CallHooks hooks = collecting(got);
+    int asked = 0;
+    hooks.should_quit = [&asked] { return ++asked == 3; };
+    auto start = std::chrono::steady_clock::now();
+    CallResult result = run_call(child, 0, hooks);
+    CHECK(result.quit);
+    CHECK(got.string_calls == 0);
+    ExitStatus status = exit_status(result.wait_status);
+    CHECK(status.how == ExitStatus::How::signaled);
+    CHECK(status.code == SIGINT);
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  }
+  SECTION("while the copy thread fills the memfd") {
+    TempDir dir;
+    write_file(dir / "out", lines_of(std::size_t{1} << 20));
+    SpawnSpec spec = shell("cat '" + dir.file("out") + "'; trap '' INT; exec sleep 1000");
+    spec.new_session = true;
+    Child child = spawn(spec);
+    pid_t pid = child.pid;
+    Collected got;
+    CallHooks hooks = collecting(got);
+    bool quitting = false;
+    hooks.should_quit = [&quitting] { return std::exchange(quitting, false); };
+    auto insert_range = hooks.insert_range;
+    hooks.insert_range = [&](int memfd, std::uint64_t from, std::uint64_t to) {
+      insert_range(memfd, from, to);
+      quitting = true;
+    };
+    CallResult result = run_call(child, 4096, hooks);
+    CHECK(result.quit);
+    std::size_t ranges = got.ranges.size();
+    CHECK(ranges >= 1);
+    // The child ignores SIGINT: the grace period ends with SIGKILL.
+    ExitStatus status = exit_status(result.wait_status);
+    CHECK(status.how == ExitStatus::How::signaled);
+    CHECK(status.code == SIGKILL);
+    errno = 0;
+    CHECK(waitpid(pid, nullptr, WNOHANG) == -1);
+    CHECK(errno == ECHILD);
+  }
+}
+
+TEST_CASE("run_call kills and reaps the child when an insert hook throws", "[call]") {
+  TempDir dir;
+  write_file(dir / "out", lines_of(std::size_t{1} << 20));
+  SpawnSpec spec = shell("cat '" + dir.file("out") + "'; exec sleep 1000");
+  spec.new_session = true;
+  Child child = spawn(spec);
+  pid_t pid = child.pid;
+  CallHooks hooks;
+  hooks.insert_range = [](int, std::uint64_t, std::uint64_t) {
+    throw std::runtime_error("insert failed");
+  };
+  CHECK_THROWS_AS(run_call(child, 4096, hooks), std::runtime_error);
+  errno = 0;
+  CHECK(waitpid(pid, nullptr, WNOHANG) == -1);
+  CHECK(errno == ECHILD);
+}
+
+TEST_CASE("run_call waits for a child whose output goes to a file", "[call]") {
+  TempDir dir;
+  SpawnSpec spec = shell("echo to-file; exit 4");
+  spec.stdout_mode = SpawnSpec::Stdout::file;
+  spec.stdout_file = dir.file("written");
+  Child child = spawn(spec);
+  Collected got;
+  CallResult result = run_call(child, 0, collecting(got));
+  CHECK(got.bytes.empty());
+  CHECK(exit_status(result.wait_status).code == 4);
+  std::ifstream in(dir.file("written"));
+  std::string line;
+  std::getline(in, line);
+  CHECK(line == "to-file");
+}
