@@ -97,6 +97,11 @@ run `make' in the fastrevert source tree or M-x fastrevert-module-compile"
   "The kinds of engine records, each at the index of its `RecordKind' value.
 The module hands a record's kind to Lisp as this symbol.")
 
+(defconst fastrevert--watched-check-held 1
+  "The code of a `file-watched' record whose first check waits.
+The file's repository is in a VCS operation; a `file-changed' record
+for it follows when the operation ends.")
+
 (defconst fastrevert--output-stdout-bytes 1
   "The code of a `process-output' record whose data is standard output.")
 

@@ -234,11 +234,14 @@ A buffer no longer under auto-revert is released."
 
 (defun fastrevert--on-file-watched (id code data)
   "Note that the engine now watches ID; check its buffer once.
-CODE and DATA are as for `fastrevert--on-file-changed'."
+When CODE is `fastrevert--watched-check-held', a VCS operation is
+changing the file's repository, and the check waits for the
+`file-changed' record that comes when it ends.  DATA is the file."
   (let ((buffer (gethash id fastrevert--buffer-by-id)))
     (when (buffer-live-p buffer)
       (with-current-buffer buffer (setq fastrevert--watching t))))
-  (fastrevert--on-file-changed id code data))
+  (unless (eql code fastrevert--watched-check-held)
+    (fastrevert--on-file-changed id code data)))
 
 (defun fastrevert--on-file-changed (id _code _data)
   "Note that the file watched under ID may have changed."

@@ -32,7 +32,9 @@ enum class RecordKind : std::uint8_t {
   echo,            // id: the token posted by an echo command; data: its payload.
   notice,          // data: a message for the user (a fallback, an overflow).
   file_changed,    // id: the watched file's id; data: its path.
-  file_watched,    // id: a new registration whose baseline is taken; data: its path.
+  file_watched,    // id: a new registration whose baseline is taken; data: its path;
+                   // code: 1 if its first check waits for a VCS operation (a
+                   // file_changed follows when it ends), else 0.
   process_output,  // id: the process id; code: 1 stdout, 2 stderr; data: bytes.
   process_exit,    // id: the process id; code: the wait status.
   process_error,   // id: the process id; data: why the engine gave the process up.

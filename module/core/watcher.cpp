@@ -821,7 +821,11 @@ void Watcher::apply_sweep(SweepJob& job) {
         // file but before this stat.
         registration.baseline = entry.signature;
         registration.has_baseline = true;
-        engine_.emit(Record{RecordKind::file_watched, id, 0, entry.path}, Engine::Wake::no);
+        // In a repository a VCS operation is changing, that first check would
+        // read a half-written state; it waits for the operation like a change.
+        bool held = hold_change(id, job, entry);
+        engine_.emit(Record{RecordKind::file_watched, id, held ? 1 : 0, entry.path},
+                     Engine::Wake::no);
         continue;
       }
       if (entry.signature == registration.baseline) continue;

@@ -423,6 +423,30 @@ Its files go through a filter, `slow', which the rebase test defines.")
         (should (equal (mapcar (lambda (buffer) (gethash buffer counts)) buffers)
                        '(1 1 1 1 1)))))))
 
+(ert-deftest fastrevert-vc-first-check-of-a-file-visited-during-an-operation-waits-for-it ()
+  "A file visited while Git holds its lock is first checked when Git is done.
+Its first check would otherwise read what the operation has written
+so far, and the refresh that follows the operation would find the
+buffer current and leave its VC state as it was mid-operation."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-vc-test--with-mode dir
+      (fastrevert-vc-test--sh dir "git init -q && printf 'old\\n' > f.txt && : > .git/index.lock")
+      (unwind-protect
+          (progn
+            ;; The engine's first look at the file comes after the write.
+            (fastrevert--mod-test-watch-fault 'stat-delay-ms 1000)
+            (let ((buffer (find-file-noselect (expand-file-name "f.txt" dir))))
+              (fastrevert-vc-test--sh dir "printf 'new\\n' > f.txt")
+              (should (fastrevert-test-wait-for
+                       (lambda () (buffer-local-value 'fastrevert--watching buffer)) 30))
+              (fastrevert--mod-test-watch-fault 'stat-delay-ms 0)
+              (should (fastrevert-test-wait-for #'fastrevert-vc-test--settled-p))
+              (should (equal (fastrevert-vc-test--text buffer) "old\n"))
+              (fastrevert-vc-test--sh dir "rm .git/index.lock")
+              (should (fastrevert-test-wait-for
+                       (lambda () (equal (fastrevert-vc-test--text buffer) "new\n")) 30))))
+        (fastrevert--mod-test-watch-fault 'stat-delay-ms 0)))))
+
 (ert-deftest fastrevert-vc-stale-lock-delays-a-visible-buffer-only-up-to-the-limit ()
   "A lock left behind by a crashed Git holds a change no longer than the limit."
   (fastrevert-test-with-temp-dir dir

@@ -1059,6 +1059,49 @@ TEST_CASE("watcher: the changes a lock held are all queued before Emacs is woken
   CHECK(harness.change_count() == kFiles);
 }
 
+TEST_CASE("watcher: a file first watched while the index is locked is checked when it is not") {
+  Harness harness;
+  TempDir dir;
+  REQUIRE(mkdir((dir / "repo").c_str(), 0755) == 0);
+  REQUIRE(mkdir((dir / "repo/.git").c_str(), 0755) == 0);
+  create_file(dir / "repo/.git/index.lock", "");
+  std::string file = dir / "repo/file";
+  create_file(file, "x");
+  harness.add(1, file);
+  REQUIRE(wait_for_held(harness, 1));
+  harness.settle();
+  // Watched, but its first check waits for the operation.
+  std::size_t watched = 0;
+  for (const auto& record : harness.received()) {
+    if (record.kind != RecordKind::file_watched) continue;
+    ++watched;
+    CHECK(record.code == 1);
+  }
+  CHECK(watched == 1);
+  CHECK(harness.changes_for(1) == 0);
+  harness.clear();
+  REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
+  harness.expect_one_change(1);
+}
+
+TEST_CASE("watcher: a file first watched in an idle repository is checked at once") {
+  Harness harness;
+  TempDir dir;
+  std::string file = make_repository_with_file(harness, dir);
+  harness.add(2, file);
+  REQUIRE(harness.wait_until(
+      [&] {
+        for (const auto& record : harness.received()) {
+          if (record.kind == RecordKind::file_watched && record.id == 2) return true;
+        }
+        return false;
+      },
+      kReportTimeout));
+  for (const auto& record : harness.received()) {
+    if (record.kind == RecordKind::file_watched) CHECK(record.code == 0);
+  }
+}
+
 TEST_CASE("watcher: a rebase holds changes until it has been quiet, then reports them") {
   Harness harness;
   TempDir dir;
