@@ -140,18 +140,20 @@ bool OperationHold::offer(std::uint64_t id, const std::string& control_dir,
   return true;
 }
 
-void OperationHold::update(const std::string& control_dir, const RepositoryState& state) {
-  if (shut_down_) return;
+std::unordered_set<std::uint64_t> OperationHold::update(const std::string& control_dir,
+                                                        const RepositoryState& state) {
+  if (shut_down_) return {};
   if (!state.busy()) overdue_.erase(control_dir);
   auto hold_it = holds_.find(control_dir);
-  if (hold_it == holds_.end()) return;
+  if (hold_it == holds_.end()) return {};
   std::uint64_t now = uv_now(loop_);
   Hold& hold = hold_it->second;
   hold.state = state;
   hold.probe_requested = false;
   hold.next_probe_at = now + static_cast<std::uint64_t>(kProbeInterval.count());
-  evaluate(control_dir, hold, now);
+  std::unordered_set<std::uint64_t> ended = evaluate(control_dir, hold, now);
   arm_timer(now);
+  return ended;
 }
 
 void OperationHold::forget(std::uint64_t id) {
@@ -171,23 +173,30 @@ std::size_t OperationHold::held_changes() const noexcept {
   return count;
 }
 
-void OperationHold::evaluate(const std::string& control_dir, Hold& hold, std::uint64_t now) {
+std::unordered_set<std::uint64_t> OperationHold::evaluate(const std::string& control_dir,
+                                                          Hold& hold, std::uint64_t now) {
   auto quiet = static_cast<std::uint64_t>(kSequenceQuiet.count());
   bool running = hold.state.locked || (hold.state.sequence && now < hold.last_change_at + quiet);
-  if (!running) {
-    release(control_dir, false);
-  } else if (now >= hold.started_at + static_cast<std::uint64_t>(limit_.count())) {
-    release(control_dir, true);
+  if (!running) return end_hold(control_dir, false);
+  if (now >= hold.started_at + static_cast<std::uint64_t>(limit_.count())) {
+    return end_hold(control_dir, true);
   }
+  return {};
 }
 
-void OperationHold::release(const std::string& control_dir, bool overdue) {
+std::unordered_set<std::uint64_t> OperationHold::end_hold(const std::string& control_dir,
+                                                          bool overdue) {
   auto hold_it = holds_.find(control_dir);
-  if (hold_it == holds_.end()) return;
-  // Moved out first: reporting may run code that offers or updates.
+  if (hold_it == holds_.end()) return {};
   std::unordered_set<std::uint64_t> ids = std::move(hold_it->second.ids);
   if (overdue) overdue_.insert(control_dir);
   holds_.erase(hold_it);
+  return ids;
+}
+
+void OperationHold::release(const std::string& control_dir, bool overdue) {
+  // Ended first: reporting may run code that offers or updates.
+  std::unordered_set<std::uint64_t> ids = end_hold(control_dir, overdue);
   if (!ids.empty()) report_(ids);
 }
 

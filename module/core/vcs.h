@@ -94,7 +94,10 @@ class OperationHold {
   bool offer(std::uint64_t id, const std::string& control_dir, const RepositoryState& state);
 
   // A sweep found the repository of CONTROL_DIR in STATE; a hold may end.
-  void update(const std::string& control_dir, const RepositoryState& state);
+  // Returns the ids whose changes that ends, for the caller to report with
+  // the sweep's own: they do not go through REPORT.
+  std::unordered_set<std::uint64_t> update(const std::string& control_dir,
+                                           const RepositoryState& state);
 
   // ID is no longer registered; nothing is reported for it.
   void forget(std::uint64_t id);
@@ -117,9 +120,14 @@ class OperationHold {
   static void on_timer(uv_timer_t* handle) noexcept;
   // Releases the holds past the limit at NOW and asks for the probes due.
   void expire(std::uint64_t now);
-  void evaluate(const std::string& control_dir, Hold& hold, std::uint64_t now);
-  // Reports every change HOLD holds and forgets it.  OVERDUE marks the
-  // repository as one whose changes pass through until it is seen idle.
+  // Ends HOLD if its operation is over or past the limit; returns its ids.
+  std::unordered_set<std::uint64_t> evaluate(const std::string& control_dir, Hold& hold,
+                                             std::uint64_t now);
+  // Forgets the hold of CONTROL_DIR and returns the ids it held.  OVERDUE
+  // marks the repository as one whose changes pass through until it is seen
+  // idle.
+  std::unordered_set<std::uint64_t> end_hold(const std::string& control_dir, bool overdue);
+  // end_hold(), then reports the ids through REPORT.
   void release(const std::string& control_dir, bool overdue);
   void arm_timer(std::uint64_t now);
 

@@ -791,16 +791,8 @@ void Watcher::apply_sweep(SweepJob& job) {
   // A hold this sweep ends reports its files.  A change the same sweep
   // confirms for one of them (the last write before the lock went away) is
   // that report again, so it is left out.
-  std::unordered_set<std::uint64_t> released;
-  released_by_sweep_ = &released;
-  try {
-    apply_repositories(job);
-  } catch (...) {
-    released_by_sweep_ = nullptr;
-    throw;
-  }
-  released_by_sweep_ = nullptr;
-  std::size_t emitted = 0;
+  std::unordered_set<std::uint64_t> released = apply_repositories(job);
+  std::size_t emitted = emit_changes(released);
   for (const auto& entry : job.entries) {
     auto path_it = paths_.find(entry.path);
     if (path_it == paths_.end() || path_it->second.incarnation != entry.incarnation) continue;
@@ -891,8 +883,12 @@ void Watcher::probe_repositories(SweepJob& job) {
   for (auto& [control_dir, state] : job.repositories) state = probe_repository(control_dir);
 }
 
-void Watcher::apply_repositories(const SweepJob& job) {
-  for (const auto& [control_dir, state] : job.repositories) hold_.update(control_dir, state);
+std::unordered_set<std::uint64_t> Watcher::apply_repositories(const SweepJob& job) {
+  std::unordered_set<std::uint64_t> released;
+  for (const auto& [control_dir, state] : job.repositories) {
+    released.merge(hold_.update(control_dir, state));
+  }
+  return released;
 }
 
 bool Watcher::hold_change(std::uint64_t id, const SweepJob& job, const SweepEntry& entry) {
@@ -901,8 +897,7 @@ bool Watcher::hold_change(std::uint64_t id, const SweepJob& job, const SweepEntr
   return hold_.offer(id, control_dir, state);
 }
 
-void Watcher::report_held_changes(const std::unordered_set<std::uint64_t>& ids) {
-  if (released_by_sweep_ != nullptr) released_by_sweep_->insert(ids.begin(), ids.end());
+std::size_t Watcher::emit_changes(const std::unordered_set<std::uint64_t>& ids) {
   std::size_t emitted = 0;
   for (std::uint64_t id : ids) {
     auto registration_it = registrations_.find(id);
@@ -911,9 +906,12 @@ void Watcher::report_held_changes(const std::unordered_set<std::uint64_t>& ids) 
                  Engine::Wake::no);
     ++emitted;
   }
-  if (emitted > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);
-  // A sweep wakes once at its end; a hold ending on its timer wakes here.
-  if (released_by_sweep_ == nullptr) engine_.wake_if_pending();
+  return emitted;
+}
+
+void Watcher::report_held_changes(const std::unordered_set<std::uint64_t>& ids) {
+  if (emit_changes(ids) > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);
+  engine_.wake_if_pending();
 }
 
 void Watcher::request_probe(const std::string& control_dir) {

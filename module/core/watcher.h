@@ -242,12 +242,16 @@ class Watcher : public Service {
   // VCS operations (see vcs.h).  Sweep thread: finds the entries'
   // repositories and looks into each once its files are stat'ed.
   static void probe_repositories(SweepJob& job);
-  // Engine thread: hands the sweep's findings to the hold, and reports the
-  // change of ID (confirmed by a sweep) unless the hold keeps it.
-  void apply_repositories(const SweepJob& job);
+  // Engine thread: hands the sweep's findings to the hold, returning the ids
+  // whose held changes that ends; and tells whether the hold keeps the
+  // change of ID (confirmed by a sweep).
+  std::unordered_set<std::uint64_t> apply_repositories(const SweepJob& job);
   bool hold_change(std::uint64_t id, const SweepJob& job, const SweepEntry& entry);
-  // Reports, as one batch, the changes of IDS that a hold kept; and asks
-  // for a look into a repository on the hold's behalf.
+  // Queues a file_changed record for each of IDS still registered, without
+  // waking Emacs; returns how many.
+  std::size_t emit_changes(const std::unordered_set<std::uint64_t>& ids);
+  // Reports, as one batch, the changes of IDS whose hold ended on its timer;
+  // and asks for a look into a repository on the hold's behalf.
   void report_held_changes(const std::unordered_set<std::uint64_t>& ids);
   void request_probe(const std::string& control_dir);
   // Emits one notice per failure kind (FUNCTION and ERROR) in the watcher's
@@ -293,9 +297,6 @@ class Watcher : public Service {
   // has asked to look into with the next sweep.
   OperationHold hold_;
   std::unordered_set<std::string> pending_probes_;
-  // While a sweep's repositories are applied, the ids whose held changes
-  // that reported; null otherwise.
-  std::unordered_set<std::uint64_t>* released_by_sweep_ = nullptr;
   // Failure kinds ("function:errno") already reported with a notice.
   std::set<std::pair<std::string, int>> noticed_failures_;
 

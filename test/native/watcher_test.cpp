@@ -986,10 +986,24 @@ bool wait_for_held(Harness& harness, std::size_t count) {
       kReportTimeout);
 }
 
-// A work tree with a Git directory in DIR/repo, and a watched file in it.
-std::string make_repository_with_file(Harness& harness, const TempDir& dir) {
+// A work tree with a Git directory in DIR/repo.
+void make_repository(const TempDir& dir) {
   REQUIRE(mkdir((dir / "repo").c_str(), 0755) == 0);
   REQUIRE(mkdir((dir / "repo/.git").c_str(), 0755) == 0);
+}
+
+// The codes of the file_watched records received for ID, in order.
+std::vector<std::int64_t> watched_codes(const Harness& harness, std::uint64_t id) {
+  std::vector<std::int64_t> codes;
+  for (const auto& record : harness.received()) {
+    if (record.kind == RecordKind::file_watched && record.id == id) codes.push_back(record.code);
+  }
+  return codes;
+}
+
+// A work tree with a Git directory in DIR/repo, and a watched file in it.
+std::string make_repository_with_file(Harness& harness, const TempDir& dir) {
+  make_repository(dir);
   std::string file = dir / "repo/file";
   create_file(file, "x");
   harness.add(1, file);
@@ -1062,8 +1076,7 @@ TEST_CASE("watcher: the changes a lock held are all queued before Emacs is woken
 TEST_CASE("watcher: a file first watched while the index is locked is checked when it is not") {
   Harness harness;
   TempDir dir;
-  REQUIRE(mkdir((dir / "repo").c_str(), 0755) == 0);
-  REQUIRE(mkdir((dir / "repo/.git").c_str(), 0755) == 0);
+  make_repository(dir);
   create_file(dir / "repo/.git/index.lock", "");
   std::string file = dir / "repo/file";
   create_file(file, "x");
@@ -1071,14 +1084,8 @@ TEST_CASE("watcher: a file first watched while the index is locked is checked wh
   REQUIRE(wait_for_held(harness, 1));
   harness.settle();
   // Watched, but its first check waits for the operation.
-  std::size_t watched = 0;
-  for (const auto& record : harness.received()) {
-    if (record.kind != RecordKind::file_watched) continue;
-    ++watched;
-    CHECK(record.code == 1);
-  }
-  CHECK(watched == 1);
-  CHECK(harness.changes_for(1) == 0);
+  CHECK(watched_codes(harness, 1) == std::vector<std::int64_t>{1});
+  CHECK(harness.change_count() == 0);
   harness.clear();
   REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
   harness.expect_one_change(1);
@@ -1089,17 +1096,10 @@ TEST_CASE("watcher: a file first watched in an idle repository is checked at onc
   TempDir dir;
   std::string file = make_repository_with_file(harness, dir);
   harness.add(2, file);
-  REQUIRE(harness.wait_until(
-      [&] {
-        for (const auto& record : harness.received()) {
-          if (record.kind == RecordKind::file_watched && record.id == 2) return true;
-        }
-        return false;
-      },
-      kReportTimeout));
-  for (const auto& record : harness.received()) {
-    if (record.kind == RecordKind::file_watched) CHECK(record.code == 0);
-  }
+  REQUIRE(harness.wait_until([&] { return !watched_codes(harness, 2).empty(); }, kReportTimeout));
+  harness.settle();
+  CHECK(watched_codes(harness, 1).empty());
+  CHECK(watched_codes(harness, 2) == std::vector<std::int64_t>{0});
 }
 
 TEST_CASE("watcher: a rebase holds changes until it has been quiet, then reports them") {
