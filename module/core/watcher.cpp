@@ -922,7 +922,9 @@ void Watcher::request_probe(const std::string& control_dir) {
   schedule_flush(FlushUrgency::settle);
 }
 
-void Watcher::set_hold_limit(std::chrono::milliseconds limit) { hold_.set_limit(limit); }
+void Watcher::set_hold_limit(std::chrono::milliseconds limit) {
+  hold_.set_limit(limit);
+}
 
 void Watcher::notice_failure_once(const char* function, int error, const char* consequence) {
   if (!noticed_failures_.emplace(function, error).second) return;

@@ -31,8 +31,8 @@
 #include <vector>
 
 #include "core/engine.h"
-#include "core/worker_pool.h"
 #include "core/vcs.h"
+#include "core/worker_pool.h"
 
 namespace fastrevert {
 
@@ -95,11 +95,11 @@ class Watcher : public Service {
   // Registers PATH under ID, replacing any earlier registration of ID.  PATH
   // should be absolute (the engine thread shares the process's working
   // directory with Emacs).  The baseline signature is taken by the next
-  // sweep, off the loop, and announced with a file_watched record.  A name with no last component (ending in a slash)
-  // cannot be matched against kernel events and is polled.  With CONTENTS,
-  // PATH is a directory whose entries matter (a Dired buffer): the directory
-  // itself is watched too, and any event inside it has PATH stat'ed, whose
-  // modification time moves when an entry comes or goes.
+  // sweep, off the loop, and announced with a file_watched record.  A name with no last component
+  // (ending in a slash) cannot be matched against kernel events and is polled.  With CONTENTS, PATH
+  // is a directory whose entries matter (a Dired buffer): the directory itself is watched too, and
+  // any event inside it has PATH stat'ed, whose modification time moves when an entry comes or
+  // goes.
   void add(std::uint64_t id, std::string path, WatchMode mode, bool contents = false);
   // Forgets ID.  Unknown ids are ignored.
   void remove(std::uint64_t id);

@@ -953,7 +953,8 @@ TEST_CASE("watcher: stopping the engine does not wait for a stat that hangs") {
   auto engine = std::make_unique<Engine>(fds[1]);
   watcher_test_hooks().stat_delay_ms.store(3000);
   int started_before = watcher_test_hooks().delayed_stats_started.load();
-  REQUIRE(engine->post([&](Engine& e) { e.service<Watcher>().add(1, dir / "file", WatchMode::notify); }));
+  REQUIRE(engine->post(
+      [&](Engine& e) { e.service<Watcher>().add(1, dir / "file", WatchMode::notify); }));
   // Wait for the delayed stat to be under way: a sweep that has not started
   // yet would simply be dropped.
   auto deadline = Clock::now() + 5s;
