@@ -190,6 +190,24 @@ std::vector<std::string> child_environment(const std::vector<std::string_view>& 
   return environment;
 }
 
+std::shared_ptr<const std::vector<std::string>> EnvironmentCache::get(
+    std::vector<std::string> blocks) {
+  if (environment_ && blocks == blocks_) return environment_;
+  std::vector<std::string_view> entries;
+  for (const std::string& block : blocks) {
+    std::string_view rest(block);
+    for (;;) {
+      std::size_t end = rest.find('\0');
+      entries.push_back(rest.substr(0, end));
+      if (end == std::string_view::npos) break;
+      rest.remove_prefix(end + 1);
+    }
+  }
+  environment_ = std::make_shared<const std::vector<std::string>>(child_environment(entries));
+  blocks_ = std::move(blocks);
+  return environment_;
+}
+
 Child spawn(const SpawnSpec& spec) {
   // The child's ends, dup'ed onto 0, 1 and 2 by the file actions and closed
   // here once the child has them.

@@ -28,6 +28,42 @@ void prepare_wake_fd(int fd) {
 
 }  // namespace
 
+const char* record_kind_name(RecordKind kind) noexcept {
+  switch (kind) {
+    case RecordKind::echo:
+      return "echo";
+    case RecordKind::notice:
+      return "notice";
+    case RecordKind::file_changed:
+      return "file-changed";
+    case RecordKind::file_watched:
+      return "file-watched";
+    case RecordKind::process_output:
+      return "process-output";
+    case RecordKind::process_exit:
+      return "process-exit";
+    case RecordKind::process_error:
+      return "process-error";
+  }
+  return "unknown";
+}
+
+const std::array<StatsCounter, 13> kStatsCounters = {{
+    {"watches", &Stats::watches},
+    {"polled-files", &Stats::polled_files},
+    {"kernel-events", &Stats::kernel_events},
+    {"events-dropped-natively", &Stats::events_dropped_natively},
+    {"batches", &Stats::batches},
+    {"overflows", &Stats::overflows},
+    {"processes", &Stats::processes},
+    {"bytes-read", &Stats::bytes_read},
+    {"commands", &Stats::commands},
+    {"records", &Stats::records},
+    {"wakes", &Stats::wakes},
+    {"drains", &Stats::drains},
+    {"drain-ns", &Stats::drain_ns},
+}};
+
 Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
   try {
     prepare_wake_fd(wake_fd_);

@@ -10,6 +10,7 @@
 
 #include <uv.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -40,6 +41,10 @@ enum class RecordKind : std::uint8_t {
   process_error,   // id: the process id; data: why the engine gave the process up.
 };
 
+// The symbol Lisp knows KIND by.  `fastrevert--record-kinds' lists these
+// names in the order of the enum.
+const char* record_kind_name(RecordKind kind) noexcept;
+
 struct Record {
   RecordKind kind = RecordKind::notice;
   std::uint64_t id = 0;
@@ -66,6 +71,16 @@ struct Stats {
   // Nanoseconds the main thread spent handling drained records.
   std::atomic<std::uint64_t> drain_ns{0};
 };
+
+// A counter of Stats and the name `fastrevert-stats' shows it under (as a
+// keyword: `:NAME').
+struct StatsCounter {
+  const char* name;
+  std::atomic<std::uint64_t> Stats::*counter;
+};
+
+// Every counter of Stats, in the order `fastrevert-stats' lists them.
+extern const std::array<StatsCounter, 13> kStatsCounters;
 
 class Engine;
 

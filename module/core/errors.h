@@ -2,7 +2,9 @@
 // signal `fastrevert-system-error' with data (FUNCTION STRERROR PATH).
 #pragma once
 
+#include <optional>
 #include <string>
+#include <string_view>
 #include <system_error>
 
 namespace fastrevert {
@@ -23,5 +25,15 @@ class SystemError : public std::system_error {
 
 // Throws a SystemError for the current errno.
 [[noreturn]] void throw_errno(const char* function, std::string path = {});
+
+// The error condition Emacs's report_file_errno signals for ERROR: ENOENT is
+// `file-missing', EACCES `permission-denied', EEXIST `file-already-exists',
+// and any other errno `file-error'.
+const char* file_error_condition(int error) noexcept;
+
+// The errno named NAME, for the errors Emacs reports about a program or a
+// directory ("ENOENT", "EACCES", "EISDIR", "ENOTDIR", "ENAMETOOLONG"), or
+// std::nullopt for any other name.
+std::optional<int> file_errno_named(std::string_view name) noexcept;
 
 }  // namespace fastrevert

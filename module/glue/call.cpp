@@ -7,16 +7,13 @@
 // file names and arguments already encoded, and report failures as data so
 // that Lisp can signal exactly what the stock primitives signal.
 #include <fcntl.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
-#include <utility>
 
 #include "core/call.h"
 #include "core/child.h"
@@ -160,13 +157,10 @@ FASTREVERT_DEFUN("fastrevert--mod-strerror", mod_strerror, 1, 1,
                  "NAME is one of the symbols `ENOENT', `EACCES', `EISDIR', `ENOTDIR',\n"
                  "`ENAMETOOLONG'.\n\n"
                  "(fn NAME)") {
-  static const std::pair<const char*, int> kErrors[] = {{"ENOENT", ENOENT},
-                                                        {"EACCES", EACCES},
-                                                        {"EISDIR", EISDIR},
-                                                        {"ENOTDIR", ENOTDIR},
-                                                        {"ENAMETOOLONG", ENAMETOOLONG}};
-  for (const auto& entry : kErrors) {
-    if (env.eq(args[0], env.intern(entry.first))) return env.unibyte(std::strerror(entry.second));
+  std::optional<int> number;
+  if (env.truthy(env.call("symbolp", {args[0]}))) {
+    number = file_errno_named(env.to_bytes(env.call("symbol-name", {args[0]})));
   }
+  if (number) return env.unibyte(std::strerror(*number));
   env.wrong_type("symbolp", args[0]);
 }

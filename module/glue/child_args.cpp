@@ -1,63 +1,25 @@
 #include "glue/child_args.h"
 
-#include <cerrno>
 #include <cstddef>
 #include <cstring>
-#include <memory>
 #include <optional>
-#include <string_view>
-#include <utility>
 
 namespace fastrevert::glue {
 
 namespace {
 
-// The condition Emacs's report_file_errno raises for ERROR.
-const char* file_error_condition(int error) {
-  switch (error) {
-    case ENOENT:
-      return "file-missing";
-    case EACCES:
-      return "permission-denied";
-    case EEXIST:
-      return "file-already-exists";
-    default:
-      return "file-error";
-  }
-}
-
-// The child's environment from the Lisp list VALUE, whose strings each hold
-// one or more "NAME=VALUE" entries separated by NUL bytes, in
-// `process-environment' order.  Lisp keeps the block of a run of children in
-// the same environment, which saves making the string; the environment made
-// from it is kept here, which saves parsing it again (some 10 to 20 us a
-// child, 1 to 2% of a spawn): a run costs one comparison each.
-std::shared_ptr<const std::vector<std::string>> environment_from(Env& env, emacs_value value) {
-  static std::vector<std::string> last_blocks;
-  static std::shared_ptr<const std::vector<std::string>> last_environment;
+// The strings of the Lisp list VALUE, as bytes; it ends at its first
+// non-string.
+std::vector<std::string> string_list(Env& env, emacs_value value) {
   emacs_value car = env.intern("car-safe");
   emacs_value cdr = env.intern("cdr-safe");
-  std::vector<std::string> blocks;
-  for (;;) {
-    emacs_value item = env.funcall(car, {value});
-    if (!env.is_string(item)) break;
-    blocks.push_back(env.to_bytes(item));
+  std::vector<std::string> strings;
+  for (emacs_value item = env.funcall(car, {value}); env.is_string(item);
+       item = env.funcall(car, {value})) {
+    strings.push_back(env.to_bytes(item));
     value = env.funcall(cdr, {value});
   }
-  if (last_environment && blocks == last_blocks) return last_environment;
-  std::vector<std::string_view> entries;
-  for (const std::string& block : blocks) {
-    std::string_view rest(block);
-    for (;;) {
-      std::size_t end = rest.find('\0');
-      entries.push_back(rest.substr(0, end));
-      if (end == std::string_view::npos) break;
-      rest.remove_prefix(end + 1);
-    }
-  }
-  last_environment = std::make_shared<const std::vector<std::string>>(child_environment(entries));
-  last_blocks = std::move(blocks);
-  return last_environment;
+  return strings;
 }
 
 }  // namespace
@@ -87,7 +49,10 @@ std::int64_t integer_arg(Env& env, emacs_value value) {
 void fill_spec(Env& env, emacs_value* args, SpawnSpec& spec) {
   spec.program = env.to_bytes(args[0]);
   spec.argv = string_vector(env, args[1]);
-  spec.env = environment_from(env, args[2]);
+  // Lisp keeps the blocks of a run of children in the same environment,
+  // and the cache the environment made from them.
+  static EnvironmentCache environments;
+  spec.env = environments.get(string_list(env, args[2]));
   spec.cwd = env.to_bytes(args[3]);
 }
 

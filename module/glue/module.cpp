@@ -6,14 +6,13 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <deque>
 #include <memory>
 #include <new>
-#include <optional>
 #include <stdexcept>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/duration.h"
 #include "core/engine.h"
@@ -40,26 +39,6 @@ namespace {
 // one.  The slot is made once and never destroyed, so that exit() runs no
 // destructor that would stop an engine from under a frame it interrupted.
 std::shared_ptr<Engine>& running_engine = *new std::shared_ptr<Engine>();
-
-const char* record_kind_name(RecordKind kind) {
-  switch (kind) {
-    case RecordKind::echo:
-      return "echo";
-    case RecordKind::notice:
-      return "notice";
-    case RecordKind::file_changed:
-      return "file-changed";
-    case RecordKind::file_watched:
-      return "file-watched";
-    case RecordKind::process_output:
-      return "process-output";
-    case RecordKind::process_exit:
-      return "process-exit";
-    case RecordKind::process_error:
-      return "process-error";
-  }
-  return "unknown";
-}
 
 // Signals `wrong-type-argument' unless PROCESS is a live pipe process, the
 // only kind `open_channel' can take a descriptor of.
@@ -267,36 +246,13 @@ FASTREVERT_DEFUN("fastrevert--mod-stats", mod_stats, 0, 0,
                  "Return a plist of the engine's counters, or nil if it is not running.") {
   Engine* current = engine_if_running();
   if (current == nullptr) return env.nil();
-  const Stats& stats = current->stats();
-  auto count = [&env](const std::atomic<std::uint64_t>& value) {
-    return env.integer(static_cast<std::int64_t>(value.load(std::memory_order_relaxed)));
-  };
-  return env.list({env.intern(":watches"),
-                   count(stats.watches),
-                   env.intern(":polled-files"),
-                   count(stats.polled_files),
-                   env.intern(":kernel-events"),
-                   count(stats.kernel_events),
-                   env.intern(":events-dropped-natively"),
-                   count(stats.events_dropped_natively),
-                   env.intern(":batches"),
-                   count(stats.batches),
-                   env.intern(":overflows"),
-                   count(stats.overflows),
-                   env.intern(":processes"),
-                   count(stats.processes),
-                   env.intern(":bytes-read"),
-                   count(stats.bytes_read),
-                   env.intern(":commands"),
-                   count(stats.commands),
-                   env.intern(":records"),
-                   count(stats.records),
-                   env.intern(":wakes"),
-                   count(stats.wakes),
-                   env.intern(":drains"),
-                   count(stats.drains),
-                   env.intern(":drain-ns"),
-                   count(stats.drain_ns)});
+  std::vector<emacs_value> plist;
+  for (const StatsCounter& entry : kStatsCounters) {
+    std::uint64_t count = (current->stats().*entry.counter).load(std::memory_order_relaxed);
+    plist.push_back(env.intern((std::string(":") + entry.name).c_str()));
+    plist.push_back(env.integer(static_cast<std::int64_t>(count)));
+  }
+  return env.list(plist);
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-test-throw", mod_test_throw, 1, 1,

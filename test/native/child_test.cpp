@@ -411,3 +411,26 @@ TEST_CASE("signal_number accepts names in any case with or without the SIG prefi
   CHECK_FALSE(signal_number("SIG").has_value());
   CHECK_FALSE(signal_number("NOSUCH").has_value());
 }
+
+TEST_CASE("the environment cache splits blocks at NUL bytes, the first definition winning",
+          "[spawn]") {
+  EnvironmentCache cache;
+  std::string first("A=1\0B=2", 7);
+  std::string second("A=3\0C\0D=4", 9);
+  auto environment = cache.get({first, second});
+  // C, a lone name, removes the variable; A keeps its first value.
+  CHECK(*environment == std::vector<std::string>{"A=1", "B=2", "D=4"});
+}
+
+TEST_CASE("the environment cache makes an environment once for a run of the same blocks",
+          "[spawn]") {
+  EnvironmentCache cache;
+  auto first = cache.get({"A=1", "B=2"});
+  auto again = cache.get({"A=1", "B=2"});
+  CHECK(again == first);
+  auto other = cache.get({"A=1", "B=3"});
+  CHECK(other != first);
+  CHECK(*other == std::vector<std::string>{"A=1", "B=3"});
+  // The one made first is still whole for the children that hold it.
+  CHECK(*first == std::vector<std::string>{"A=1", "B=2"});
+}

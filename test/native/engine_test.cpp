@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -12,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -425,4 +427,39 @@ TEST_CASE("stopping from a frame that holds the engine leaves it usable until re
   Record record;
   REQUIRE_FALSE(held->take(record, held->begin_drain()));
   REQUIRE_FALSE(held->wait_for_records(std::chrono::milliseconds(10)));
+}
+
+TEST_CASE("every record kind has the name Lisp knows it by, in the order of the enum",
+          "[engine]") {
+  // The order of `fastrevert--record-kinds' in lisp/fastrevert-engine.el.
+  const char* const lisp_names[] = {"echo",           "notice",       "file-changed",
+                                    "file-watched",   "process-output", "process-exit",
+                                    "process-error"};
+  for (std::size_t i = 0; i < std::size(lisp_names); ++i) {
+    CHECK(std::string(fastrevert::record_kind_name(static_cast<RecordKind>(i))) ==
+          lisp_names[i]);
+  }
+}
+
+TEST_CASE("the stats table names every counter once and reads the counter it names",
+          "[engine]") {
+  using fastrevert::Stats;
+  using fastrevert::kStatsCounters;
+  // A counter added to Stats but not to the table would be missing from
+  // `fastrevert-stats'.
+  CHECK(kStatsCounters.size() * sizeof(std::atomic<std::uint64_t>) == sizeof(Stats));
+  for (std::size_t i = 0; i < kStatsCounters.size(); ++i) {
+    for (std::size_t j = i + 1; j < kStatsCounters.size(); ++j) {
+      CHECK(std::string(kStatsCounters[i].name) != kStatsCounters[j].name);
+      CHECK(kStatsCounters[i].counter != kStatsCounters[j].counter);
+    }
+  }
+  Stats stats;
+  stats.watches = 7;
+  stats.drain_ns = 9;
+  for (const auto& entry : kStatsCounters) {
+    std::string name = entry.name;
+    std::uint64_t expected = name == "watches" ? 7 : name == "drain-ns" ? 9 : 0;
+    CHECK((stats.*entry.counter).load() == expected);
+  }
 }
