@@ -25,10 +25,8 @@ std::vector<std::string> string_list(Env& env, emacs_value value) {
 }  // namespace
 
 std::vector<std::string> string_vector(Env& env, emacs_value value) {
+  if (!env.is_a(value, "vector")) env.wrong_type("vectorp", value);
   emacs_env* raw = env.raw();
-  emacs_value type = raw->type_of(raw, value);
-  env.check();
-  if (!env.eq(type, env.intern("vector"))) env.wrong_type("vectorp", value);
   std::ptrdiff_t size = raw->vec_size(raw, value);
   env.check();
   std::vector<std::string> strings;

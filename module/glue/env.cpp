@@ -11,52 +11,6 @@
 
 namespace fastrevert::glue {
 
-emacs_value Env::intern(const char* name) const {
-  emacs_value symbol = raw_->intern(raw_, name);
-  check();
-  return symbol;
-}
-
-emacs_value Env::funcall(emacs_value function, std::initializer_list<emacs_value> args) const {
-  emacs_value result = raw_->funcall(raw_, function, static_cast<std::ptrdiff_t>(args.size()),
-                                     const_cast<emacs_value*>(args.begin()));
-  check();
-  return result;
-}
-
-emacs_value Env::funcall(emacs_value function, const std::vector<emacs_value>& args) const {
-  emacs_value result = raw_->funcall(raw_, function, static_cast<std::ptrdiff_t>(args.size()),
-                                     const_cast<emacs_value*>(args.data()));
-  check();
-  return result;
-}
-
-emacs_value Env::string(std::string_view utf8) const {
-  emacs_value value =
-      raw_->make_string(raw_, utf8.data(), static_cast<std::ptrdiff_t>(utf8.size()));
-  check();
-  return value;
-}
-
-emacs_value Env::unibyte(std::string_view bytes) const {
-  emacs_value value =
-      raw_->make_unibyte_string(raw_, bytes.data(), static_cast<std::ptrdiff_t>(bytes.size()));
-  check();
-  return value;
-}
-
-emacs_value Env::integer(std::int64_t value) const {
-  emacs_value result = raw_->make_integer(raw_, value);
-  check();
-  return result;
-}
-
-std::int64_t Env::to_integer(emacs_value value) const {
-  std::int64_t result = raw_->extract_integer(raw_, value);
-  check();
-  return result;
-}
-
 std::string Env::to_bytes(emacs_value value) const {
   if (!is_string(value)) wrong_type("stringp", value);
   std::ptrdiff_t size = 0;
@@ -78,35 +32,6 @@ std::chrono::nanoseconds Env::to_duration(emacs_value seconds) const {
   std::optional<std::chrono::nanoseconds> duration = seconds_to_duration(value);
   if (!duration) signal("args-out-of-range", list({seconds}));
   return *duration;
-}
-
-bool Env::is_string(emacs_value value) const {
-  bool result = raw_->eq(raw_, raw_->type_of(raw_, value), intern("string"));
-  check();
-  return result;
-}
-
-bool Env::is_integer(emacs_value value) const {
-  emacs_value type = raw_->type_of(raw_, value);
-  check();
-  return raw_->eq(raw_, type, intern("integer"));
-}
-
-void Env::wrong_type(const char* predicate, emacs_value value) const {
-  signal("wrong-type-argument", list({intern(predicate), value}));
-}
-
-void Env::signal(const char* symbol, emacs_value data) const {
-  raw_->non_local_exit_signal(raw_, intern(symbol), data);
-  throw PendingExit{};
-}
-
-bool Env::quit_requested() const noexcept {
-  return raw_->process_input(raw_) == emacs_process_input_quit;
-}
-
-void Env::check() const {
-  if (raw_->non_local_exit_check(raw_) != emacs_funcall_exit_return) throw PendingExit{};
 }
 
 namespace {

@@ -28,13 +28,17 @@ class Env {
 
   emacs_env* raw() const noexcept { return raw_; }
 
-  emacs_value intern(const char* name) const;
+  emacs_value intern(const char* name) const { return checked(raw_->intern(raw_, name)); }
   emacs_value nil() const { return intern("nil"); }
   emacs_value t() const { return intern("t"); }
   emacs_value boolean(bool value) const { return value ? t() : nil(); }
 
-  emacs_value funcall(emacs_value function, std::initializer_list<emacs_value> args) const;
-  emacs_value funcall(emacs_value function, const std::vector<emacs_value>& args) const;
+  emacs_value funcall(emacs_value function, std::initializer_list<emacs_value> args) const {
+    return funcall(function, args.begin(), args.size());
+  }
+  emacs_value funcall(emacs_value function, const std::vector<emacs_value>& args) const {
+    return funcall(function, args.data(), args.size());
+  }
   emacs_value call(const char* function, std::initializer_list<emacs_value> args) const {
     return funcall(intern(function), args);
   }
@@ -43,14 +47,22 @@ class Env {
   }
 
   // Multibyte string from UTF-8.
-  emacs_value string(std::string_view utf8) const;
+  emacs_value string(std::string_view utf8) const {
+    return checked(raw_->make_string(raw_, utf8.data(), size(utf8)));
+  }
   // Unibyte string holding BYTES unchanged.
-  emacs_value unibyte(std::string_view bytes) const;
-  emacs_value integer(std::int64_t value) const;
+  emacs_value unibyte(std::string_view bytes) const {
+    return checked(raw_->make_unibyte_string(raw_, bytes.data(), size(bytes)));
+  }
+  emacs_value integer(std::int64_t value) const {
+    return checked(raw_->make_integer(raw_, value));
+  }
 
   // These signal `wrong-type-argument' (through Emacs) for a value of the
   // wrong type, which arrives here as PendingExit.
-  std::int64_t to_integer(emacs_value value) const;
+  std::int64_t to_integer(emacs_value value) const {
+    return checked(raw_->extract_integer(raw_, value));
+  }
   // The bytes of STRING: UTF-8 for a multibyte string, the bytes themselves
   // for a unibyte one (so Lisp passes file names encoded).
   // Signals `wrong-type-argument' for a non-string.
@@ -63,21 +75,48 @@ class Env {
 
   bool truthy(emacs_value value) const noexcept { return raw_->is_not_nil(raw_, value); }
   bool eq(emacs_value a, emacs_value b) const noexcept { return raw_->eq(raw_, a, b); }
-  bool is_string(emacs_value value) const;
-  bool is_integer(emacs_value value) const;
+  // Whether VALUE's `type-of' is the symbol TYPE.
+  bool is_a(emacs_value value, const char* type) const {
+    return eq(checked(raw_->type_of(raw_, value)), intern(type));
+  }
+  bool is_string(emacs_value value) const { return is_a(value, "string"); }
+  bool is_integer(emacs_value value) const { return is_a(value, "integer"); }
 
   // Signals `wrong-type-argument' with (PREDICATE VALUE) and throws PendingExit.
-  [[noreturn]] void wrong_type(const char* predicate, emacs_value value) const;
+  [[noreturn]] void wrong_type(const char* predicate, emacs_value value) const {
+    signal("wrong-type-argument", list({intern(predicate), value}));
+  }
   // Signals SYMBOL with DATA and throws PendingExit.
-  [[noreturn]] void signal(const char* symbol, emacs_value data) const;
+  [[noreturn]] void signal(const char* symbol, emacs_value data) const {
+    raw_->non_local_exit_signal(raw_, intern(symbol), data);
+    throw PendingExit{};
+  }
 
   // True when the user has asked to quit (C-g) while native code runs.
-  bool quit_requested() const noexcept;
+  bool quit_requested() const noexcept {
+    return raw_->process_input(raw_) == emacs_process_input_quit;
+  }
 
   // Throws PendingExit if a non-local exit is pending.
-  void check() const;
+  void check() const {
+    if (raw_->non_local_exit_check(raw_) != emacs_funcall_exit_return) throw PendingExit{};
+  }
 
  private:
+  // RESULT, the value of an env call just made, once check() passed.
+  template <typename T>
+  T checked(T result) const {
+    check();
+    return result;
+  }
+  static std::ptrdiff_t size(std::string_view text) noexcept {
+    return static_cast<std::ptrdiff_t>(text.size());
+  }
+  emacs_value funcall(emacs_value function, const emacs_value* args, std::size_t count) const {
+    return checked(raw_->funcall(raw_, function, static_cast<std::ptrdiff_t>(count),
+                                 const_cast<emacs_value*>(args)));
+  }
+
   emacs_env* raw_;
 };
 
