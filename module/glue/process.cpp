@@ -8,30 +8,17 @@
 // Their output and exit reach Lisp as engine records, drained by
 // glue/module.cpp; the process table (core/process_table.h) reads them on the
 // engine thread.
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <sys/wait.h>
+#include <sys/types.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <atomic>
-#include <cctype>
-#include <cerrno>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <functional>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
-#include <unordered_set>
 #include <utility>
-#include <vector>
 
 #include "core/child.h"
 #include "core/engine.h"
@@ -78,18 +65,11 @@ int handed_fd_arg(Env& env, emacs_value value) {
 namespace fastrevert::glue {
 
 void processes_note_delivery(const Record& record) {
-  if (record.kind == RecordKind::process_output && record.code == ProcessTable::kStdoutMemfdCode) {
-    handed_fds.add(std::stoi(record.data));
-  }
+  handed_fds.note_delivery(record);
 }
 
 void processes_discard(const std::deque<Record>& records) noexcept {
-  for (const Record& record : records) {
-    if (record.kind == RecordKind::process_output &&
-        record.code == ProcessTable::kStdoutMemfdCode) {
-      close(std::atoi(record.data.c_str()));
-    }
-  }
+  HandedFds::discard(records);
 }
 
 }  // namespace fastrevert::glue
@@ -191,34 +171,8 @@ FASTREVERT_DEFUN("fastrevert--mod-memfd-release", mod_memfd_release, 3, 3,
   int descriptor = handed_fd_arg(env, args[0]);
   std::int64_t end = integer_arg(env, args[1]);
   if (end < 0) env.signal("args-out-of-range", env.list({args[1]}));
-  auto length = static_cast<off_t>(end);
-  bool close_it = env.truthy(args[2]);
-  // From here on the number is no longer Lisp's: a second release or
-  // close of it is refused, even before the engine has closed it.
-  if (close_it) handed_fds.remove(descriptor);
-  auto release = [descriptor, length, close_it] {
-    if (length > 0) fallocate(descriptor, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, length);
-    if (close_it) close(descriptor);
-  };
-  // Freeing a few pages costs less than waking the engine for it.  Calls
-  // posted earlier must run first, though: a close here could otherwise
-  // hand the number to a new file before the engine punches holes in it.
-  constexpr blkcnt_t kInlineBlocks = (256 * 1024) / 512;
-  static std::atomic<int> releases_posted{0};
-  struct stat status;
-  Engine* running = engine_if_running();
-  bool small = fstat(descriptor, &status) == 0 && status.st_blocks <= kInlineBlocks;
-  if (running && !(small && releases_posted.load(std::memory_order_acquire) == 0)) {
-    releases_posted.fetch_add(1, std::memory_order_acq_rel);
-    if (running->post([release](Engine&) {
-          release();
-          releases_posted.fetch_sub(1, std::memory_order_acq_rel);
-        })) {
-      return env.nil();
-    }
-    releases_posted.fetch_sub(1, std::memory_order_acq_rel);
-  }
-  release();
+  handed_fds.release(descriptor, static_cast<off_t>(end), env.truthy(args[2]),
+                     engine_if_running());
   return env.nil();
 }
 
