@@ -88,9 +88,10 @@ run `make' in the fastrevert source tree or M-x fastrevert-module-compile"
 
 ;; The engine reports in records of four fields: KIND, ID, CODE and
 ;; DATA.  The constants below name what the native side puts in them:
-;; the enum `RecordKind' of module/core/engine.h, and the codes and the
-;; layout of the process table's `process-output' records.  They change
-;; together with it.
+;; the enum `RecordKind' of module/core/engine.h, the codes and the
+;; layout of the process table's `process-output' records, and the
+;; words of its `process-exit' records (`exit_how_name' in
+;; module/core/child.h).  They change together with it.
 
 (defconst fastrevert--record-kinds
   [echo notice file-changed file-watched process-output process-exit process-error]
@@ -139,6 +140,23 @@ a unibyte string of the last bytes of the stream so far."
     (dotimes (i fastrevert--memfd-range-end-bytes)
       (setq end (logior end (ash (aref data (+ at i)) (* 8 i)))))
     (cons end (substring data (+ at fastrevert--memfd-range-end-bytes)))))
+
+(defconst fastrevert--exit-exited "exited"
+  "The data of a `process-exit' record of a child that exited.
+The record's code is the exit code.")
+
+(defconst fastrevert--exit-signaled "signaled"
+  "The data of a `process-exit' record of a child killed by a signal.
+The record's code is the signal's number.")
+
+(defconst fastrevert--exit-core-dumped "core-dumped"
+  "The data of a `process-exit' record of a child killed with a core dump.
+The record's code is the signal's number.")
+
+(defconst fastrevert--exit-lost "lost"
+  "The data of a `process-exit' record of a child whose status is lost.
+Something else reaped it (SIGCHLD ignored), or the engine could not
+take it over; the record's code is -1.")
 
 ;;;; The engine
 

@@ -424,29 +424,27 @@ For when the engine passes the rest of the output as strings."
           (set-marker mark (point))
           (goto-char (if (>= opoint before) (+ opoint (- (point) before)) opoint)))))))
 
-(defun fastrevert--on-process-exit (id code data)
-  "Handle the exit of engine process ID with raw wait status CODE.
-DATA is empty."
+(defun fastrevert--on-process-exit (id code how)
+  "Handle the exit of engine process ID, which ended as HOW with CODE.
+HOW is the word of a `process-exit' record (`fastrevert--exit-exited'
+and its siblings), which says what CODE is."
   (let ((process (gethash id fastrevert--processes)))
     (when process
-      (fastrevert--process-receive process #'fastrevert--process-exit code data))))
+      (fastrevert--process-receive process #'fastrevert--process-exit code how))))
 
-(defun fastrevert--process-exit (process code _data)
-  "Report the end of PROCESS, whose raw wait status is CODE."
+(defun fastrevert--process-exit (process code how)
+  "Report the end of PROCESS, which ended as HOW with CODE.
+HOW and CODE are as for `fastrevert--on-process-exit'.  A child whose
+status is lost ends as one that exited with code -1, as in Emacs."
   (when (eq (gethash (fastrevert--process-id process) fastrevert--processes) process)
     (when (fastrevert--process-memfd process)
       (fastrevert--process-memfd-deliver process t))
     (fastrevert--process-flush-tails process)
-    (cond ((< code 0)
-           (setf (fastrevert--process-status process) 'exit
-                 (fastrevert--process-exit-status process) -1))
-          ((zerop (logand code #x7f))
-           (setf (fastrevert--process-status process) 'exit
-                 (fastrevert--process-exit-status process) (logand (ash code -8) #xff)))
-          (t
-           (setf (fastrevert--process-status process) 'signal
-                 (fastrevert--process-exit-status process) (logand code #x7f)
-                 (fastrevert--process-core-dumped process) (/= 0 (logand code #x80)))))
+    (let ((core-dumped (equal how fastrevert--exit-core-dumped)))
+      (setf (fastrevert--process-status process)
+            (if (or core-dumped (equal how fastrevert--exit-signaled)) 'signal 'exit)
+            (fastrevert--process-exit-status process) code
+            (fastrevert--process-core-dumped process) core-dumped))
     (fastrevert--process-finish process)))
 
 (defun fastrevert--on-process-error (id code data)

@@ -392,6 +392,18 @@ ExitStatus exit_status(int wait_status) noexcept {
   return status;
 }
 
+const char* exit_how_name(const ExitStatus& status) noexcept {
+  switch (status.how) {
+    case ExitStatus::How::exited:
+      return "exited";
+    case ExitStatus::How::signaled:
+      return status.core_dumped ? "core-dumped" : "signaled";
+    case ExitStatus::How::lost:
+      break;
+  }
+  return "lost";
+}
+
 QuitEscalation::QuitEscalation(const Child& child, bool process_group, int quit_signal,
                                std::chrono::milliseconds grace) noexcept
     : child_(child), process_group_(process_group), quit_signal_(quit_signal), grace_(grace) {}

@@ -169,6 +169,12 @@ struct ExitStatus {
 // Decodes the wait status WAIT_STATUS, or -1 for a child reaped elsewhere.
 ExitStatus exit_status(int wait_status) noexcept;
 
+// How STATUS ended, in one word: "exited", "signaled", "core-dumped" (killed
+// by a signal, with a core dump) or "lost".  The data of a process_exit
+// record (see core/process_table.h); Lisp mirrors these words
+// (lisp/fastrevert-engine.el), so they never change.
+const char* exit_how_name(const ExitStatus& status) noexcept;
+
 // What a quit does to a running child: QUIT_SIGNAL (SIGINT, as C-g gives a
 // stock `call-process' child) first, then SIGKILL when the user quits again
 // or GRACE passes without the child exiting.  Nothing is sent to a child

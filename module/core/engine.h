@@ -37,7 +37,7 @@ enum class RecordKind : std::uint8_t {
                    // code: 1 if its first check waits for a VCS operation (a
                    // file_changed follows when it ends), else 0.
   process_output,  // id: the process id; code: 1 stdout, 2 stderr; data: bytes.
-  process_exit,    // id: the process id; code: the wait status.
+  process_exit,    // id: the process id; code, data: how it ended (see process_table.h).
   process_error,   // id: the process id; data: why the engine gave the process up.
 };
 

@@ -177,7 +177,7 @@ void ProcessTable::adopt_or_report(std::uint64_t id, std::unique_ptr<ProcessHand
   } catch (const std::exception& error) {
     // adopt() killed and reaped the child; tell its owner it is gone.
     engine_.report(RecordKind::notice, id, 0, error.what());
-    engine_.report(RecordKind::process_exit, id, -1, "");
+    engine_.report(RecordKind::process_exit, id, -1, exit_how_name(ExitStatus{}));
   }
 }
 
@@ -748,7 +748,8 @@ void ProcessTable::maybe_finish(Process& process) {
   if (!process.reaped || process.out.fd >= 0 || process.err.fd >= 0) return;
   process.finished = true;
   if (!process.removed) {
-    engine_.emit(Record{RecordKind::process_exit, process.id, process.wait_status, {}});
+    ExitStatus status = exit_status(process.wait_status);
+    engine_.emit(Record{RecordKind::process_exit, process.id, status.code, exit_how_name(status)});
   }
   retire(process);
 }

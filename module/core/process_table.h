@@ -39,8 +39,9 @@
 //   the file.  If the memfd cannot be made or written, a notice says so and
 //   the rest of stdout comes as ordinary code 1 records.  A small output
 //   thus never costs a file.
-// - process_exit (code: the raw wait status, or -1 when someone else reaped
-//   the child): exactly one, after both output pipes reached end of file (or
+// - process_exit (data: how the child ended, see exit_how_name(); code: its
+//   exit code, the number of the signal that killed it, or -1 when someone
+//   else reaped it and its status is lost): exactly one, after both output pipes reached end of file (or
 //   were closed) and the child was reaped, so it follows all output.
 // - process_error (data: what went wrong): the table could not go on with
 //   the child, in practice because memory ran out while its output was

@@ -434,3 +434,17 @@ TEST_CASE("the environment cache makes an environment once for a run of the same
   // The one made first is still whole for the children that hold it.
   CHECK(*first == std::vector<std::string>{"A=1", "B=2"});
 }
+
+TEST_CASE("exit_how_name names each way a child ends in the word Lisp knows", "[spawn]") {
+  ExitStatus exited;
+  exited.how = ExitStatus::How::exited;
+  exited.code = 3;
+  CHECK(std::string(exit_how_name(exited)) == "exited");
+  ExitStatus signaled;
+  signaled.how = ExitStatus::How::signaled;
+  signaled.code = SIGTERM;
+  CHECK(std::string(exit_how_name(signaled)) == "signaled");
+  signaled.core_dumped = true;
+  CHECK(std::string(exit_how_name(signaled)) == "core-dumped");
+  CHECK(std::string(exit_how_name(exit_status(-1))) == "lost");
+}

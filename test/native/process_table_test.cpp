@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -70,8 +69,8 @@ TEST_CASE("process table delivers each stream in order and the exit record after
   const Record& last = harness.records().back();
   CHECK(last.kind == RecordKind::process_exit);
   CHECK(last.id == 1);
-  CHECK(WIFEXITED(last.code));
-  CHECK(WEXITSTATUS(last.code) == 3);
+  CHECK(last.data == "exited");
+  CHECK(last.code == 3);
   // Nothing more arrives for it.
   harness.wait_until([] { return false; }, std::chrono::milliseconds(100));
   CHECK(harness.exits_of(1) == 1);
@@ -79,7 +78,7 @@ TEST_CASE("process table delivers each stream in order and the exit record after
   harness.with_table([](ProcessTable& table) { CHECK_FALSE(table.contains(1)); });
 }
 
-TEST_CASE("process table reports exit codes and deaths by signal as raw wait statuses",
+TEST_CASE("process table reports exit codes and deaths by signal as codes and how they ended",
           "[process]") {
   EngineHarness harness;
   harness.with_table([](ProcessTable& table) {
@@ -93,11 +92,14 @@ TEST_CASE("process table reports exit codes and deaths by signal as raw wait sta
   REQUIRE(harness.wait_until([&] {
     return harness.exit_of(1) && harness.exit_of(2) && harness.exit_of(3) && harness.exit_of(4);
   }));
-  CHECK(WEXITSTATUS(harness.exit_of(1)->code) == 0);
-  CHECK(WEXITSTATUS(harness.exit_of(2)->code) == 42);
-  CHECK(WIFSIGNALED(harness.exit_of(3)->code));
-  CHECK(WTERMSIG(harness.exit_of(3)->code) == SIGTERM);
-  CHECK(WEXITSTATUS(harness.exit_of(4)->code) == 5);
+  CHECK(harness.exit_of(1)->data == "exited");
+  CHECK(harness.exit_of(1)->code == 0);
+  CHECK(harness.exit_of(2)->data == "exited");
+  CHECK(harness.exit_of(2)->code == 42);
+  CHECK(harness.exit_of(3)->data == "signaled");
+  CHECK(harness.exit_of(3)->code == SIGTERM);
+  CHECK(harness.exit_of(4)->data == "exited");
+  CHECK(harness.exit_of(4)->code == 5);
 }
 
 TEST_CASE("process table carries 100 MB of stdin through cat byte for byte", "[process]") {
@@ -108,6 +110,7 @@ TEST_CASE("process table carries 100 MB of stdin through cat byte for byte", "[p
   bool intact = true;
   bool exited = false;
   int status = -1;
+  std::string how;
   harness.on_record = [&](Record& record) {
     if (record.id != 1) return;
     if (record.kind == RecordKind::process_output) {
@@ -119,6 +122,7 @@ TEST_CASE("process table carries 100 MB of stdin through cat byte for byte", "[p
     } else if (record.kind == RecordKind::process_exit) {
       exited = true;
       status = static_cast<int>(record.code);
+      how = record.data;
     }
   };
 
@@ -137,7 +141,8 @@ TEST_CASE("process table carries 100 MB of stdin through cat byte for byte", "[p
   REQUIRE(harness.wait_until([&] { return exited; }, std::chrono::seconds(40)));
   CHECK(offset == size);
   CHECK(intact);
-  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(how == "exited");
+  CHECK(status == 0);
 }
 
 TEST_CASE("process table keeps a child that closed stdout early until it exits", "[process]") {
@@ -148,7 +153,8 @@ TEST_CASE("process table keeps a child that closed stdout early until it exits",
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
   CHECK(harness.output_of(1, 1) == "early\n");
   CHECK(harness.output_of(1, 2) == "late\n");
-  CHECK(WEXITSTATUS(harness.exit_of(1)->code) == 4);
+  CHECK(harness.exit_of(1)->data == "exited");
+  CHECK(harness.exit_of(1)->code == 4);
   CHECK(harness.records().back().kind == RecordKind::process_exit);
 }
 
@@ -167,8 +173,8 @@ TEST_CASE("process table stops a never-exiting child with the signal it is sent"
     CHECK_FALSE(table.signal(99, SIGTERM));
   });
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
-  CHECK(WIFSIGNALED(harness.exit_of(1)->code));
-  CHECK(WTERMSIG(harness.exit_of(1)->code) == SIGTERM);
+  CHECK(harness.exit_of(1)->data == "signaled");
+  CHECK(harness.exit_of(1)->code == SIGTERM);
   CHECK(is_gone(pid));
 }
 
@@ -372,7 +378,8 @@ TEST_CASE("process table survives a child that exits without reading its stdin",
   });
   std::ofstream(go).put('\n');
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
-  CHECK(WEXITSTATUS(harness.exit_of(1)->code) == 9);
+  CHECK(harness.exit_of(1)->data == "exited");
+  CHECK(harness.exit_of(1)->code == 9);
 }
 
 TEST_CASE("process table refuses a duplicate id and reaps the child it was handed", "[process]") {
@@ -596,8 +603,8 @@ TEST_CASE(
   CHECK(harness.records().front().id == 1);
   // The child was killed: its output could no longer be delivered whole.
   const Record* exit = harness.exit_of(1);
-  CHECK(WIFSIGNALED(exit->code));
-  CHECK(WTERMSIG(exit->code) == SIGKILL);
+  CHECK(exit->data == "signaled");
+  CHECK(exit->code == SIGKILL);
   CHECK(harness.output_of(1, 1).empty());
   // The engine thread lives on and serves the next child.
   harness.with_table([](ProcessTable& table) { table.start(2, shell("echo fine"), {}); });
@@ -670,4 +677,22 @@ TEST_CASE("a drain callback runs on the engine thread once the outbox is taken d
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   CHECK(called.load() == 1);
+}
+
+TEST_CASE("a child the engine cannot adopt is reported lost, with code -1, and reaped",
+          "[process]") {
+  EngineHarness harness;
+  harness.with_table([](ProcessTable& table) { table.start(1, never_exiting(), {}); });
+  Child second = spawn(never_exiting());
+  pid_t second_pid = second.pid;
+  // Id 1 is in use: the adoption fails, and its owner learns that the child
+  // is gone.
+  REQUIRE(post_adoption(harness.engine(), 1,
+                        std::make_unique<ProcessHandover>(std::move(second),
+                                                          ProcessTable::Options{})));
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  CHECK(harness.exit_of(1)->data == "lost");
+  CHECK(harness.exit_of(1)->code == -1);
+  CHECK(is_gone(second_pid));
+  harness.with_table([](ProcessTable& table) { CHECK(table.remove(1)); });
 }
