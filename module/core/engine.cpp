@@ -451,4 +451,25 @@ void Engine::thread_main() {
   finish_cv_.notify_all();
 }
 
+namespace {
+
+// How many drains are under way on the main thread, the only one that
+// drains.
+int drain_depth = 0;
+
+}  // namespace
+
+DrainTimer::DrainTimer(Engine& engine) noexcept
+    : engine_(engine), start_(std::chrono::steady_clock::now()), outermost_(drain_depth++ == 0) {}
+
+DrainTimer::~DrainTimer() {
+  --drain_depth;
+  if (!outermost_ || !handled_) return;
+  auto spent = std::chrono::steady_clock::now() - start_;
+  engine_.stats().drain_ns.fetch_add(
+      static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count()),
+      std::memory_order_relaxed);
+}
+
 }  // namespace fastrevert

@@ -331,4 +331,27 @@ class Engine {
   Stats stats_;
 };
 
+// Main thread.  Times one drain into Stats::drain_ns, the main thread's time
+// spent handling records, from its construction to its destruction.  A drain
+// nested in another (a handler that drains again) is inside the outer one's
+// time: only the outermost timer counts, and only when its drain handled a
+// record.
+class DrainTimer {
+ public:
+  explicit DrainTimer(Engine& engine) noexcept;
+  ~DrainTimer();
+
+  DrainTimer(const DrainTimer&) = delete;
+  DrainTimer& operator=(const DrainTimer&) = delete;
+
+  // Says that the drain handled a record.
+  void handled() noexcept { handled_ = true; }
+
+ private:
+  Engine& engine_;
+  std::chrono::steady_clock::time_point start_;
+  bool outermost_;
+  bool handled_ = false;
+};
+
 }  // namespace fastrevert

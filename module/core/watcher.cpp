@@ -119,6 +119,13 @@ FileSignature read_file_signature(const std::string& path) {
   return signature;
 }
 
+std::atomic<int>* WatcherTestHooks::fault(std::string_view kind) noexcept {
+  if (kind == "add-watch-errno") return &add_watch_errno;
+  if (kind == "init-errno") return &init_errno;
+  if (kind == "stat-delay-ms") return &stat_delay_ms;
+  return nullptr;
+}
+
 WatcherTestHooks& watcher_test_hooks() noexcept {
   static WatcherTestHooks hooks;
   return hooks;

@@ -25,6 +25,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -79,6 +80,10 @@ struct WatcherTestHooks {
   // How many delayed stats have begun, so a test can wait for one to be
   // under way.  Relaxed: a counter read for its value alone.
   std::atomic<int> delayed_stats_started{0};
+
+  // The fault a test names KIND: "add-watch-errno", "init-errno" or
+  // "stat-delay-ms"; nullptr for any other name.
+  std::atomic<int>* fault(std::string_view kind) noexcept;
 };
 
 WatcherTestHooks& watcher_test_hooks() noexcept;

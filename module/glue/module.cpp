@@ -183,14 +183,7 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
   if (!env.truthy(env.call("functionp", {args[0]}))) env.wrong_type("functionp", args[0]);
   std::shared_ptr<Engine> current = engine_reference();
   if (!current) return env.integer(0);
-  // The time of nested drains is inside their outer drain's: only the
-  // outermost one counts it.
-  static int depth = 0;
-  struct Nesting {
-    Nesting() noexcept { ++depth; }
-    ~Nesting() { --depth; }
-  } nesting;
-  auto start = std::chrono::steady_clock::now();
+  DrainTimer timer(*current);
   std::uint64_t end = current->begin_drain();
   std::int64_t handled = 0;
   Record record;
@@ -203,17 +196,11 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
                             env.integer(static_cast<std::int64_t>(record.id)),
                             env.integer(record.code), env.unibyte(record.data)});
       ++handled;
+      timer.handled();
     }
   } catch (const PendingExit&) {
     current->rewake();
     throw;
-  }
-  if (handled > 0 && depth == 1) {
-    auto spent = std::chrono::steady_clock::now() - start;
-    current->stats().drain_ns.fetch_add(
-        static_cast<std::uint64_t>(
-            std::chrono::duration_cast<std::chrono::nanoseconds>(spent).count()),
-        std::memory_order_relaxed);
   }
   return env.integer(handled);
 }

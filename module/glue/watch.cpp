@@ -88,21 +88,17 @@ FASTREVERT_DEFUN("fastrevert--mod-test-watch-fault", mod_test_watch_fault, 2, 2,
                  "0 to clear), `stat-delay-ms' (VALUE milliseconds), or `overflow'\n"
                  "(VALUE ignored: behave as if the kernel queue overflowed).\n\n"
                  "(fn KIND VALUE)") {
-  WatcherTestHooks& hooks = watcher_test_hooks();
   if (env.eq(args[0], env.intern("overflow"))) {
     post_or_signal(env, [](Engine& e) { e.service<Watcher>().inject_overflow(); });
     return env.nil();
   }
   auto value = static_cast<int>(env.to_integer(args[1]));
-  if (env.eq(args[0], env.intern("add-watch-errno"))) {
-    hooks.add_watch_errno.store(value, std::memory_order_relaxed);
-  } else if (env.eq(args[0], env.intern("init-errno"))) {
-    hooks.init_errno.store(value, std::memory_order_relaxed);
-  } else if (env.eq(args[0], env.intern("stat-delay-ms"))) {
-    hooks.stat_delay_ms.store(value, std::memory_order_relaxed);
-  } else {
-    env.wrong_type("fastrevert-watch-fault-p", args[0]);
+  std::atomic<int>* fault = nullptr;
+  if (env.truthy(env.call("symbolp", {args[0]}))) {
+    fault = watcher_test_hooks().fault(env.to_bytes(env.call("symbol-name", {args[0]})));
   }
+  if (!fault) env.wrong_type("fastrevert-watch-fault-p", args[0]);
+  fault->store(value, std::memory_order_relaxed);
   return env.nil();
 }
 

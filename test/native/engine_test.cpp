@@ -463,3 +463,31 @@ TEST_CASE("the stats table names every counter once and reads the counter it nam
     CHECK((stats.*entry.counter).load() == expected);
   }
 }
+
+TEST_CASE("only the outermost drain that handled a record counts its time", "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  const auto& drain_ns = engine.stats().drain_ns;
+  { fastrevert::DrainTimer idle(engine); }
+  CHECK(drain_ns.load() == 0);
+  {
+    fastrevert::DrainTimer outer(engine);
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    {
+      fastrevert::DrainTimer nested(engine);
+      nested.handled();
+    }
+    // The nested drain's time is inside the outer one's: not counted twice.
+    CHECK(drain_ns.load() == 0);
+    outer.handled();
+  }
+  CHECK(drain_ns.load() >= 2'000'000);
+  // The depth went back to zero: the next drain is outermost again.
+  auto before = drain_ns.load();
+  {
+    fastrevert::DrainTimer next(engine);
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    next.handled();
+  }
+  CHECK(drain_ns.load() >= before + 1'000'000);
+}

@@ -1155,3 +1155,12 @@ TEST_CASE("watcher: a zero hold limit reports changes in a locked repository at 
   append_file(file, "y");
   harness.expect_one_change(1);
 }
+
+TEST_CASE("watcher: a test names each fault hook by the word Lisp uses") {
+  fastrevert::WatcherTestHooks& hooks = watcher_test_hooks();
+  CHECK(hooks.fault("add-watch-errno") == &hooks.add_watch_errno);
+  CHECK(hooks.fault("init-errno") == &hooks.init_errno);
+  CHECK(hooks.fault("stat-delay-ms") == &hooks.stat_delay_ms);
+  CHECK(hooks.fault("overflow") == nullptr);
+  CHECK(hooks.fault("delayed-stats-started") == nullptr);
+}
