@@ -30,6 +30,7 @@
                   (program argv env cwd infile stdout stderr chunk))
 (declare-function fastrevert--mod-process-start "fastrevert-module"
                   (id program argv env cwd stdin stdout stderr framing read-size))
+(declare-function fastrevert--mod-strsignal "fastrevert-module" (signal))
 
 (defun fastrevert--call-process-coding (coding-args)
   "Return the coding system for output, as `call-process' chooses it.
@@ -196,10 +197,11 @@ This is `fastrevert-call-process' once a file name handler is ruled out."
             (fastrevert--process-raise result files))
           (when (and buffer (not inserted))
             (with-current-buffer buffer (funcall insert nil nil nil)))
-          (pcase-let ((`(,kind ,value ,_core) result))
-            (if (eq kind 'signal)
-                (decode-coding-string value (or locale-coding-system 'utf-8))
-              value)))))))
+          (pcase-let ((`(,how ,code) result))
+            (if (fastrevert--exit-signaled-p how)
+                (decode-coding-string (or (fastrevert--mod-strsignal code) "unknown")
+                                      (or locale-coding-system 'utf-8))
+              code)))))))
 
 (defun fastrevert--process-input-directory ()
   "Return the directory INFILE is expanded against, as stock does."

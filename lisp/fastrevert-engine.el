@@ -158,6 +158,10 @@ The record's code is the signal's number.")
 Something else reaped it (SIGCHLD ignored), or the engine could not
 take it over; the record's code is -1.")
 
+(defun fastrevert--exit-signaled-p (how)
+  "Return non-nil if HOW, the data of a `process-exit' record, is a signal's."
+  (or (equal how fastrevert--exit-signaled) (equal how fastrevert--exit-core-dumped)))
+
 ;;;; The engine
 
 (declare-function fastrevert--mod-set-wake-process "fastrevert-module" (pipe-process))

@@ -440,11 +440,10 @@ status is lost ends as one that exited with code -1, as in Emacs."
     (when (fastrevert--process-memfd process)
       (fastrevert--process-memfd-deliver process t))
     (fastrevert--process-flush-tails process)
-    (let ((core-dumped (equal how fastrevert--exit-core-dumped)))
-      (setf (fastrevert--process-status process)
-            (if (or core-dumped (equal how fastrevert--exit-signaled)) 'signal 'exit)
-            (fastrevert--process-exit-status process) code
-            (fastrevert--process-core-dumped process) core-dumped))
+    (setf (fastrevert--process-status process)
+          (if (fastrevert--exit-signaled-p how) 'signal 'exit)
+          (fastrevert--process-exit-status process) code
+          (fastrevert--process-core-dumped process) (equal how fastrevert--exit-core-dumped))
     (fastrevert--process-finish process)))
 
 (defun fastrevert--on-process-error (id code data)

@@ -26,22 +26,6 @@
 using namespace fastrevert;
 using namespace fastrevert::glue;
 
-namespace {
-
-// (exit CODE nil) or (signal DESCRIPTION CORE-DUMPED), as Lisp reports a
-// synchronous child's end; a child reaped elsewhere exits with -1.
-emacs_value how_it_ended(Env& env, int wait_status) {
-  ExitStatus status = exit_status(wait_status);
-  if (status.how == ExitStatus::How::signaled) {
-    const char* description = strsignal(status.code);
-    return env.list({env.intern("signal"), env.unibyte(description ? description : "unknown"),
-                     env.boolean(status.core_dumped)});
-  }
-  return env.list({env.intern("exit"), env.integer(status.code), env.nil()});
-}
-
-}  // namespace
-
 FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "Run PROGRAM synchronously and return how it ended.\n"
                  "PROGRAM is the encoded absolute file name, ARGV a vector of encoded\n"
@@ -60,8 +44,9 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "while the child runs; the rest (all of it when CHUNK is 0) comes at\n"
                  "the end.  STDERR is nil (/dev/null), t (with stdout) or an encoded\n"
                  "file name.\n"
-                 "Return (exit CODE nil) or (signal DESCRIPTION CORE-DUMPED), where\n"
-                 "DESCRIPTION is unibyte strsignal text.  A spawn failure returns\n"
+                 "Return (HOW CODE): HOW says how the child ended, as the data of a\n"
+                 "`process-exit' result does, and CODE is its exit code or signal\n"
+                 "number (see `fastrevert--exit-exited').  A spawn failure returns\n"
                  "(:error CONDITION FUNCTION STRERROR PATH).  A quit kills the child\n"
                  "(SIGINT, then SIGKILL), reaps it and signals `quit'.\n\n"
                  "(fn PROGRAM ARGV ENV CWD INFILE STDOUT STDERR CHUNK)") {
@@ -128,7 +113,8 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
   }
   // On a quit the `quit' signal is already pending: this raises it.
   if (result.quit) env.check();
-  return how_it_ended(env, result.wait_status);
+  ExitStatus status = exit_status(result.wait_status);
+  return env.list({env.unibyte(exit_how_name(status)), env.integer(status.code)});
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-first-executable", mod_first_executable, 1, 1,
