@@ -66,7 +66,7 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
   }
   spec.stderr_mode = stderr_mode(env, args[6], spec.stderr_file);
   if (spec.stderr_mode == SpawnSpec::Stderr::pipe) env.wrong_type("stringp", args[6]);
-  std::int64_t chunk = integer_arg(env, args[7]);
+  std::int64_t chunk = env.to_integer(args[7]);
   // Like stock call-process, the child leads a process group of its own, so
   // that a quit signals everything it started (a shell's pipeline too).
   spec.new_session = true;

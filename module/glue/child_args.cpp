@@ -39,11 +39,6 @@ std::vector<std::string> string_vector(Env& env, emacs_value value) {
   return strings;
 }
 
-std::int64_t integer_arg(Env& env, emacs_value value) {
-  if (!env.is_integer(value)) env.wrong_type("integerp", value);
-  return env.to_integer(value);
-}
-
 void fill_spec(Env& env, emacs_value* args, SpawnSpec& spec) {
   spec.program = env.to_bytes(args[0]);
   spec.argv = string_vector(env, args[1]);

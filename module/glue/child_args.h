@@ -2,7 +2,6 @@
 // arguments from Lisp values, and a spawn failure back as Lisp data.
 #pragma once
 
-#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -14,9 +13,6 @@ namespace fastrevert::glue {
 
 // The strings of the Lisp vector VALUE, as bytes.
 std::vector<std::string> string_vector(Env& env, emacs_value value);
-
-// VALUE as an integer; signals `wrong-type-argument' otherwise.
-std::int64_t integer_arg(Env& env, emacs_value value);
 
 // Fills the common part of SPEC from the arguments PROGRAM ARGV ENV CWD at
 // ARGS (see `fastrevert--mod-call-process').

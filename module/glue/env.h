@@ -80,7 +80,6 @@ class Env {
     return eq(checked(raw_->type_of(raw_, value)), intern(type));
   }
   bool is_string(emacs_value value) const { return is_a(value, "string"); }
-  bool is_integer(emacs_value value) const { return is_a(value, "integer"); }
 
   // Signals `wrong-type-argument' with (PREDICATE VALUE) and throws PendingExit.
   [[noreturn]] void wrong_type(const char* predicate, emacs_value value) const {

@@ -53,7 +53,7 @@ HandedFds& handed_fds = *new HandedFds();
 
 // FD as a descriptor number, or a signal unless Lisp holds it.
 int handed_fd_arg(Env& env, emacs_value value) {
-  std::int64_t fd = integer_arg(env, value);
+  std::int64_t fd = env.to_integer(value);
   if (fd < 0 || fd > INT32_MAX || !handed_fds.contains(static_cast<int>(fd))) {
     env.wrong_type("fastrevert-memfd-p", value);
   }
@@ -81,8 +81,8 @@ FASTREVERT_DEFUN("fastrevert--mod-memfd-read", mod_memfd_read, 3, 3,
                  "missing from the string.\n\n"
                  "(fn FD BEG END)") {
   int fd = handed_fd_arg(env, args[0]);
-  std::int64_t beg = integer_arg(env, args[1]);
-  std::int64_t end = integer_arg(env, args[2]);
+  std::int64_t beg = env.to_integer(args[1]);
+  std::int64_t end = env.to_integer(args[2]);
   if (beg < 0 || end < beg) env.signal("args-out-of-range", env.list({args[1], args[2]}));
   std::string bytes = read_at(fd, static_cast<std::uint64_t>(beg), static_cast<std::uint64_t>(end));
   return env.unibyte(bytes);
@@ -113,7 +113,7 @@ FASTREVERT_DEFUN(
     "read size.  A spawn failure returns (:error CONDITION FUNCTION\n"
     "STRERROR PATH).  Output and exit arrive as engine results.\n\n"
     "(fn ID PROGRAM ARGV ENV CWD STDIN STDOUT STDERR FRAMING READ-SIZE)") {
-  std::int64_t id = integer_arg(env, args[0]);
+  std::int64_t id = env.to_integer(args[0]);
   SpawnSpec spec;
   fill_spec(env, args + 1, spec);
   spec.stdin_mode = stdin_mode(env, args[5], spec.stdin_file);
@@ -125,7 +125,7 @@ FASTREVERT_DEFUN(
   spec.new_session = true;
   ProcessTable::Options options;
   options.framing = framing_arg(env, args[8]);
-  std::int64_t read_size = integer_arg(env, args[9]);
+  std::int64_t read_size = env.to_integer(args[9]);
   options.initial_read_size = read_size > 0 ? static_cast<std::size_t>(read_size) : 4096;
   options.signal_process_group = true;
   options.stdout_to_memfd = env.eq(args[6], env.intern("memfd"));
@@ -169,7 +169,7 @@ FASTREVERT_DEFUN("fastrevert--mod-memfd-release", mod_memfd_release, 3, 3,
                  "here.  After a call with CLOSE non-nil, FD must not be used.\n\n"
                  "(fn FD END CLOSE)") {
   int descriptor = handed_fd_arg(env, args[0]);
-  std::int64_t end = integer_arg(env, args[1]);
+  std::int64_t end = env.to_integer(args[1]);
   if (end < 0) env.signal("args-out-of-range", env.list({args[1]}));
   handed_fds.release(descriptor, static_cast<off_t>(end), env.truthy(args[2]),
                      engine_if_running());
@@ -180,7 +180,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-send", mod_process_send, 2, 2,
                  "Queue the unibyte STRING for the stdin of engine process ID.\n"
                  "Never blocks: what the pipe does not take now is written later.\n\n"
                  "(fn ID STRING)") {
-  auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
+  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
   std::string data = env.to_bytes(args[1]);
   post_or_signal(env, [id, data = std::move(data)](Engine& e) mutable {
     if (!e.service<ProcessTable>().write_stdin(id, std::move(data))) {
@@ -194,7 +194,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-send", mod_process_send, 2, 2,
 FASTREVERT_DEFUN("fastrevert--mod-process-eof", mod_process_eof, 1, 1,
                  "Close the stdin of engine process ID once its queued input is written.\n\n"
                  "(fn ID)") {
-  auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
+  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
   post_or_signal(env, [id](Engine& e) { e.service<ProcessTable>().close_stdin(id); });
   return env.nil();
 }
@@ -202,8 +202,8 @@ FASTREVERT_DEFUN("fastrevert--mod-process-eof", mod_process_eof, 1, 1,
 FASTREVERT_DEFUN("fastrevert--mod-process-signal", mod_process_signal, 2, 2,
                  "Send signal number SIGNAL to engine process ID (its process group).\n\n"
                  "(fn ID SIGNAL)") {
-  auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
-  std::int64_t number = integer_arg(env, args[1]);
+  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  std::int64_t number = env.to_integer(args[1]);
   if (number < 0 || number > 64) env.signal("args-out-of-range", env.list({args[1]}));
   post_or_signal(env, [id, number](Engine& e) {
     e.service<ProcessTable>().signal(id, static_cast<int>(number));
@@ -215,7 +215,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-remove", mod_process_remove, 1, 1,
                  "Forget engine process ID: kill it if it runs and reap it in the background.\n"
                  "No further result arrives for it.  Do nothing if the engine is stopped.\n\n"
                  "(fn ID)") {
-  auto id = static_cast<std::uint64_t>(integer_arg(env, args[0]));
+  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
   if (Engine* running = engine_if_running()) {
     running->post([id](Engine& e) { e.service<ProcessTable>().remove(id); });
   }
@@ -233,7 +233,7 @@ FASTREVERT_DEFUN("fastrevert--mod-signal-number", mod_signal_number, 1, 1,
 FASTREVERT_DEFUN("fastrevert--mod-strsignal", mod_strsignal, 1, 1,
                  "Return the C library's description of signal number SIGNAL, unibyte.\n\n"
                  "(fn SIGNAL)") {
-  std::int64_t number = integer_arg(env, args[0]);
+  std::int64_t number = env.to_integer(args[0]);
   const char* description =
       number > 0 && number < 65 ? strsignal(static_cast<int>(number)) : nullptr;
   return description ? env.unibyte(description) : env.nil();

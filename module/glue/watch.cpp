@@ -32,7 +32,6 @@ FASTREVERT_DEFUN("fastrevert--mod-watch-add", mod_watch_add, 3, 4,
                  "CONTENTS means FILE is a directory whose entries matter, as for Dired.\n\n"
                  "(fn ID FILE MODE &optional CONTENTS)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
-  if (!env.is_string(args[1])) env.wrong_type("stringp", args[1]);
   std::string path = env.to_bytes(args[1]);
   WatchMode mode = watch_mode(env, args[2]);
   bool contents = nargs > 3 && env.truthy(args[3]);
