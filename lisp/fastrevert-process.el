@@ -37,7 +37,6 @@
 (require 'fastrevert-child)
 (require 'fastrevert-decode)
 
-(declare-function fastrevert--mod-close-fd "fastrevert-module" (fd))
 (declare-function fastrevert--mod-memfd-release "fastrevert-module" (fd end close))
 (declare-function fastrevert--mod-memfd-read "fastrevert-module" (fd beg end))
 (declare-function fastrevert--mod-process-start "fastrevert-module"
@@ -196,7 +195,7 @@ See `fastrevert--process-output' for the codes."
            (fastrevert--process-receive process #'fastrevert--process-output code data))
           ((eql code fastrevert--output-stdout-memfd)
            ;; A memfd for a process already forgotten.
-           (fastrevert--mod-close-fd (string-to-number data))))))
+           (fastrevert--mod-memfd-release (string-to-number data) 0 t)))))
 
 (defun fastrevert--process-output (process code data)
   "Handle output DATA of PROCESS on stream CODE.
@@ -211,7 +210,7 @@ tells how far the engine has written that memfd (see
       (let ((fd (string-to-number data)))
         (if live
             (setf (fastrevert--process-memfd process) fd)
-          (fastrevert--mod-close-fd fd))))
+          (fastrevert--mod-memfd-release fd 0 t))))
      ((not live))
      ((eql code fastrevert--output-stdout-range)
       (fastrevert--process-memfd-ready process data))

@@ -9,7 +9,6 @@
 // glue/module.cpp; the process table (core/process_table.h) reads them on the
 // engine thread.
 #include <sys/types.h>
-#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -86,15 +85,6 @@ FASTREVERT_DEFUN("fastrevert--mod-memfd-read", mod_memfd_read, 3, 3,
   if (beg < 0 || end < beg) env.signal("args-out-of-range", env.list({args[1], args[2]}));
   std::string bytes = read_at(fd, static_cast<std::uint64_t>(beg), static_cast<std::uint64_t>(end));
   return env.unibyte(bytes);
-}
-
-FASTREVERT_DEFUN("fastrevert--mod-close-fd", mod_close_fd, 1, 1,
-                 "Close the memfd FD that the engine handed over.\n"
-                 "Any other descriptor is refused.\n\n"
-                 "(fn FD)") {
-  int fd = handed_fd_arg(env, args[0]);
-  handed_fds.remove(fd);
-  return env.boolean(close(fd) == 0);
 }
 
 FASTREVERT_DEFUN(

@@ -119,7 +119,6 @@ Return `separate' for a primitive tested on its own below."
   (pcase primitive
     ('fastrevert--mod-accessible-directory-p (list "/tmp"))
     ('fastrevert--mod-call-process (list "/bin/true" ["true"] nil "/tmp" nil nil nil 0))
-    ('fastrevert--mod-close-fd (list -1))
     ('fastrevert--mod-drain (list #'ignore))
     ('fastrevert--mod-echo (list 1 "x"))
     ('fastrevert--mod-first-executable (list "/bin/true\0"))
@@ -694,7 +693,7 @@ instead of hanging the suite."
                      (list 'wrong-type-argument 'fastrevert-memfd-p fd)))
       (should-error (fastrevert--mod-memfd-release fd 4096 nil) :type 'wrong-type-argument)
       (should-error (fastrevert--mod-memfd-release fd 4096 t) :type 'wrong-type-argument)
-      (should-error (fastrevert--mod-close-fd fd) :type 'wrong-type-argument)))
+      (should-error (fastrevert--mod-memfd-release fd 0 t) :type 'wrong-type-argument)))
   ;; Standard input is still open.
   (should (file-exists-p "/proc/self/fd/0")))
 
@@ -738,7 +737,7 @@ instead of hanging the suite."
             (fastrevert-delete-process process)
             (should-not (fastrevert--process-memfd process))
             ;; Closed once by the process's end; a second close is refused.
-            (should-error (fastrevert--mod-close-fd fd) :type 'wrong-type-argument)))
+            (should-error (fastrevert--mod-memfd-release fd 0 t) :type 'wrong-type-argument)))
       (fastrevert-delete-process process)
       (kill-buffer buffer))))
 
