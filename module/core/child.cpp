@@ -190,6 +190,11 @@ std::vector<std::string> child_environment(const std::vector<std::string_view>& 
   return environment;
 }
 
+bool accessible_directory(std::string directory) {
+  directory += "/.";
+  return faccessat(AT_FDCWD, directory.c_str(), F_OK, AT_EACCESS) == 0;
+}
+
 std::shared_ptr<const std::vector<std::string>> EnvironmentCache::get(
     std::vector<std::string> blocks) {
   if (environment_ && blocks == blocks_) return environment_;

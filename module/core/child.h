@@ -138,6 +138,11 @@ Child spawn(const SpawnSpec& spec);
 // never executable.
 std::optional<std::size_t> first_executable(const std::string& candidates);
 
+// Whether DIRECTORY can be entered: DIRECTORY/. exists for the effective
+// user, which is what `file-accessible-directory-p' decides for a local name
+// (the working directory a child would get).
+bool accessible_directory(std::string directory);
+
 // Like spawn(), but when the exec itself fails (a file that is not a valid
 // executable, a script whose interpreter is missing), asks ARGV0 for the
 // name the parent was invoked as.  Given one, it starts a /bin/sh stand-in

@@ -6,9 +6,6 @@
 // lisp/fastrevert-call.el and lisp/fastrevert-child.el.  These functions take
 // file names and arguments already encoded, and report failures as data so
 // that Lisp can signal exactly what the stock primitives signal.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <atomic>
 #include <cstdint>
 #include <cstring>
@@ -133,9 +130,7 @@ FASTREVERT_DEFUN("fastrevert--mod-accessible-directory-p", mod_accessible_direct
                  "That is what `file-accessible-directory-p' decides when no file name\n"
                  "handler is involved: DIRECTORY/. exists for the effective user.\n\n"
                  "(fn DIRECTORY)") {
-  std::string directory = env.to_bytes(args[0]);
-  directory += "/.";
-  return env.boolean(faccessat(AT_FDCWD, directory.c_str(), F_OK, AT_EACCESS) == 0);
+  return env.boolean(accessible_directory(env.to_bytes(args[0])));
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-strerror", mod_strerror, 1, 1,

@@ -448,3 +448,16 @@ TEST_CASE("exit_how_name names each way a child ends in the word Lisp knows", "[
   CHECK(std::string(exit_how_name(signaled)) == "core-dumped");
   CHECK(std::string(exit_how_name(exit_status(-1))) == "lost");
 }
+
+TEST_CASE("accessible_directory accepts a directory one may enter and nothing else", "[spawn]") {
+  TempDir dir;
+  CHECK(accessible_directory(dir.path()));
+  CHECK(accessible_directory("/"));
+  write_file(dir.file("plain"), "x");
+  CHECK_FALSE(accessible_directory(dir.file("plain")));
+  CHECK_FALSE(accessible_directory(dir.file("missing")));
+  std::string closed = dir.file("closed");
+  REQUIRE(mkdir(closed.c_str(), 0) == 0);
+  // Root enters any directory, as Emacs running as root would.
+  CHECK(accessible_directory(closed) == (geteuid() == 0));
+}
