@@ -41,8 +41,9 @@
 //   thus never costs a file.
 // - process_exit (data: how the child ended, see exit_how_name(); code: its
 //   exit code, the number of the signal that killed it, or -1 when someone
-//   else reaped it and its status is lost): exactly one, after both output pipes reached end of file (or
-//   were closed) and the child was reaped, so it follows all output.
+//   else reaped it and its status is lost): exactly one, after both output
+//   pipes reached end of file (or were closed) and the child was reaped, so
+//   it follows all output.
 // - process_error (data: what went wrong): the table could not go on with
 //   the child, in practice because memory ran out while its output was
 //   read.  No exception leaves a callback of the table: libuv cannot unwind

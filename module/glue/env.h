@@ -54,9 +54,7 @@ class Env {
   emacs_value unibyte(std::string_view bytes) const {
     return checked(raw_->make_unibyte_string(raw_, bytes.data(), size(bytes)));
   }
-  emacs_value integer(std::int64_t value) const {
-    return checked(raw_->make_integer(raw_, value));
-  }
+  emacs_value integer(std::int64_t value) const { return checked(raw_->make_integer(raw_, value)); }
 
   // These signal `wrong-type-argument' (through Emacs) for a value of the
   // wrong type, which arrives here as PendingExit.

@@ -87,20 +87,19 @@ FASTREVERT_DEFUN("fastrevert--mod-memfd-read", mod_memfd_read, 3, 3,
   return env.unibyte(bytes);
 }
 
-FASTREVERT_DEFUN(
-    "fastrevert--mod-process-start", mod_process_start, 10, 10,
-    "Spawn a child for the engine to run as process ID; return its pid.\n"
-    "PROGRAM, ARGV, ENV and CWD are as for `fastrevert--mod-call-process'.\n"
-    "STDIN is t (a pipe), nil (/dev/null) or an encoded file name.\n"
-    "STDOUT is t (a pipe), nil (/dev/null) or `memfd': a pipe whose bytes,\n"
-    "once more than `fastrevert--mod-memfd-threshold' of them were read, go\n"
-    "to a memfd for Lisp to read and give back with `fastrevert--mod-memfd-release'\n"
-    "(see `fastrevert--output-stdout-memfd').  STDERR is t (with stdout),\n"
-    "`pipe' (a pipe of its own), nil (/dev/null) or an encoded file name.\n"
-    "FRAMING is nil, `lines' or `lsp', for stdout.  READ-SIZE is the first\n"
-    "read size.  A spawn failure returns (:error CONDITION FUNCTION\n"
-    "STRERROR PATH).  Output and exit arrive as engine results.\n\n"
-    "(fn ID PROGRAM ARGV ENV CWD STDIN STDOUT STDERR FRAMING READ-SIZE)") {
+FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
+                 "Spawn a child for the engine to run as process ID; return its pid.\n"
+                 "PROGRAM, ARGV, ENV and CWD are as for `fastrevert--mod-call-process'.\n"
+                 "STDIN is t (a pipe), nil (/dev/null) or an encoded file name.\n"
+                 "STDOUT is t (a pipe), nil (/dev/null) or `memfd': a pipe whose bytes,\n"
+                 "once more than `fastrevert--mod-memfd-threshold' of them were read, go\n"
+                 "to a memfd for Lisp to read and give back with `fastrevert--mod-memfd-release'\n"
+                 "(see `fastrevert--output-stdout-memfd').  STDERR is t (with stdout),\n"
+                 "`pipe' (a pipe of its own), nil (/dev/null) or an encoded file name.\n"
+                 "FRAMING is nil, `lines' or `lsp', for stdout.  READ-SIZE is the first\n"
+                 "read size.  A spawn failure returns (:error CONDITION FUNCTION\n"
+                 "STRERROR PATH).  Output and exit arrive as engine results.\n\n"
+                 "(fn ID PROGRAM ARGV ENV CWD STDIN STDOUT STDERR FRAMING READ-SIZE)") {
   std::int64_t id = env.to_integer(args[0]);
   SpawnSpec spec;
   fill_spec(env, args + 1, spec);
@@ -159,8 +158,7 @@ FASTREVERT_DEFUN("fastrevert--mod-memfd-release", mod_memfd_release, 3, 3,
   int descriptor = handed_fd_arg(env, args[0]);
   std::int64_t end = env.to_integer(args[1]);
   if (end < 0) env.signal("args-out-of-range", env.list({args[1]}));
-  handed_fds.release(descriptor, static_cast<off_t>(end), env.truthy(args[2]),
-                     engine_if_running());
+  handed_fds.release(descriptor, static_cast<off_t>(end), env.truthy(args[2]), engine_if_running());
   return env.nil();
 }
 

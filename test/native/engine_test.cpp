@@ -429,22 +429,19 @@ TEST_CASE("stopping from a frame that holds the engine leaves it usable until re
   REQUIRE_FALSE(held->wait_for_records(std::chrono::milliseconds(10)));
 }
 
-TEST_CASE("every record kind has the name Lisp knows it by, in the order of the enum",
-          "[engine]") {
+TEST_CASE("every record kind has the name Lisp knows it by, in the order of the enum", "[engine]") {
   // The order of `fastrevert--record-kinds' in lisp/fastrevert-engine.el.
-  const char* const lisp_names[] = {"echo",           "notice",       "file-changed",
-                                    "file-watched",   "process-output", "process-exit",
+  const char* const lisp_names[] = {"echo",         "notice",         "file-changed",
+                                    "file-watched", "process-output", "process-exit",
                                     "process-error"};
   for (std::size_t i = 0; i < std::size(lisp_names); ++i) {
-    CHECK(std::string(fastrevert::record_kind_name(static_cast<RecordKind>(i))) ==
-          lisp_names[i]);
+    CHECK(std::string(fastrevert::record_kind_name(static_cast<RecordKind>(i))) == lisp_names[i]);
   }
 }
 
-TEST_CASE("the stats table names every counter once and reads the counter it names",
-          "[engine]") {
-  using fastrevert::Stats;
+TEST_CASE("the stats table names every counter once and reads the counter it names", "[engine]") {
   using fastrevert::kStatsCounters;
+  using fastrevert::Stats;
   // A counter added to Stats but not to the table would be missing from
   // `fastrevert-stats'.
   CHECK(kStatsCounters.size() * sizeof(std::atomic<std::uint64_t>) == sizeof(Stats));

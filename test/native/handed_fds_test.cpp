@@ -68,8 +68,8 @@ TEST_CASE("a descriptor handed over is accepted until given back and never again
 
 TEST_CASE("only a record that hands over a memfd lists its descriptor", "[handed-fds]") {
   HandedFds handed;
-  handed.note_delivery(Record{RecordKind::process_output, 1,
-                              static_cast<int>(OutputCode::stdout_bytes), "7"});
+  handed.note_delivery(
+      Record{RecordKind::process_output, 1, static_cast<int>(OutputCode::stdout_bytes), "7"});
   handed.note_delivery(Record{RecordKind::notice, 1, 4, "8"});
   CHECK(handed.size() == 0);
   handed.note_delivery(memfd_record(9));

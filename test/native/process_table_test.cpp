@@ -687,9 +687,9 @@ TEST_CASE("a child the engine cannot adopt is reported lost, with code -1, and r
   pid_t second_pid = second.pid;
   // Id 1 is in use: the adoption fails, and its owner learns that the child
   // is gone.
-  REQUIRE(post_adoption(harness.engine(), 1,
-                        std::make_unique<ProcessHandover>(std::move(second),
-                                                          ProcessTable::Options{})));
+  REQUIRE(
+      post_adoption(harness.engine(), 1,
+                    std::make_unique<ProcessHandover>(std::move(second), ProcessTable::Options{})));
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
   CHECK(harness.exit_of(1)->data == "lost");
   CHECK(harness.exit_of(1)->code == -1);
