@@ -69,9 +69,15 @@ Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
     prepare_wake_fd(wake_fd_);
     command_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (command_fd_ < 0) throw_errno("eventfd");
+    records_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (records_fd_ < 0) {
+      close(command_fd_);
+      throw_errno("eventfd");
+    }
     int status = uv_loop_init(&loop_);
     if (status < 0) {
       close(command_fd_);
+      close(records_fd_);
       throw SystemError(-status, "uv_loop_init");
     }
   } catch (...) {
@@ -84,6 +90,7 @@ Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
   if (status < 0) {
     uv_loop_close(&loop_);
     close(command_fd_);
+    close(records_fd_);
     close(wake_fd_);
     throw SystemError(-status, "uv_poll_init");
   }
@@ -99,14 +106,13 @@ Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
     uv_run(&loop_, UV_RUN_DEFAULT);
     uv_loop_close(&loop_);
     close(command_fd_);
+    close(records_fd_);
     close(wake_fd_);
     throw;
   }
 }
 
-Engine::~Engine() {
-  stop();
-}
+Engine::~Engine() { stop(); }
 
 bool Engine::post(Command command) {
   {
@@ -121,9 +127,7 @@ bool Engine::post(Command command) {
   return true;
 }
 
-void Engine::stop() {
-  stop_within(std::chrono::milliseconds::max());
-}
+void Engine::stop() { stop_within(std::chrono::milliseconds::max()); }
 
 bool Engine::stop_within(std::chrono::milliseconds timeout) {
   if (joined_) return true;
@@ -166,6 +170,8 @@ bool Engine::stop_within(std::chrono::milliseconds timeout) {
   // frame may hold it, and then the descriptors are left open for exit.
   std::unique_lock<std::mutex> lock(outbox_mutex_, std::try_to_lock);
   if (lock.owns_lock()) {
+    close(records_fd_);
+    records_fd_ = -1;
     close(wake_fd_);
     wake_fd_ = -1;
   }
@@ -221,10 +227,20 @@ void Engine::wake_if_pending() {
   if (!outbox_.empty()) wake_locked(Wake::yes);
 }
 
+void Engine::watch_records(bool watching) {
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  records_watched_ = watching;
+}
+
 void Engine::wake_locked(Wake wake) {
   if (wake == Wake::no) return;
   // Without a waiter this costs no system call.
   outbox_filled_.notify_all();
+  if (records_watched_ && records_fd_ >= 0) {
+    std::uint64_t one = 1;
+    ssize_t ignored = write(records_fd_, &one, sizeof one);
+    (void)ignored;
+  }
   if (wake_pending_ || wake_holds_ > 0 || wake_fd_ < 0) return;
   wake_pending_ = true;
   char byte = '!';
@@ -276,9 +292,9 @@ std::uint64_t Engine::begin_drain() {
 bool Engine::take(Record& record, std::uint64_t end) {
   if (std::uint64_t lost = lost_records_.exchange(0, std::memory_order_relaxed)) {
     try {
-      record = Record{
-          RecordKind::notice, 0, 0,
-          "fastrevert: " + std::to_string(lost) + " engine results were lost for lack of memory"};
+      record = Record{RecordKind::notice, 0, 0,
+                      "fastrevert: " + std::to_string(lost) +
+                          " engine results were lost for lack of memory"};
     } catch (...) {
       lost_records_.fetch_add(lost, std::memory_order_relaxed);
       throw;

@@ -127,9 +127,9 @@ class Engine {
 
   bool running() const noexcept { return !stopping_.load(std::memory_order_acquire); }
 
-  // Whether an emitted record wakes its consumers.  A producer that queues
-  // a batch of records emits them with no, and wakes once with
-  // wake_if_pending() after the last.
+  // Whether an emitted record wakes its consumers.  The main thread, when it
+  // emits records while it waits itself (see ProcessTable), has no one to
+  // wake: it drains them before it returns to Lisp.
   enum class Wake : std::uint8_t { yes, no };
 
   // Any thread.  Appends RECORD to the outbox, writing a wake byte if the
@@ -155,6 +155,16 @@ class Engine {
   // Any thread.  Writes a wake byte if records wait and none is pending:
   // for records emitted with Wake::no, once the last of them is queued.
   void wake_if_pending();
+
+  // An eventfd that becomes readable when a record is emitted while the
+  // main thread watches it (see watch_records), for a main thread that
+  // polls descriptors of its own and must also learn of the engine's
+  // results.  The watcher reads it to reset it.
+  int records_fd() const noexcept { return records_fd_; }
+
+  // Main thread.  Starts or stops signalling records_fd() on every emitted
+  // record.
+  void watch_records(bool watching);
 
   // Main thread.  Takes every record in the outbox, in emission order.
   std::deque<Record> drain();
@@ -299,6 +309,9 @@ class Engine {
   // The when_drained() callback and its threshold.
   Command drained_callback_;
   std::size_t drained_low_ = 0;
+  // Signalled on every record while records_watched_; see watch_records().
+  int records_fd_ = -1;
+  bool records_watched_ = false;
   // How many records were taken from the front of outbox_ since the engine
   // started (less those put back by unread()): outbox_[i] is record number
   // taken_ + i, which stays its number while the records before it are

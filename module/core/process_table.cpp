@@ -129,10 +129,15 @@ struct ProcessTable::Process {
   bool counted = false;
   // Given up after a failure; its process_error record is out.
   bool failed = false;
+  // When the child was spawned (near enough: when its Process was made).
+  ProcessTable::Clock::time_point born = ProcessTable::Clock::now();
 };
 
 ProcessTable::ProcessTable(Engine& engine)
-    : engine_(engine), loop_(engine.loop()), read_scratch_(std::make_shared<ReadScratch>()) {}
+    : ProcessTable(engine, engine.loop(), Engine::Wake::yes) {}
+
+ProcessTable::ProcessTable(Engine& engine, uv_loop_t* loop, Engine::Wake wake)
+    : engine_(engine), loop_(loop), wake_(wake), read_scratch_(std::make_shared<ReadScratch>()) {}
 
 ProcessTable::~ProcessTable() = default;
 
@@ -176,8 +181,8 @@ void ProcessTable::adopt_or_report(std::uint64_t id, std::unique_ptr<ProcessHand
     adopt(id, std::move(handover));
   } catch (const std::exception& error) {
     // adopt() killed and reaped the child; tell its owner it is gone.
-    engine_.report(RecordKind::notice, id, 0, error.what());
-    engine_.report(RecordKind::process_exit, id, -1, exit_how_name(ExitStatus{}));
+    engine_.report(RecordKind::notice, id, 0, error.what(), wake_);
+    engine_.report(RecordKind::process_exit, id, -1, exit_how_name(ExitStatus{}), wake_);
   }
 }
 
@@ -217,6 +222,7 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
             process.options.initial_read_size, process.options.max_read_size, read_scratch_);
       }
       if (!stream->framer && framing != Framing::none) stream->framer = make_framer(framing);
+      if (!loop_) continue;
       check_uv(uv_poll_init(loop_, &stream->poll, stream->fd), "uv_poll_init");
       stream->poll.data = &process;
       stream->poll_open = true;
@@ -226,6 +232,8 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
     }
     if (process.reaped) {
       close_fd(process.pidfd);
+    } else if (!loop_) {
+      // Watched by the table's thread; see watched() and serve().
     } else if (process.pidfd >= 0 && !process.options.poll_exit_with_waitpid) {
       check_uv(uv_poll_init(loop_, &process.exit_poll, process.pidfd), "uv_poll_init");
       process.exit_poll.data = &process;
@@ -265,6 +273,41 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
   maybe_finish(process);
 }
 
+void ProcessTable::move_state(Process& from, Process& to) noexcept {
+  to.options = from.options;
+  to.pid = std::exchange(from.pid, -1);
+  to.counted = from.counted;
+  to.born = from.born;
+  auto move_stream = [](Stream& source, Stream& target) {
+    target.fd = std::exchange(source.fd, -1);
+    target.reader = std::move(source.reader);
+    target.framer = std::move(source.framer);
+    target.broken_framing_reported = source.broken_framing_reported;
+    target.raw = std::move(source.raw);
+    source.raw.clear();
+    target.memfd_wanted = source.memfd_wanted;
+    target.bytes_read = source.bytes_read;
+    target.memfd = std::exchange(source.memfd, -1);
+    target.memfd_size = source.memfd_size;
+    std::memcpy(target.memfd_tail, source.memfd_tail, sizeof target.memfd_tail);
+    target.splice_failed = source.splice_failed;
+    target.pipe_grown = source.pipe_grown;
+  };
+  move_stream(from.out, to.out);
+  move_stream(from.err, to.err);
+  to.stdin_fd = std::exchange(from.stdin_fd, -1);
+  to.stdin_pipe_grown = from.stdin_pipe_grown;
+  to.stdin_queue = std::move(from.stdin_queue);
+  from.stdin_queue.clear();
+  to.stdin_front_offset = std::exchange(from.stdin_front_offset, 0);
+  to.stdin_queued_bytes = std::exchange(from.stdin_queued_bytes, 0);
+  to.stdin_close_requested = from.stdin_close_requested;
+  to.pidfd = std::exchange(from.pidfd, -1);
+  to.exit_poll_delay_ms = from.exit_poll_delay_ms;
+  to.reaped = from.reaped;
+  to.wait_status = from.wait_status;
+}
+
 void ProcessTable::discard(Process& process) noexcept {
   if (!process.reaped && process.pid > 0) {
     kill_and_reap(process.pid, process.options.signal_process_group);
@@ -274,6 +317,115 @@ void ProcessTable::discard(Process& process) noexcept {
                   &process.stdin_fd, &process.pidfd}) {
     close_fd(*fd);
   }
+}
+
+std::unique_ptr<ProcessHandover> ProcessTable::hand_over(std::uint64_t id) {
+  auto found = processes_.find(id);
+  if (found == processes_.end()) return nullptr;
+  Process& old = *found->second;
+  std::unique_ptr<ProcessHandover> handover(new ProcessHandover());
+  handover->process_ = std::make_unique<Process>();
+  move_state(old, *handover->process_);
+  // What is left here is handles, closed now; the child is no longer this
+  // table's to signal, reap or report.
+  old.removed = true;
+  old.reaped = true;
+  stop_exit_watch(old);
+  retire(old);
+  free_if_closed(old);
+  return handover;
+}
+
+ProcessTable::Clock::time_point ProcessTable::watched(
+    std::vector<pollfd>& fds, std::vector<std::pair<std::uint64_t, Watch>>& owners,
+    Clock::time_point now, Clock::duration quiet) const {
+  Clock::time_point next = Clock::time_point::max();
+  for (const auto& entry : processes_) {
+    const Process& process = *entry.second;
+    auto add = [&](int fd, Watch what) {
+      if (fd < 0) return;
+      fds.push_back(pollfd{fd, POLLIN, 0});
+      owners.emplace_back(entry.first, what);
+    };
+    bool exit_watched = !process.reaped && process.pidfd >= 0;
+    if (exit_watched) add(process.pidfd, Watch::exit);
+    Clock::time_point of_age = process.born + quiet;
+    if (exit_watched && now < of_age) {
+      next = std::min(next, of_age);
+      continue;
+    }
+    add(process.out.fd, Watch::out);
+    add(process.err.fd, Watch::err);
+  }
+  return next;
+}
+
+void ProcessTable::serve(const std::vector<pollfd>& fds,
+                         const std::vector<std::pair<std::uint64_t, Watch>>& owners) {
+  for (std::size_t i = 0; i < fds.size() && i < owners.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    // A child may have finished, and been freed, while an earlier event
+    // was served; and a descriptor it closed may have been reused.
+    auto found = processes_.find(owners[i].first);
+    if (found == processes_.end()) continue;
+    Process& process = *found->second;
+    guarded(process, [&] {
+      switch (owners[i].second) {
+        case Watch::out:
+          if (process.out.fd == fds[i].fd) read_stream(process, process.out);
+          break;
+        case Watch::err:
+          if (process.err.fd == fds[i].fd) read_stream(process, process.err);
+          break;
+        case Watch::exit:
+          if (process.pidfd != fds[i].fd) break;
+          try_reap(process);
+          // What the child wrote is all in its pipes now, unless it left
+          // them to a child of its own; the reads end where they are empty.
+          for (Stream* stream : {&process.out, &process.err}) {
+            if (!process.finished && stream->fd >= 0) read_stream(process, *stream);
+          }
+          break;
+      }
+    });
+  }
+  // Without a pidfd, an exit is only seen by looking.
+  std::vector<std::uint64_t> blind;
+  for (const auto& entry : processes_) {
+    if (entry.second->pidfd < 0 && !entry.second->reaped) blind.push_back(entry.first);
+  }
+  for (std::uint64_t id : blind) {
+    auto found = processes_.find(id);
+    if (found != processes_.end()) {
+      Process& process = *found->second;
+      guarded(process, [&] { try_reap(process); });
+    }
+  }
+  // Without handles, nothing else frees a finished child; here no
+  // reference to one is held any more.
+  for (auto it = retiring_.begin(); it != retiring_.end();) {
+    it = it->second->open_handles == 0 ? retiring_.erase(it) : std::next(it);
+  }
+}
+
+std::uint64_t ProcessTable::bytes_read(std::uint64_t id) const {
+  auto found = processes_.find(id);
+  if (found == processes_.end()) return 0;
+  return found->second->out.bytes_read + found->second->err.bytes_read;
+}
+
+bool ProcessTable::streams(std::uint64_t bytes) const {
+  for (const auto& entry : processes_) {
+    if (entry.second->out.bytes_read + entry.second->err.bytes_read > bytes) return true;
+  }
+  return false;
+}
+
+std::vector<std::uint64_t> ProcessTable::ids() const {
+  std::vector<std::uint64_t> all;
+  all.reserve(processes_.size());
+  for (const auto& entry : processes_) all.push_back(entry.first);
+  return all;
 }
 
 ProcessHandover::ProcessHandover(Child child, const ProcessTable::Options& options) {
@@ -342,7 +494,7 @@ void ProcessTable::update_polling(Stream& stream) {
 }
 
 bool ProcessTable::throttle(Process& process, Stream& stream) {
-  if (stream.memfd >= 0 || engine_.undrained_bytes() < kMaxUndrainedBytes) return false;
+  if (!loop_ || stream.memfd >= 0 || engine_.undrained_bytes() < kMaxUndrainedBytes) return false;
   throttled_.emplace_back(process.id, stream.code);
   stream.throttled = true;
   update_polling(stream);
@@ -372,7 +524,13 @@ bool ProcessTable::remove(std::uint64_t id) {
   if (found == processes_.end()) return false;
   Process& process = *found->second;
   process.removed = true;
-  if (!process.reaped) send_signal(process, SIGKILL);
+  if (!loop_ && !process.reaped) {
+    // No exit watch will reap it later: a SIGKILLed child dies at once.
+    kill_and_reap(process.pid, process.options.signal_process_group);
+    process.reaped = true;
+  } else if (!process.reaped) {
+    send_signal(process, SIGKILL);
+  }
   retire(process);
   free_if_closed(process);
   return true;
@@ -422,7 +580,7 @@ void ProcessTable::guarded(Process& process, Step&& step) noexcept {
 void ProcessTable::fail(Process& process, const char* what) noexcept {
   if (!process.failed && !process.removed) {
     process.failed = true;
-    engine_.report(RecordKind::process_error, process.id, 0, what);
+    engine_.report(RecordKind::process_error, process.id, 0, what, wake_);
   }
   if (!process.reaped) send_signal(process, SIGKILL);
   for (Stream* stream : {&process.out, &process.err}) {
@@ -495,7 +653,7 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
       }
     }
     // What this wake-up read counts towards what Emacs has to take.
-    if (!to_memfd && reads > 0 &&
+    if (!to_memfd && loop_ && reads > 0 &&
         engine_.undrained_bytes() + stream.raw.size() >= kMaxUndrainedBytes) {
       break;
     }
@@ -539,13 +697,14 @@ void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
       stream.broken_framing_reported = true;
       engine_.emit(Record{RecordKind::notice, process.id, stream.code,
                           "fastrevert: process output framing failed (" + stream.framer->error() +
-                              "); passing the rest through raw"});
+                              "); passing the rest through raw"},
+                   wake_);
     }
   }
   if (chunk.empty() || process.removed) return;
   if (stream.memfd >= 0 && append_to_memfd(process, stream, chunk)) return;
   engine_.emit_coalesced(
-      Record{RecordKind::process_output, process.id, stream.code, std::move(chunk)});
+      Record{RecordKind::process_output, process.id, stream.code, std::move(chunk)}, wake_);
 }
 
 int ProcessTable::splice_to_memfd(Process& process, Stream& stream) {
@@ -589,12 +748,14 @@ bool ProcessTable::start_memfd(Process& process, Stream& stream) {
     if (memfd >= 0) close(memfd);
     engine_.emit(Record{RecordKind::notice, process.id, stream.code,
                         std::string("fastrevert: cannot make a memfd for process output (") +
-                            std::strerror(error) + "); passing it as strings"});
+                            std::strerror(error) + "); passing it as strings"},
+                 wake_);
     return false;
   }
   stream.memfd = memfd;
   engine_.emit(
-      Record{RecordKind::process_output, process.id, kStdoutMemfdCode, std::to_string(theirs)});
+      Record{RecordKind::process_output, process.id, kStdoutMemfdCode, std::to_string(theirs)},
+      wake_);
   // What this wake-up read so far, the read that crossed the threshold
   // included, goes in first; only earlier wake-ups' bytes went as strings.
   // If the write fails, the bytes stay to go out as a string.
@@ -609,7 +770,8 @@ bool ProcessTable::append_to_memfd(Process& process, Stream& stream, std::string
     // twice: all of BYTES goes out as a record.
     engine_.emit(Record{RecordKind::notice, process.id, stream.code,
                         std::string("fastrevert: cannot write process output to memory (") +
-                            std::strerror(error) + "); passing it as strings"});
+                            std::strerror(error) + "); passing it as strings"},
+                 wake_);
     return false;
   }
   announce_memfd(process, stream,
@@ -634,7 +796,7 @@ void ProcessTable::announce_memfd(Process& process, Stream& stream, std::string_
   }
   std::memcpy(&entry[8], stream.memfd_tail, sizeof stream.memfd_tail);
   engine_.emit_coalesced(
-      Record{RecordKind::process_output, process.id, kStdoutRangeCode, std::move(entry)});
+      Record{RecordKind::process_output, process.id, kStdoutRangeCode, std::move(entry)}, wake_);
 }
 
 void ProcessTable::close_stream(Process& process, Stream& stream) {
@@ -676,12 +838,15 @@ void ProcessTable::write_queued_stdin(Process& process) {
     if (process.stdin_close_requested) close_stdin_now(process);
     return;
   }
+  // Without a loop, the rest waits for the next table.
+  if (!loop_) return;
   if (!process.stdin_poll_open) {
     int status = uv_poll_init(loop_, &process.stdin_poll, process.stdin_fd);
     if (status < 0) {
       engine_.emit(
           Record{RecordKind::notice, process.id, 0,
-                 std::string("fastrevert: cannot watch process stdin: ") + uv_strerror(status)});
+                 std::string("fastrevert: cannot watch process stdin: ") + uv_strerror(status)},
+          wake_);
       close_stdin_now(process);
       return;
     }
@@ -749,7 +914,8 @@ void ProcessTable::maybe_finish(Process& process) {
   process.finished = true;
   if (!process.removed) {
     ExitStatus status = exit_status(process.wait_status);
-    engine_.emit(Record{RecordKind::process_exit, process.id, status.code, exit_how_name(status)});
+    engine_.emit(Record{RecordKind::process_exit, process.id, status.code, exit_how_name(status)},
+                 wake_);
   }
   retire(process);
 }
@@ -776,14 +942,6 @@ void ProcessTable::free_if_closed(Process& process) {
   // Only retired processes are freed, and only once libuv has let go of
   // every handle embedded in them.
   if (process.retired && process.open_handles == 0) retiring_.erase(&process);
-}
-
-bool post_adoption(Engine& engine, std::uint64_t id, std::unique_ptr<ProcessHandover> child) {
-  // A Command must be copyable, so the handover travels in a shared_ptr.
-  auto shared = std::make_shared<std::unique_ptr<ProcessHandover>>(std::move(child));
-  return engine.post([id, shared](Engine& e) {
-    e.service<ProcessTable>().adopt_or_report(id, std::move(*shared));
-  });
 }
 
 }  // namespace fastrevert

@@ -133,8 +133,35 @@ class ProcessTable : public Service {
   // The size of one entry of such a record's data.
   static constexpr std::size_t kRangeEntrySize = 12;
 
-  // The engine's table, on the engine's loop.
+  // The engine's table: on the engine's loop, its records wake Emacs.
   explicit ProcessTable(Engine& engine);
+  // A table on LOOP, run by whichever thread runs LOOP, whose records go to
+  // ENGINE's outbox; WAKE says whether they wake the consumer (see
+  // Engine::Wake).  With LOOP null the table has no loop and no handle: its
+  // thread polls the descriptors that watched() names and hands what is
+  // ready to serve().  Such a table writes a child's queued input only as
+  // far as the pipe takes it at once; the rest waits for the next table.
+  ProcessTable(Engine& engine, uv_loop_t* loop, Engine::Wake wake);
+
+  // What a descriptor of a table without a loop stands for.
+  enum class Watch : std::uint8_t { out, err, exit };
+  using Clock = std::chrono::steady_clock;
+  // Appends to FDS a pollfd (POLLIN) for every descriptor of the table's
+  // children that waits for an event, and to OWNERS who it is for.  The
+  // output of a child younger than QUIET (since it was spawned) is not
+  // watched, only its exit: a child that ends that soon is then read and
+  // reaped after one wake-up instead of one per event, and any other has its
+  // first output read QUIET after its start at the latest.  Returns when
+  // the set of watched descriptors changes next (a child coming of age), or
+  // Clock::time_point::max().
+  Clock::time_point watched(std::vector<pollfd>& fds,
+                            std::vector<std::pair<std::uint64_t, Watch>>& owners,
+                            Clock::time_point now, Clock::duration quiet) const;
+  // Serves the events poll(2) reported in FDS, as watched() filled them and
+  // OWNERS; an exit also reads what the child left in its pipes.  A child
+  // without a pidfd is looked at each time.
+  void serve(const std::vector<pollfd>& fds,
+             const std::vector<std::pair<std::uint64_t, Watch>>& owners);
   ~ProcessTable() override;
 
   ProcessTable(const ProcessTable&) = delete;
@@ -161,6 +188,12 @@ class ProcessTable : public Service {
   // notice, then the child's process_exit with code -1, so that its owner
   // learns that it is gone.
   void adopt_or_report(std::uint64_t id, std::unique_ptr<ProcessHandover> handover);
+
+  // Takes ID out of the table, alive and with all it has not yet emitted
+  // (framed bytes held back, its stdin queue, whether it was reaped), for
+  // another table to adopt.  Reading resumes there, even if set_reading()
+  // stopped it here.  Returns nullptr when ID is unknown.
+  std::unique_ptr<ProcessHandover> hand_over(std::uint64_t id);
 
   // Queues DATA for the child's stdin and writes what the pipe takes now; the
   // rest goes out as the child reads.  Never blocks.  Returns false (dropping
@@ -191,6 +224,12 @@ class ProcessTable : public Service {
   bool contains(std::uint64_t id) const { return processes_.count(id) != 0; }
   // The number of processes in the table.
   std::size_t size() const noexcept { return processes_.size(); }
+  // The ids in the table.
+  std::vector<std::uint64_t> ids() const;
+  // How many bytes of ID's stdout and stderr were read so far, or 0.
+  std::uint64_t bytes_read(std::uint64_t id) const;
+  // Whether some child has had more than BYTES of output read.
+  bool streams(std::uint64_t bytes) const;
   // The child's pid (for `process-id'), or -1 when ID is unknown.
   pid_t pid(std::uint64_t id) const;
   // The number of stdin bytes queued for ID, or 0.
@@ -213,6 +252,8 @@ class ProcessTable : public Service {
   friend class ProcessHandover;
   // A Process for CHILD, which gives it its descriptors, with no handle yet.
   static std::unique_ptr<Process> process_from_child(Child& child, const Options& options);
+  // Moves the child and all state but the handles from FROM to TO.
+  static void move_state(Process& from, Process& to) noexcept;
   // Kills and reaps the child of a Process that no table runs, and closes its
   // descriptors.
   static void discard(Process& process) noexcept;
@@ -267,6 +308,7 @@ class ProcessTable : public Service {
 
   Engine& engine_;
   uv_loop_t* loop_;
+  Engine::Wake wake_;
   // One scratch buffer for every stream's reads: the engine thread reads one
   // stream at a time and copies the bytes out before the next read.
   std::shared_ptr<ReadScratch> read_scratch_;
@@ -282,10 +324,9 @@ class ProcessTable : public Service {
   bool resume_armed_ = false;
 };
 
-// A freshly spawned child on its way to the engine's table (spawned on the
-// main thread, so that a spawn error reaches Lisp synchronously).
-// Destroying one that no table adopted kills and reaps its child and closes
-// its descriptors.
+// A child between tables (see above): made from a freshly spawned Child, or
+// by ProcessTable::hand_over().  Destroying one that no table adopted kills
+// and reaps its child and closes its descriptors.
 class ProcessHandover {
  public:
   // Takes CHILD's descriptors, whatever happens.
@@ -297,11 +338,8 @@ class ProcessHandover {
 
  private:
   friend class ProcessTable;
+  ProcessHandover() = default;
   std::unique_ptr<ProcessTable::Process> process_;
 };
-
-// Posts CHILD to ENGINE's table as ID; returns whether it was posted.  If the
-// command never runs, the handover dies with it and kills its child.
-bool post_adoption(Engine& engine, std::uint64_t id, std::unique_ptr<ProcessHandover> child);
 
 }  // namespace fastrevert

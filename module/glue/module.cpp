@@ -102,7 +102,9 @@ FASTREVERT_DEFUN("fastrevert--mod-start", mod_start, 1, 1,
                env.list({env.string("The fastrevert engine is already running")}));
   }
   int wake_fd = wake_fd_of(env, args[0]);
-  running_engine = std::make_shared<Engine>(wake_fd);
+  auto started = std::make_shared<Engine>(wake_fd);
+  processes_attach(*started);
+  running_engine = std::move(started);
   return env.t();
 }
 
@@ -131,6 +133,7 @@ FASTREVERT_DEFUN("fastrevert--mod-stop", mod_stop, 0, 1,
   // longer the running one.
   std::shared_ptr<Engine> stopping = std::move(running_engine);
   running_engine.reset();
+  processes_detach();
   if (!stopping->stop_within(timeout)) {
     // The detached thread still uses the engine, so it must outlive this
     // call; it is left to the end of the process.
@@ -154,10 +157,14 @@ FASTREVERT_DEFUN("fastrevert--mod-wait", mod_wait, 1, 1,
                  "nil when the time ran out, the engine is not running, or the user\n"
                  "quit; a quit is then signalled as this function returns.  The wait\n"
                  "happens here, not in Emacs's event loop: no timer or process filter\n"
-                 "runs meanwhile, so callers keep SECONDS short.\n\n(fn SECONDS)") {
+                 "runs meanwhile, so callers keep SECONDS short.  Children of\n"
+                 "`fastrevert--mod-process-start' that the engine has not adopted yet\n"
+                 "are read and reaped by this thread while it waits.\n\n(fn SECONDS)") {
   std::chrono::nanoseconds timeout = env.to_duration(args[0]);
   std::shared_ptr<Engine> current = engine_reference();
   if (!current) return env.nil();
+  // Children not yet adopted by the engine are served right here.
+  if (std::optional<bool> served = serve_children(env, timeout)) return env.boolean(*served);
   // Quit is checked between slices, so C-g is seen within one.
   constexpr std::chrono::milliseconds kSlice(10);
   auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -5,11 +5,18 @@
 // Every function here runs on Emacs's main thread.  Children are spawned
 // here, so that a spawn failure reaches Lisp synchronously.
 //
-// Their output and exit reach Lisp as engine records, drained by
-// glue/module.cpp; the process table (core/process_table.h) reads them on the
-// engine thread.
+// An asynchronous child then waits in the nursery (core/handoff.h).  When
+// Lisp waits for output (`fastrevert--mod-wait'), the main thread takes the
+// nursery's children into a process table of its own and serves them while
+// it waits: a short-lived child is read and reaped there, and its output and
+// exit reach Lisp without crossing threads.  Children still running when the
+// wait ends go back to the nursery.  The engine adopts every child that
+// stays in the nursery for the adoption delay, and, before any command for a
+// child is posted, the child is handed to it first; from then on only the
+// engine thread touches it.
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -24,6 +31,7 @@
 #include "core/errors.h"
 #include "core/framing.h"
 #include "core/handed_fds.h"
+#include "core/handoff.h"
 #include "core/pipe.h"
 #include "core/process_table.h"
 #include "glue/child_args.h"
@@ -47,6 +55,12 @@ Framing framing_arg(Env& env, emacs_value value) {
 // than as a file, and a large one makes no garbage through the file.
 constexpr std::size_t kMemfdThreshold = 16384;
 
+// The children served while Lisp waits (see core/handoff.h); it exists while
+// the engine runs.  Shared so that a wait in serve_children keeps it while a
+// signal handler that interrupted the wait stops the engine (see
+// glue/module.cpp), and never destroyed by exit() for the same reason.
+std::shared_ptr<Handoff>& handoff = *new std::shared_ptr<Handoff>();
+
 // The memfds of process output that Lisp holds (see core/handed_fds.h).
 HandedFds& handed_fds = *new HandedFds();
 
@@ -59,9 +73,34 @@ int handed_fd_arg(Env& env, emacs_value value) {
   return static_cast<int>(fd);
 }
 
+// Hands child ID to the engine if it waits for adoption, so that a command
+// posted next finds it in the engine's table.
+void hand_to_engine(std::uint64_t id) {
+  if (handoff) handoff->hand_to_engine(id);
+}
+
+// Posts COMMAND for process ID, after handing the child to the engine.
+void post_for_process(Env& env, std::uint64_t id, Engine::Command command) {
+  engine(env);
+  hand_to_engine(id);
+  post_or_signal(env, std::move(command));
+}
+
 }  // namespace
 
 namespace fastrevert::glue {
+
+void processes_attach(Engine& running) {
+  Handoff::Tuning tuning;
+  tuning.streaming_bytes = kMemfdThreshold;
+  handoff = std::make_shared<Handoff>(running, tuning);
+}
+
+void processes_detach() noexcept {
+  // The engine keeps the nursery until it shuts down and kills the children
+  // left in it.
+  handoff.reset();
+}
 
 void processes_note_delivery(const Record& record) {
   handed_fds.note_delivery(record);
@@ -69,6 +108,12 @@ void processes_note_delivery(const Record& record) {
 
 void processes_discard(const std::deque<Record>& records) noexcept {
   HandedFds::discard(records);
+}
+
+std::optional<bool> serve_children(Env& env, std::chrono::nanoseconds timeout) {
+  std::shared_ptr<Handoff> held = handoff;
+  if (!held) return std::nullopt;
+  return held->serve(timeout, [&env] { return env.quit_requested(); });
 }
 
 }  // namespace fastrevert::glue
@@ -133,7 +178,9 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
   pid_t pid = child.pid;
   auto identifier = static_cast<std::uint64_t>(id);
   auto handover = std::make_unique<ProcessHandover>(std::move(child), options);
-  if (!post_adoption(running, identifier, std::move(handover))) {
+  if (handoff) {
+    handoff->put(identifier, std::move(handover));
+  } else if (!post_adoption(running, identifier, std::move(handover))) {
     env.signal("fastrevert-not-running",
                env.list({env.string("The fastrevert engine is stopping")}));
   }
@@ -168,7 +215,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-send", mod_process_send, 2, 2,
                  "(fn ID STRING)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
   std::string data = env.to_bytes(args[1]);
-  post_or_signal(env, [id, data = std::move(data)](Engine& e) mutable {
+  post_for_process(env, id, [id, data = std::move(data)](Engine& e) mutable {
     if (!e.service<ProcessTable>().write_stdin(id, std::move(data))) {
       e.emit(Record{RecordKind::notice, id, 0,
                     "fastrevert: process " + std::to_string(id) + " no longer reads its input"});
@@ -181,7 +228,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-eof", mod_process_eof, 1, 1,
                  "Close the stdin of engine process ID once its queued input is written.\n\n"
                  "(fn ID)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
-  post_or_signal(env, [id](Engine& e) { e.service<ProcessTable>().close_stdin(id); });
+  post_for_process(env, id, [id](Engine& e) { e.service<ProcessTable>().close_stdin(id); });
   return env.nil();
 }
 
@@ -191,7 +238,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-signal", mod_process_signal, 2, 2,
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
   std::int64_t number = env.to_integer(args[1]);
   if (number < 0 || number > 64) env.signal("args-out-of-range", env.list({args[1]}));
-  post_or_signal(env, [id, number](Engine& e) {
+  post_for_process(env, id, [id, number](Engine& e) {
     e.service<ProcessTable>().signal(id, static_cast<int>(number));
   });
   return env.nil();
@@ -203,6 +250,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-remove", mod_process_remove, 1, 1,
                  "(fn ID)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
   if (Engine* running = engine_if_running()) {
+    hand_to_engine(id);
     running->post([id](Engine& e) { e.service<ProcessTable>().remove(id); });
   }
   return env.nil();

@@ -26,6 +26,12 @@ std::shared_ptr<Engine> engine_reference() noexcept;
 // is absent or stopping.
 void post_or_signal(Env& env, Engine::Command command);
 
+// The process glue's part in the engine's life (glue/process.cpp): attach
+// after the engine starts (throws SystemError when it cannot), detach before
+// it stops.
+void processes_attach(Engine& engine);
+void processes_detach() noexcept;
+
 // Called by the drain on each RECORD before Lisp sees it: a memfd handed to
 // Lisp becomes one the memfd primitives accept.
 void processes_note_delivery(const Record& record);
@@ -33,5 +39,11 @@ void processes_note_delivery(const Record& record);
 // Closes the descriptors handed over in RECORDS, results of a stopped engine
 // that Lisp will never see.
 void processes_discard(const std::deque<Record>& records) noexcept;
+
+// Serves the children that wait for the engine on this thread, for up to
+// TIMEOUT or until results are ready for Lisp, whichever comes first (see
+// glue/process.cpp).  Returns whether results are ready, or std::nullopt
+// without waiting when no child waits.  Returns false when the user quits.
+std::optional<bool> serve_children(Env& env, std::chrono::nanoseconds timeout);
 
 }  // namespace fastrevert::glue

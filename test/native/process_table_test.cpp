@@ -28,6 +28,7 @@
 #include "catch_compat.h"
 #include "core/engine.h"
 #include "core/errors.h"
+#include "core/handoff.h"
 #include "engine_harness.h"
 #include "support.h"
 
@@ -588,6 +589,174 @@ TEST_CASE("process table sends a small output as strings and the rest through th
   close(memfds[0]);
 }
 
+namespace {
+
+// Serves NEAR, a table without a loop, on this thread until PREDICATE holds
+// or TIMEOUT passes; returns whether it held.
+bool serve_until(ProcessTable& near, const std::function<bool()>& predicate,
+                 std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+  auto deadline = Clock::now() + timeout;
+  std::vector<pollfd> fds;
+  std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> owners;
+  while (!predicate()) {
+    if (Clock::now() >= deadline) return false;
+    fds.clear();
+    owners.clear();
+    near.watched(fds, owners, Clock::now(), Clock::duration::zero());
+    poll(fds.data(), fds.size(), 10);
+    near.serve(fds, owners);
+  }
+  return true;
+}
+
+// Hands child ID of NEAR to the engine's table of HARNESS.
+void hand_to_engine(EngineHarness& harness, ProcessTable& near, std::uint64_t id) {
+  auto handover = std::make_shared<std::unique_ptr<ProcessHandover>>(near.hand_over(id));
+  REQUIRE(*handover);
+  harness.with_table([&](ProcessTable& table) { table.adopt(id, std::move(*handover)); });
+}
+
+}  // namespace
+
+TEST_CASE("a child handed from table to table mid-output keeps every byte, in order", "[process]") {
+  EngineHarness harness;
+  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
+  ProcessTable::Options options;
+  Framing framing = GENERATE(Framing::none, Framing::lines);
+  options.framing = framing;
+  // Each line in two writes, so that a handover can fall inside a line.
+  std::string expected;
+  for (int i = 0; i < 3000; ++i) expected += "line " + std::to_string(i) + " end\n";
+  near.start(1,
+             shell("i=0; while [ $i -lt 3000 ]; do printf 'line %d ' $i; printf 'end\\n'; "
+                   "i=$((i+1)); done; echo done >&2"),
+             options);
+  // Served here until some output came.
+  REQUIRE(serve_until(near, [&] { return harness.engine().pending() > 0; }));
+  hand_to_engine(harness, near, 1);
+  CHECK(near.size() == 0);
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  CHECK(harness.output_of(1, 1) == expected);
+  CHECK(harness.output_of(1, 2) == "done\n");
+  CHECK(harness.exits_of(1) == 1);
+  REQUIRE(harness.exit_of(1));
+  CHECK(harness.exit_of(1)->data == "exited");
+  if (framing == Framing::lines) {
+    for (const auto& record : harness.records()) {
+      if (record.kind == RecordKind::process_output && record.code == 1)
+        CHECK(record.data.back() == '\n');
+    }
+  }
+}
+
+TEST_CASE("a child reaped before its output ended is handed over with its exit status",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
+  // The shell exits at once with status 3; a grandchild holds stdout open.
+  near.start(1, shell("(sleep 0.3; echo late) & echo early; exit 3"), {});
+  REQUIRE(serve_until(near, [&] {
+    harness.wait_until([] { return true; }, std::chrono::milliseconds(0));
+    return harness.output_of(1, 1) == "early\n";
+  }));
+  // Long enough for the pidfd to have fired and the shell to be reaped here.
+  serve_until(
+      near, [] { return false; }, std::chrono::milliseconds(100));
+  hand_to_engine(harness, near, 1);
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  CHECK(harness.output_of(1, 1) == "early\nlate\n");
+  CHECK(harness.exits_of(1) == 1);
+  REQUIRE(harness.exit_of(1));
+  CHECK(harness.exit_of(1)->data == "exited");
+  CHECK(harness.exit_of(1)->code == 3);
+}
+
+TEST_CASE("a table without a loop runs a child to its end on the thread that polls it",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
+  ProcessTable::Options options;
+  options.stdout_to_memfd = true;
+  options.memfd_threshold = 4096;
+  near.start(1, shell("printf small; echo err >&2"), {});
+  near.start(2, shell("head -c 100000 /dev/zero"), options);
+  std::vector<Record> records;
+  REQUIRE(serve_until(near, [&] {
+    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
+    int exits = 0;
+    for (const auto& record : records) exits += record.kind == RecordKind::process_exit;
+    return exits == 2;
+  }));
+  CHECK(near.size() == 0);
+  std::string out;
+  std::string err;
+  std::uint64_t in_memfd = 0;
+  for (const auto& record : records) {
+    if (record.kind != RecordKind::process_output) continue;
+    if (record.id == 1 && record.code == 1) out += record.data;
+    if (record.id == 1 && record.code == 2) err += record.data;
+    if (record.id == 2 && record.code == ProcessTable::kStdoutMemfdCode)
+      close(std::stoi(record.data));
+    if (record.id == 2 && record.code == ProcessTable::kStdoutRangeCode) {
+      for (int i = 0; i < 8; ++i)
+        in_memfd = (in_memfd & ~(0xffull << (8 * i))) |
+                   static_cast<std::uint64_t>(static_cast<unsigned char>(
+                       record.data[record.data.size() - ProcessTable::kRangeEntrySize + i]))
+                       << (8 * i);
+    }
+  }
+  CHECK(out == "small");
+  CHECK(err == "err\n");
+  CHECK(in_memfd > 0);
+  CHECK(in_memfd <= 100000);
+}
+
+TEST_CASE("a young child's exit alone is watched, and its output is read with it", "[process]") {
+  EngineHarness harness;
+  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
+  near.start(1, never_exiting(), {});
+  near.start(2, shell("printf abc; echo def >&2"), {});
+  std::vector<pollfd> fds;
+  std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> owners;
+  auto now = Clock::now();
+  // Young: exits only, until the first comes of age.
+  auto changes = near.watched(fds, owners, now, std::chrono::hours(1));
+  CHECK(changes > now + std::chrono::minutes(59));
+  CHECK(changes <= now + std::chrono::hours(1));
+  REQUIRE(owners.size() == 2);
+  for (const auto& owner : owners) CHECK(owner.second == ProcessTable::Watch::exit);
+  // Of age: output too.
+  std::vector<pollfd> all;
+  std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> all_owners;
+  CHECK(near.watched(all, all_owners, now, Clock::duration::zero()) == Clock::time_point::max());
+  CHECK(all_owners.size() == 6);
+  // The one wake-up for child 2's exit brings its output and its end.
+  int woken = 0;
+  std::vector<Record> records;
+  while (records.empty()) {
+    REQUIRE(poll(fds.data(), fds.size(), 20000) > 0);
+    ++woken;
+    near.serve(fds, owners);
+    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
+  }
+  CHECK(woken == 1);
+  std::string out;
+  std::string err;
+  int exits = 0;
+  for (const auto& record : records) {
+    CHECK(record.id == 2);
+    if (record.kind == RecordKind::process_output) (record.code == 1 ? out : err) += record.data;
+    exits += record.kind == RecordKind::process_exit;
+  }
+  CHECK(out == "abc");
+  CHECK(err == "def\n");
+  CHECK(exits == 1);
+  CHECK(near.size() == 1);
+  pid_t pid = near.pid(1);
+  near.remove(1);
+  CHECK(is_gone(pid));
+}
+
 TEST_CASE(
     "process table gives up a child whose output it cannot read with an error record "
     "before its exit",
@@ -623,6 +792,25 @@ TEST_CASE("process table reads a child whatever first read size it is given", "[
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
   for (const auto& record : harness.records()) CHECK(record.kind != RecordKind::process_error);
   CHECK(harness.output_of(1, 1) == std::string(300000, '\0'));
+}
+
+TEST_CASE("a table without a loop turns a failed read into an error record and not an exception",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
+  ProcessTable::Options failing;
+  failing.test_fail_first_read = true;
+  near.start(1, shell("echo lost"), failing);
+  std::vector<Record> records;
+  REQUIRE(serve_until(near, [&] {
+    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
+    for (const auto& record : records)
+      if (record.kind == RecordKind::process_exit) return true;
+    return false;
+  }));
+  REQUIRE(records.size() >= 2);
+  CHECK(records.front().kind == RecordKind::process_error);
+  CHECK(records.back().kind == RecordKind::process_exit);
 }
 
 TEST_CASE("a child that outruns Emacs waits on its pipe and its undrained output stays bounded",
