@@ -5,11 +5,13 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <exception>
 #include <utility>
 
+#include "core/duration.h"
 #include "core/errors.h"
 #include "core/threads.h"
 
@@ -398,6 +400,17 @@ bool Engine::wait_for_records(std::chrono::milliseconds timeout) {
     return !outbox_.empty() || stopping_.load(std::memory_order_acquire);
   });
   return !outbox_.empty();
+}
+
+bool Engine::wait_for_records(std::chrono::nanoseconds timeout,
+                              const std::function<bool()>& should_quit) {
+  constexpr std::chrono::milliseconds kSlice(10);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    auto left = ceil_milliseconds(deadline - std::chrono::steady_clock::now());
+    if (wait_for_records(std::clamp(left, std::chrono::milliseconds(0), kSlice))) return true;
+    if (left <= kSlice || !running() || should_quit()) return false;
+  }
 }
 
 void Engine::signal_commands_locked() {

@@ -237,6 +237,11 @@ class Engine {
   // event loop.  Returns early, with false, once the engine is stopping.
   bool wait_for_records(std::chrono::milliseconds timeout);
 
+  // Main thread.  Like wait_for_records() above, but asks SHOULD_QUIT every
+  // 10 ms, so that a user's quit is seen within that, and returns false as
+  // soon as it says yes.
+  bool wait_for_records(std::chrono::nanoseconds timeout, const std::function<bool()>& should_quit);
+
   // Engine thread only.
   uv_loop_t* loop() noexcept { return &loop_; }
 

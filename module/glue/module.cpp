@@ -1,6 +1,5 @@
 // Module entry point and the engine's Lisp interface: start, stop, drain,
 // stats, and the round-trip and error hooks that the tests use.
-#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -165,16 +164,7 @@ FASTREVERT_DEFUN("fastrevert--mod-wait", mod_wait, 1, 1,
   if (!current) return env.nil();
   // Children not yet adopted by the engine are served right here.
   if (std::optional<bool> served = serve_children(env, timeout)) return env.boolean(*served);
-  // Quit is checked between slices, so C-g is seen within one.
-  constexpr std::chrono::milliseconds kSlice(10);
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  for (;;) {
-    auto left = ceil_milliseconds(deadline - std::chrono::steady_clock::now());
-    if (current->wait_for_records(std::clamp(left, std::chrono::milliseconds(0), kSlice))) {
-      return env.t();
-    }
-    if (left <= kSlice || !current->running() || env.quit_requested()) return env.nil();
-  }
+  return env.boolean(current->wait_for_records(timeout, [&env] { return env.quit_requested(); }));
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,

@@ -488,3 +488,23 @@ TEST_CASE("only the outermost drain that handled a record counts its time", "[en
   }
   CHECK(drain_ns.load() >= before + 1'000'000);
 }
+
+TEST_CASE("a wait that asks about quitting ends at a record, a quit or its timeout", "[engine]") {
+  WakePipe wake;
+  Engine engine(wake.write_fd);
+  auto never = [] { return false; };
+  // A record that waits already ends it at once.
+  engine.emit(Record{RecordKind::echo, 1, 0, "x"});
+  CHECK(engine.wait_for_records(std::chrono::seconds(30), never));
+  engine.drain();
+  // A quit ends it within a slice, long before its timeout.
+  int asked = 0;
+  auto start = Clock::now();
+  CHECK_FALSE(engine.wait_for_records(std::chrono::seconds(30), [&] { return ++asked == 3; }));
+  CHECK(asked == 3);
+  CHECK(Clock::now() - start < std::chrono::seconds(20));
+  // Without either, it lasts its timeout.
+  start = Clock::now();
+  CHECK_FALSE(engine.wait_for_records(std::chrono::milliseconds(50), never));
+  CHECK(Clock::now() - start >= std::chrono::milliseconds(50));
+}
