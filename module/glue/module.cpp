@@ -16,6 +16,7 @@
 #include "core/duration.h"
 #include "core/engine.h"
 #include "core/errors.h"
+#include "core/handed_fds.h"
 #include "glue/env.h"
 #include "glue/state.h"
 
@@ -141,7 +142,7 @@ FASTREVERT_DEFUN("fastrevert--mod-stop", mod_stop, 0, 1,
   }
   // Descriptors in results nobody will see are closed, not leaked.
   std::deque<Record> undrained;
-  if (stopping->try_drain(undrained)) processes_discard(undrained);
+  if (stopping->try_drain(undrained)) HandedFds::discard(undrained);
   return env.nil();
 }
 
@@ -186,7 +187,7 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
   Record record;
   try {
     while (current->take(record, end)) {
-      processes_note_delivery(record);
+      handed_fds.note_delivery(record);
       // DATA goes as unibyte bytes: paths and output need not be valid
       // UTF-8, and make_string would refuse them.
       env.funcall(args[0], {env.intern(record_kind_name(record.kind)),

@@ -20,7 +20,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -61,9 +60,6 @@ constexpr std::size_t kMemfdThreshold = 16384;
 // glue/module.cpp), and never destroyed by exit() for the same reason.
 std::shared_ptr<Handoff>& handoff = *new std::shared_ptr<Handoff>();
 
-// The memfds of process output that Lisp holds (see core/handed_fds.h).
-HandedFds& handed_fds = *new HandedFds();
-
 // FD as a descriptor number, or a signal unless Lisp holds it.
 int handed_fd_arg(Env& env, emacs_value value) {
   std::int64_t fd = env.to_integer(value);
@@ -102,13 +98,7 @@ void processes_detach() noexcept {
   handoff.reset();
 }
 
-void processes_note_delivery(const Record& record) {
-  handed_fds.note_delivery(record);
-}
-
-void processes_discard(const std::deque<Record>& records) noexcept {
-  HandedFds::discard(records);
-}
+HandedFds& handed_fds = *new HandedFds();
 
 std::optional<bool> serve_children(Env& env, std::chrono::nanoseconds timeout) {
   std::shared_ptr<Handoff> held = handoff;

@@ -2,11 +2,11 @@
 #pragma once
 
 #include <chrono>
-#include <deque>
 #include <memory>
 #include <optional>
 
 #include "core/engine.h"
+#include "core/handed_fds.h"
 #include "glue/env.h"
 
 namespace fastrevert::glue {
@@ -32,13 +32,9 @@ void post_or_signal(Env& env, Engine::Command command);
 void processes_attach(Engine& engine);
 void processes_detach() noexcept;
 
-// Called by the drain on each RECORD before Lisp sees it: a memfd handed to
-// Lisp becomes one the memfd primitives accept.
-void processes_note_delivery(const Record& record);
-
-// Closes the descriptors handed over in RECORDS, results of a stopped engine
-// that Lisp will never see.
-void processes_discard(const std::deque<Record>& records) noexcept;
+// The memfds handed to Lisp (glue/process.cpp): the drain lists each one as
+// Lisp is given it, and the memfd primitives accept only those.
+extern HandedFds& handed_fds;
 
 // Serves the children that wait for the engine on this thread, for up to
 // TIMEOUT or until results are ready for Lisp, whichever comes first (see
