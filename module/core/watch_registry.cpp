@@ -20,16 +20,25 @@ std::pair<std::string_view, std::string_view> split_path(std::string_view path) 
 
 WatchRegistry::~WatchRegistry() {
   std::vector<WatchedPath*> all;
-  all.reserve(paths_.size());
-  paths_.for_each([&](WatchedPath& path) { all.push_back(&path); });
-  for (WatchedPath* path : all) {
-    for (WatchedId* node = path->first_id.next_of_path; node;) {
-      WatchedId* next = node->next_of_path;
-      delete node;
-      node = next;
-    }
-    destroy(path);
+  all.reserve(by_name_.size());
+  by_name_.for_each([&](WatchedPath& path) { all.push_back(&path); });
+  for (WatchedPath* path : all) destroy(path);
+}
+
+WatchedPath* WatchRegistry::find_by_id(std::uint64_t id) const noexcept {
+  if (WatchedPath* path = by_first_id_.find(id)) return path;
+  auto it = more_ids_.find(id);
+  return it == more_ids_.end() ? nullptr : it->second;
+}
+
+RegisteredId* WatchRegistry::id_in(WatchedPath& path, std::uint64_t id) {
+  if (!path.has_ids) return nullptr;
+  if (path.first_id.id == id) return &path.first_id;
+  if (!path.more_ids) return nullptr;
+  for (RegisteredId& more : more_ids_of_.at(&path)) {
+    if (more.id == id) return &more;
   }
+  return nullptr;
 }
 
 WatchedPath* WatchRegistry::find_in(std::string_view dir, std::string_view name) const {
@@ -46,23 +55,22 @@ WatchedPath* WatchRegistry::find_in(std::string_view dir, std::string_view name)
 
 std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_view path,
                                                  WatchMode mode) {
+  RegisteredId registered{id, mode, false};
   if (WatchedPath* existing = find(path)) {
-    if (unused(*existing)) {
-      existing->first_id = WatchedId{};
-      existing->first_id.path = existing;
-      existing->first_id.id = id;
-      existing->first_id.mode = mode;
-      ids_.insert(&existing->first_id);
+    if (!existing->has_ids) {
+      existing->first_id = registered;
+      by_first_id_.insert(existing);
+      existing->has_ids = true;
       return {existing, false};
     }
-    auto node = std::make_unique<WatchedId>();
-    node->path = existing;
-    node->id = id;
-    node->mode = mode;
-    ids_.insert(node.get());
-    // The new id goes second, so that the first stays where it is.
-    node->next_of_path = existing->first_id.next_of_path;
-    existing->first_id.next_of_path = node.release();
+    auto [more_it, inserted] = more_ids_.emplace(id, existing);
+    try {
+      more_ids_of_[existing].push_back(registered);
+    } catch (...) {
+      more_ids_.erase(more_it);
+      throw;
+    }
+    existing->more_ids = true;
     return {existing, false};
   }
   if (path.size() > UINT32_MAX) throw std::bad_alloc();
@@ -70,54 +78,63 @@ std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_v
   auto* entry = new (memory) WatchedPath();
   entry->name_length = static_cast<std::uint32_t>(path.size());
   std::memcpy(reinterpret_cast<char*>(entry + 1), path.data(), path.size());
-  entry->first_id.path = entry;
-  entry->first_id.id = id;
-  entry->first_id.mode = mode;
+  entry->first_id = registered;
+  entry->has_ids = true;
   try {
-    paths_.insert(entry);
+    by_name_.insert(entry);
   } catch (...) {
     destroy(entry);
     throw;
   }
   try {
-    ids_.insert(&entry->first_id);
+    by_first_id_.insert(entry);
   } catch (...) {
-    paths_.erase(entry);
+    by_name_.erase(entry);
     destroy(entry);
     throw;
   }
   return {entry, true};
 }
 
-void WatchRegistry::remove(WatchedId* node) noexcept {
-  WatchedPath& path = *node->path;
-  ids_.erase(node);
-  if (node != &path.first_id) {
-    WatchedId** link = &path.first_id.next_of_path;
-    while (*link != node) link = &(*link)->next_of_path;
-    *link = node->next_of_path;
-    delete node;
+void WatchRegistry::remove(WatchedPath& path, std::uint64_t id) noexcept {
+  if (!path.has_ids) return;
+  if (path.first_id.id != id) {
+    if (!path.more_ids) return;
+    auto more_it = more_ids_of_.find(&path);
+    auto& more = more_it->second;
+    auto it = std::find_if(more.begin(), more.end(),
+                           [id](const RegisteredId& registered) { return registered.id == id; });
+    if (it == more.end()) return;
+    more.erase(it);
+    more_ids_.erase(id);
+    if (more.empty()) {
+      more_ids_of_.erase(more_it);
+      path.more_ids = false;
+    }
     return;
   }
-  WatchedId* second = path.first_id.next_of_path;
-  if (!second) {
-    path.first_id = WatchedId{};
+  by_first_id_.erase(&path);
+  if (!path.more_ids) {
+    path.has_ids = false;
     return;
   }
-  // The second id moves into the block, so that ids beyond the first stay
-  // the only ones allocated on their own.  Re-linking it cannot allocate:
-  // the table held it a moment ago.
-  ids_.erase(second);
-  path.first_id = *second;
-  path.first_id.next_in_table = nullptr;
-  path.first_id.path = &path;
-  delete second;
-  ids_.insert(&path.first_id);
+  // The next id becomes the first.  Linking it cannot allocate: the table
+  // held one more element a moment ago.
+  auto more_it = more_ids_of_.find(&path);
+  auto& more = more_it->second;
+  path.first_id = more.front();
+  more.erase(more.begin());
+  more_ids_.erase(path.first_id.id);
+  if (more.empty()) {
+    more_ids_of_.erase(more_it);
+    path.more_ids = false;
+  }
+  by_first_id_.insert(&path);
 }
 
 void WatchRegistry::erase(WatchedPath* path) noexcept {
-  if (path->target) drop_link(*path->target, path);
-  paths_.erase(path);
+  set_target(*path, nullptr);
+  by_name_.erase(path);
   destroy(path);
 }
 
@@ -126,17 +143,30 @@ void WatchRegistry::destroy(WatchedPath* path) noexcept {
   ::operator delete(path);
 }
 
-void WatchRegistry::add_link(const std::string& target, WatchedPath* link) {
-  auto& links = links_[target];
-  if (std::find(links.begin(), links.end(), link) == links.end()) links.push_back(link);
+const std::string* WatchRegistry::target_of(const WatchedPath& path) const noexcept {
+  if (!path.has_target) return nullptr;
+  return &targets_.find(&path)->second;
 }
 
-void WatchRegistry::drop_link(const std::string& target, WatchedPath* link) noexcept {
-  auto it = links_.find(target);
-  if (it == links_.end()) return;
-  auto& links = it->second;
-  links.erase(std::remove(links.begin(), links.end(), link), links.end());
-  if (links.empty()) links_.erase(it);
+void WatchRegistry::set_target(WatchedPath& path, const std::string* target) {
+  if (path.has_target) {
+    auto target_it = targets_.find(&path);
+    auto links_it = links_.find(target_it->second);
+    auto& links = links_it->second;
+    links.erase(std::remove(links.begin(), links.end(), &path), links.end());
+    if (links.empty()) links_.erase(links_it);
+    targets_.erase(target_it);
+    path.has_target = false;
+  }
+  if (!target) return;
+  auto [target_it, inserted] = targets_.emplace(&path, *target);
+  try {
+    links_[*target].push_back(&path);
+  } catch (...) {
+    targets_.erase(target_it);
+    throw;
+  }
+  path.has_target = true;
 }
 
 const std::vector<WatchedPath*>* WatchRegistry::links_to(const std::string& target) const {

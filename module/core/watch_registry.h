@@ -142,14 +142,8 @@ class IntrusiveTable {
   std::size_t size_ = 0;
 };
 
-struct WatchedPath;
-
 // One id registered for a name.
-struct WatchedId {
-  WatchedId* next_in_table = nullptr;
-  // The name's next id, or null: buffers rarely share a file.
-  WatchedId* next_of_path = nullptr;
-  WatchedPath* path = nullptr;
+struct RegisteredId {
   std::uint64_t id = 0;
   WatchMode mode = WatchMode::notify;
   // Whether the id has taken the name's baseline: from then on it is told
@@ -158,26 +152,34 @@ struct WatchedId {
 };
 
 // One registered name, shared by every id that registered it.  Made only by
-// WatchRegistry, as one block with the name's bytes after it.
+// WatchRegistry, as one block with the name's bytes after it.  What only a
+// few names have (more than one id, a symlink target) is kept aside by the
+// registry, so that the block holds no pointer for it.
 struct WatchedPath {
-  WatchedPath* next_in_table = nullptr;
-  // The first id; the others follow through next_of_path.
-  WatchedId first_id;
+  WatchedPath* next_by_name = nullptr;
+  WatchedPath* next_by_first_id = nullptr;
+  RegisteredId first_id;
   // The signature every id with a baseline compares with: each sweep
   // updates all of them alike, so one copy serves them all.
   FileSignature baseline;
   // Distinguishes this entry from an earlier one for the same name, so a
-  // sweep started before a remove and re-add cannot update the new one.
-  std::uint64_t incarnation = 0;
-  // Results of sweeps numbered below this were stat'ed before the last id
-  // registered, so they cannot give an id without a baseline its baseline.
-  std::uint64_t first_usable_sweep = 0;
-  // For a symlink, where it resolved on the last sweep; null otherwise.
-  // The kernel watch for the name itself is on its own directory.
-  std::unique_ptr<std::string> target;
+  // sweep started before a remove and re-add cannot update the new one.  It
+  // wraps only after four billion new names, far more than a sweep lasts.
+  std::uint32_t incarnation = 0;
+  // The low 32 bits of the number of the first sweep started after the last
+  // id registered: results of earlier sweeps cannot give an id without a
+  // baseline its baseline.  Compared modulo 2^32 (see sweep_is_usable), as a
+  // sweep is never four billion sweeps old.
+  std::uint32_t first_usable_sweep = 0;
   std::uint32_t notify_registrations = 0;
   std::uint32_t poll_registrations = 0;
   std::uint32_t name_length = 0;
+  // Whether first_id is an id (false only between the last remove and
+  // erase), whether there are more ids, and whether the name was a symlink
+  // with a resolved target on the last sweep (WatchRegistry::target_of).
+  bool has_ids = false;
+  bool more_ids = false;
+  bool has_target = false;
   // A symlink whose target could not be resolved is polled: no directory
   // watch can see its target appear.
   bool link_unresolved = false;
@@ -191,8 +193,9 @@ struct WatchedPath {
   std::string_view name() const noexcept {
     return {reinterpret_cast<const char*>(this + 1), name_length};
   }
-  std::string_view target_or_empty() const noexcept {
-    return target ? std::string_view(*target) : std::string_view();
+  // Whether the results of sweep NUMBER can give an id its baseline.
+  bool sweep_is_usable(std::uint64_t number) const noexcept {
+    return static_cast<std::int32_t>(static_cast<std::uint32_t>(number) - first_usable_sweep) >= 0;
   }
 };
 
@@ -203,8 +206,11 @@ class WatchRegistry {
   WatchRegistry(const WatchRegistry&) = delete;
   WatchRegistry& operator=(const WatchRegistry&) = delete;
 
-  WatchedPath* find(std::string_view path) const noexcept { return paths_.find(path); }
-  WatchedId* find_id(std::uint64_t id) const noexcept { return ids_.find(id); }
+  WatchedPath* find(std::string_view path) const noexcept { return by_name_.find(path); }
+  // The name ID is registered for, or null.
+  WatchedPath* find_by_id(std::uint64_t id) const noexcept;
+  // The registration of ID, one of PATH's; null if it is not.
+  RegisteredId* id_in(WatchedPath& path, std::uint64_t id);
   // The registered name that DIR and NAME, split as split_path splits, came
   // from; null when none.
   WatchedPath* find_in(std::string_view dir, std::string_view name) const;
@@ -212,47 +218,55 @@ class WatchRegistry {
   // Registers ID, which must not be registered, for PATH.  Returns the
   // name's entry and whether it is new; a new one has no other fields set.
   std::pair<WatchedPath*, bool> add(std::uint64_t id, std::string_view path, WatchMode mode);
-  // Unregisters the id NODE.  Its name's entry stays, even without ids, until
-  // erase().
-  void remove(WatchedId* node) noexcept;
-  // Whether PATH has no ids left.
-  static bool unused(const WatchedPath& path) noexcept { return path.first_id.path == nullptr; }
-  // Forgets PATH (and its place among the links of its target), which must
-  // have no ids left.
+  // Unregisters ID, one of PATH's ids.  The entry stays, even without ids,
+  // until erase().
+  void remove(WatchedPath& path, std::uint64_t id) noexcept;
+  // Forgets PATH (and its target), which must have no ids left.
   void erase(WatchedPath* path) noexcept;
 
   // Calls FN on every id of PATH.  FN must not add or remove.
   template <typename Fn>
-  static void for_each_id(WatchedPath& path, Fn&& fn) {
-    if (unused(path)) return;
-    for (WatchedId* node = &path.first_id; node; node = node->next_of_path) fn(*node);
+  void for_each_id(WatchedPath& path, Fn&& fn) {
+    if (!path.has_ids) return;
+    fn(path.first_id);
+    if (!path.more_ids) return;
+    for (RegisteredId& more : more_ids_of_.at(&path)) fn(more);
   }
   // Calls FN on every registered name.  FN must not add, remove or erase.
   template <typename Fn>
   void for_each(Fn&& fn) const {
-    paths_.for_each(fn);
+    by_name_.for_each(fn);
   }
 
-  // The symlinks to TARGET, as noted by add_link.
-  void add_link(const std::string& target, WatchedPath* link);
-  void drop_link(const std::string& target, WatchedPath* link) noexcept;
+  // Where the symlink PATH resolved on the last sweep; null when it is no
+  // symlink or did not resolve.
+  const std::string* target_of(const WatchedPath& path) const noexcept;
+  // Sets or (with a null TARGET) clears that.
+  void set_target(WatchedPath& path, const std::string* target);
+  // The registered names whose target is TARGET; null when none.
   const std::vector<WatchedPath*>* links_to(const std::string& target) const;
 
-  std::size_t size() const noexcept { return paths_.size(); }
-  std::size_t id_count() const noexcept { return ids_.size(); }
+  std::size_t size() const noexcept { return by_name_.size(); }
+  std::size_t id_count() const noexcept { return by_first_id_.size() + more_ids_.size(); }
 
  private:
   struct NameOf {
     std::string_view operator()(const WatchedPath& path) const noexcept { return path.name(); }
   };
-  struct IdOf {
-    std::uint64_t operator()(const WatchedId& node) const noexcept { return node.id; }
+  struct FirstIdOf {
+    std::uint64_t operator()(const WatchedPath& path) const noexcept { return path.first_id.id; }
   };
 
   static void destroy(WatchedPath* path) noexcept;
 
-  IntrusiveTable<WatchedPath, std::string_view, &WatchedPath::next_in_table, NameOf> paths_;
-  IntrusiveTable<WatchedId, std::uint64_t, &WatchedId::next_in_table, IdOf> ids_;
+  IntrusiveTable<WatchedPath, std::string_view, &WatchedPath::next_by_name, NameOf> by_name_;
+  IntrusiveTable<WatchedPath, std::uint64_t, &WatchedPath::next_by_first_id, FirstIdOf>
+      by_first_id_;
+  // The ids beyond each name's first, and the name of each.
+  std::unordered_map<const WatchedPath*, std::vector<RegisteredId>> more_ids_of_;
+  std::unordered_map<std::uint64_t, WatchedPath*> more_ids_;
+  // Each symlink's target, and the symlinks of each target.
+  std::unordered_map<const WatchedPath*, std::string> targets_;
   std::unordered_map<std::string, std::vector<WatchedPath*>> links_;
   // find_in joins a directory and a name here, so that a kernel event
   // allocates nothing once the longest name has been seen.

@@ -145,14 +145,14 @@ void Watcher::add(std::uint64_t id, std::string path, WatchMode mode, bool conte
   auto [entry, inserted] = registry_.add(id, path, mode);
   WatchedPath& watched = *entry;
   if (inserted) {
-    watched.incarnation = next_incarnation_++;
+    watched.incarnation = static_cast<std::uint32_t>(next_incarnation_++);
     watched.contents = contents;
   } else if (contents && !watched.contents) {
     // A name first registered as a plain file now matters as a directory.
     if (watched.has_kernel_interest) add_interest(watched.name());
     watched.contents = true;
   }
-  watched.first_usable_sweep = next_sweep_number_;
+  watched.first_usable_sweep = static_cast<std::uint32_t>(next_sweep_number_);
   if (mode == WatchMode::notify) {
     if (++watched.notify_registrations == 1) add_kernel_interest(watched);
   } else {
@@ -167,11 +167,11 @@ void Watcher::add(std::uint64_t id, std::string path, WatchMode mode, bool conte
 }
 
 void Watcher::remove(std::uint64_t id) {
-  WatchedId* node = registry_.find_id(id);
-  if (!node) return;
-  WatchedPath& watched = *node->path;
-  WatchMode mode = node->mode;
-  registry_.remove(node);
+  WatchedPath* found = registry_.find_by_id(id);
+  if (!found) return;
+  WatchedPath& watched = *found;
+  WatchMode mode = registry_.id_in(watched, id)->mode;
+  registry_.remove(watched, id);
   hold_.forget(id);
 
   if (mode == WatchMode::notify) {
@@ -179,7 +179,7 @@ void Watcher::remove(std::uint64_t id) {
   } else {
     --watched.poll_registrations;
   }
-  if (WatchRegistry::unused(watched)) {
+  if (!watched.has_ids) {
     // A sweep still in flight for this name finds no entry (or a newer
     // incarnation) and drops its result.
     if (watched.polled) {
@@ -274,9 +274,8 @@ void Watcher::add_kernel_interest(WatchedPath& watched) {
   watched.has_kernel_interest = true;
   add_interest(split_path(watched.name()).first);
   if (watched.contents) add_interest(watched.name());
-  if (watched.target) {
-    registry_.add_link(*watched.target, &watched);
-    add_interest(split_path(*watched.target).first);
+  if (const std::string* target = registry_.target_of(watched)) {
+    add_interest(split_path(*target).first);
   }
 }
 
@@ -284,9 +283,8 @@ void Watcher::drop_kernel_interest(WatchedPath& watched) {
   watched.has_kernel_interest = false;
   drop_interest(split_path(watched.name()).first);
   if (watched.contents) drop_interest(watched.name());
-  if (watched.target) {
-    registry_.drop_link(*watched.target, &watched);
-    drop_interest(split_path(*watched.target).first);
+  if (const std::string* target = registry_.target_of(watched)) {
+    drop_interest(split_path(*target).first);
   }
 }
 
@@ -405,9 +403,10 @@ void Watcher::restat_paths_in(const std::unordered_set<std::string>& dirs) {
   };
   registry_.for_each([&](WatchedPath& watched) {
     if (!watched.has_kernel_interest) return;
+    const std::string* target = registry_.target_of(watched);
     if (seen_through(split_path(watched.name()).first) ||
         (watched.contents && seen_through(watched.name())) ||
-        (watched.target && seen_through(split_path(*watched.target).first))) {
+        (target && seen_through(split_path(*target).first))) {
       request_stat(watched);
       refresh_coverage(watched);
     }
@@ -422,9 +421,10 @@ void Watcher::refresh_coverage(WatchedPath& watched) {
   };
   std::string_view path = watched.name();
   auto [own_dir, own_name] = split_path(path);
+  const std::string* target = registry_.target_of(watched);
   bool kernel_covers = watched.notify_registrations > 0 && !own_name.empty() &&
                        !watched.link_unresolved && watched_dir(own_dir) &&
-                       (!watched.target || watched_dir(split_path(*watched.target).first)) &&
+                       (!target || watched_dir(split_path(*target).first)) &&
                        (!watched.contents || watched_dir(path));
   bool should_poll =
       watched.poll_registrations > 0 || (watched.notify_registrations > 0 && !kernel_covers);
@@ -774,13 +774,13 @@ void Watcher::apply_sweep(SweepJob& job) {
     // Every id with a baseline has the same one (see WatchedPath), so
     // whether the file changed is one question for all of them.
     bool had_baseline = false;
-    WatchRegistry::for_each_id(
-        watched, [&](WatchedId& node) { had_baseline = had_baseline || node.has_baseline; });
+    registry_.for_each_id(
+        watched, [&](RegisteredId& node) { had_baseline = had_baseline || node.has_baseline; });
     bool changed = had_baseline && entry.signature != watched.baseline;
     bool baselined = had_baseline;
-    WatchRegistry::for_each_id(watched, [&](WatchedId& node) {
+    registry_.for_each_id(watched, [&](RegisteredId& node) {
       if (!node.has_baseline) {
-        if (job.number < watched.first_usable_sweep) {
+        if (!watched.sweep_is_usable(job.number)) {
           // Stat'ed before this id registered; its baseline needs a fresh one.
           request_stat(watched);
           return;
@@ -815,16 +815,12 @@ void Watcher::apply_sweep(SweepJob& job) {
 void Watcher::update_link_target(WatchedPath& watched, const SweepEntry& entry) {
   bool linked = entry.is_symlink && entry.resolved;
   watched.link_unresolved = entry.is_symlink && !entry.resolved;
-  if (linked ? !watched.target || *watched.target != entry.resolved_path : !!watched.target) {
-    auto target = linked ? std::make_unique<std::string>(entry.resolved_path) : nullptr;
-    if (watched.has_kernel_interest && watched.target) {
-      registry_.drop_link(*watched.target, &watched);
-      drop_interest(split_path(*watched.target).first);
-    }
-    watched.target = std::move(target);
-    if (watched.has_kernel_interest && watched.target) {
-      registry_.add_link(*watched.target, &watched);
-      add_interest(split_path(*watched.target).first);
+  const std::string* old_target = registry_.target_of(watched);
+  if (linked ? !old_target || *old_target != entry.resolved_path : old_target != nullptr) {
+    if (watched.has_kernel_interest && old_target) drop_interest(split_path(*old_target).first);
+    registry_.set_target(watched, linked ? &entry.resolved_path : nullptr);
+    if (watched.has_kernel_interest && linked) {
+      add_interest(split_path(entry.resolved_path).first);
       // The target may have changed between this sweep's stat and the new
       // watch; one more stat closes that window.
       request_stat(watched);
@@ -877,9 +873,9 @@ bool Watcher::hold_change(std::uint64_t id, const SweepJob& job, const SweepEntr
 std::size_t Watcher::emit_changes(const std::unordered_set<std::uint64_t>& ids) {
   std::size_t emitted = 0;
   for (std::uint64_t id : ids) {
-    WatchedId* node = registry_.find_id(id);
-    if (!node) continue;
-    engine_.emit(Record{RecordKind::file_changed, id, 0, std::string(node->path->name())},
+    WatchedPath* watched = registry_.find_by_id(id);
+    if (!watched) continue;
+    engine_.emit(Record{RecordKind::file_changed, id, 0, std::string(watched->name())},
                  Engine::Wake::no);
     ++emitted;
   }

@@ -122,7 +122,7 @@ class Watcher : public Service {
 
   struct SweepEntry {
     std::string path;
-    std::uint64_t incarnation = 0;
+    std::uint32_t incarnation = 0;
     FileSignature signature;
     bool is_symlink = false;
     // Registered with contents: the directory PATH is watched as well.

@@ -9,28 +9,35 @@
 #include "catch_compat.h"
 #include "core/watch_registry.h"
 
+using fastrevert::RegisteredId;
 using fastrevert::split_path;
-using fastrevert::WatchedId;
 using fastrevert::WatchedPath;
 using fastrevert::WatchMode;
 using fastrevert::WatchRegistry;
 
 namespace {
 
-std::set<std::uint64_t> ids_of(WatchedPath& path) {
+std::set<std::uint64_t> ids_of(WatchRegistry& registry, WatchedPath& path) {
   std::set<std::uint64_t> ids;
-  WatchRegistry::for_each_id(path, [&](WatchedId& node) { ids.insert(node.id); });
+  registry.for_each_id(path, [&](RegisteredId& registered) { ids.insert(registered.id); });
   return ids;
+}
+
+WatchMode mode_of(WatchRegistry& registry, std::uint64_t id) {
+  WatchedPath* path = registry.find_by_id(id);
+  REQUIRE(path != nullptr);
+  RegisteredId* registered = registry.id_in(*path, id);
+  REQUIRE(registered != nullptr);
+  return registered->mode;
 }
 
 // Removes ID and erases its name's entry when no id is left, as the watcher
 // does.
 void unregister(WatchRegistry& registry, std::uint64_t id) {
-  WatchedId* node = registry.find_id(id);
-  REQUIRE(node != nullptr);
-  WatchedPath* path = node->path;
-  registry.remove(node);
-  if (WatchRegistry::unused(*path)) registry.erase(path);
+  WatchedPath* path = registry.find_by_id(id);
+  REQUIRE(path != nullptr);
+  registry.remove(*path, id);
+  if (!path->has_ids) registry.erase(path);
 }
 
 }  // namespace
@@ -44,10 +51,10 @@ TEST_CASE("a registered name is found by name and by id, and holds its bytes exa
   CHECK(path->name() == name);
   CHECK(registry.find(name) == path);
   CHECK(registry.find("/home/user/project/src/other.txt") == nullptr);
-  REQUIRE(registry.find_id(7) != nullptr);
-  CHECK(registry.find_id(7)->path == path);
-  CHECK(registry.find_id(7)->mode == WatchMode::notify);
-  CHECK(registry.find_id(8) == nullptr);
+  CHECK(registry.find_by_id(7) == path);
+  CHECK(mode_of(registry, 7) == WatchMode::notify);
+  CHECK(registry.find_by_id(8) == nullptr);
+  CHECK(registry.id_in(*path, 8) == nullptr);
   CHECK(registry.size() == 1);
   CHECK(registry.id_count() == 1);
 }
@@ -59,30 +66,39 @@ TEST_CASE("many ids of one name share its entry, and removing any of them keeps 
   CHECK_FALSE(registry.add(2, "/d/f", WatchMode::poll).second);
   CHECK_FALSE(registry.add(3, "/d/f", WatchMode::notify).second);
   CHECK(registry.size() == 1);
-  CHECK(ids_of(*path) == std::set<std::uint64_t>{1, 2, 3});
-  CHECK(registry.find_id(2)->mode == WatchMode::poll);
+  CHECK(registry.id_count() == 3);
+  CHECK(ids_of(registry, *path) == std::set<std::uint64_t>{1, 2, 3});
+  CHECK(mode_of(registry, 2) == WatchMode::poll);
+  CHECK(mode_of(registry, 3) == WatchMode::notify);
 
   SECTION("the first id goes and the second takes its place") {
-    registry.remove(registry.find_id(1));
-    CHECK(registry.find_id(1) == nullptr);
-    CHECK(ids_of(*path) == std::set<std::uint64_t>{2, 3});
-    REQUIRE(registry.find_id(2) != nullptr);
-    CHECK(registry.find_id(2)->path == path);
-    CHECK(registry.find_id(2)->mode == WatchMode::poll);
-    CHECK(registry.find_id(3)->path == path);
+    registry.remove(*path, 1);
+    CHECK(registry.find_by_id(1) == nullptr);
+    CHECK(ids_of(registry, *path) == std::set<std::uint64_t>{2, 3});
+    CHECK(registry.find_by_id(2) == path);
+    CHECK(mode_of(registry, 2) == WatchMode::poll);
+    CHECK(registry.find_by_id(3) == path);
+    CHECK(registry.id_count() == 2);
   }
   SECTION("a later id goes") {
-    registry.remove(registry.find_id(3));
-    CHECK(ids_of(*path) == std::set<std::uint64_t>{1, 2});
-    CHECK(registry.find_id(3) == nullptr);
+    registry.remove(*path, 3);
+    CHECK(ids_of(registry, *path) == std::set<std::uint64_t>{1, 2});
+    CHECK(registry.find_by_id(3) == nullptr);
   }
-  SECTION("the last id leaves the entry unused until it is erased") {
-    registry.remove(registry.find_id(2));
-    registry.remove(registry.find_id(1));
-    CHECK_FALSE(WatchRegistry::unused(*path));
-    registry.remove(registry.find_id(3));
-    CHECK(WatchRegistry::unused(*path));
-    CHECK(ids_of(*path).empty());
+  SECTION("an id's baseline flag stays with it when the first id goes") {
+    registry.id_in(*path, 2)->has_baseline = true;
+    registry.remove(*path, 1);
+    CHECK(registry.id_in(*path, 2)->has_baseline);
+    CHECK_FALSE(registry.id_in(*path, 3)->has_baseline);
+  }
+  SECTION("the last id leaves the entry without ids until it is erased") {
+    registry.remove(*path, 2);
+    registry.remove(*path, 1);
+    CHECK(path->has_ids);
+    registry.remove(*path, 3);
+    CHECK_FALSE(path->has_ids);
+    CHECK(ids_of(registry, *path).empty());
+    CHECK(registry.find_by_id(3) == nullptr);
     registry.erase(path);
     CHECK(registry.find("/d/f") == nullptr);
     CHECK(registry.size() == 0);
@@ -98,7 +114,7 @@ TEST_CASE("a renamed file is a remove and an add: the old name is gone, the new 
   WatchedPath* renamed = registry.add(1, "/d/new", WatchMode::notify).first;
   CHECK(registry.find("/d/old") == nullptr);
   CHECK(registry.find("/d/new") == renamed);
-  CHECK(registry.find_id(1)->path == renamed);
+  CHECK(registry.find_by_id(1) == renamed);
 }
 
 TEST_CASE("ten thousand names and ids stay found as the tables grow and shrink", "[registry]") {
@@ -113,7 +129,7 @@ TEST_CASE("ten thousand names and ids stay found as the tables grow and shrink",
   CHECK(visited == 10000);
   for (int i = 0; i < 10000; ++i) {
     REQUIRE(registry.find(name_of(i)) != nullptr);
-    REQUIRE(registry.find_id(i)->path->name() == name_of(i));
+    REQUIRE(registry.find_by_id(i)->name() == name_of(i));
   }
   // Removing all but every hundredth shrinks the tables; the rest stay found.
   for (int i = 0; i < 10000; ++i) {
@@ -122,7 +138,7 @@ TEST_CASE("ten thousand names and ids stay found as the tables grow and shrink",
   CHECK(registry.size() == 100);
   for (int i = 0; i < 10000; ++i) {
     CHECK((registry.find(name_of(i)) != nullptr) == (i % 100 == 0));
-    CHECK((registry.find_id(i) != nullptr) == (i % 100 == 0));
+    CHECK((registry.find_by_id(i) != nullptr) == (i % 100 == 0));
   }
 }
 
@@ -145,23 +161,46 @@ TEST_CASE("a kernel event's directory and name lead to the registered name they 
   CHECK(registry.find_in("/a", "b") == nullptr);
 }
 
-TEST_CASE("symlinks are found through their target until dropped or erased", "[registry]") {
+TEST_CASE("symlinks are found through their target until it changes or they are erased",
+          "[registry]") {
   WatchRegistry registry;
   WatchedPath* first = registry.add(1, "/links/one", WatchMode::notify).first;
   WatchedPath* second = registry.add(2, "/links/two", WatchMode::notify).first;
+  CHECK(registry.target_of(*first) == nullptr);
   CHECK(registry.links_to("/data/target") == nullptr);
-  registry.add_link("/data/target", first);
-  registry.add_link("/data/target", second);
-  registry.add_link("/data/target", first);
-  REQUIRE(registry.links_to("/data/target") != nullptr);
-  CHECK(*registry.links_to("/data/target") == std::vector<WatchedPath*>{first, second});
+  std::string target = "/data/target";
+  registry.set_target(*first, &target);
+  registry.set_target(*second, &target);
+  REQUIRE(registry.target_of(*first) != nullptr);
+  CHECK(*registry.target_of(*first) == target);
+  REQUIRE(registry.links_to(target) != nullptr);
+  CHECK(*registry.links_to(target) == std::vector<WatchedPath*>{first, second});
 
-  registry.drop_link("/data/target", first);
-  CHECK(*registry.links_to("/data/target") == std::vector<WatchedPath*>{second});
+  // A link retargeted leaves its old target's links.
+  std::string elsewhere = "/data/elsewhere";
+  registry.set_target(*first, &elsewhere);
+  CHECK(*registry.target_of(*first) == elsewhere);
+  CHECK(*registry.links_to(target) == std::vector<WatchedPath*>{second});
+  CHECK(*registry.links_to(elsewhere) == std::vector<WatchedPath*>{first});
+
+  // One that is no symlink any more has no target.
+  registry.set_target(*first, nullptr);
+  CHECK(registry.target_of(*first) == nullptr);
+  CHECK(registry.links_to(elsewhere) == nullptr);
 
   // Erasing a link's entry takes it out of its target's links.
-  second->target = std::make_unique<std::string>("/data/target");
   unregister(registry, 2);
-  CHECK(registry.links_to("/data/target") == nullptr);
+  CHECK(registry.links_to(target) == nullptr);
   CHECK(registry.find("/links/two") == nullptr);
+}
+
+TEST_CASE("sweep numbers are compared modulo 2^32, so the stored low bits never misorder",
+          "[registry]") {
+  WatchRegistry registry;
+  WatchedPath* path = registry.add(1, "/d/f", WatchMode::notify).first;
+  path->first_usable_sweep = 0xFFFFFFFFu;
+  CHECK_FALSE(path->sweep_is_usable(0x1FFFFFFFEull));
+  CHECK(path->sweep_is_usable(0x1FFFFFFFFull));
+  CHECK(path->sweep_is_usable(0x200000000ull));
+  CHECK(path->sweep_is_usable(0x200000005ull));
 }
