@@ -144,9 +144,8 @@ notification.")
 (defvar-local fastrevert--polled nil
   "Non-nil if the engine polls this buffer's file instead of being notified.
 Stock auto-revert has no notification watch for such a file, so that
-every check of the buffer asks its stale predicate.  It is made local
-only when non-nil, since a local binding costs memory in each of what
-may be many thousands of buffers.")
+every check of the buffer asks its stale predicate.  Local only when
+non-nil: a local binding costs memory in each of many buffers.")
 
 (defun fastrevert--descriptor-p (descriptor)
   "Return non-nil if DESCRIPTOR is a watch held by the engine."
@@ -207,13 +206,6 @@ the stock machinery."
             auto-revert-notify-modified-p nil)
       (kill-local-variable 'fastrevert--watching)
       (kill-local-variable 'fastrevert--polled))))
-
-(defun fastrevert--release-killed-buffer ()
-  "Release the engine watch of the buffer being killed, if it has one.
-Stock auto-revert adds its function to the local `kill-buffer-hook' of
-each watched buffer; this one global function serves them all, and
-saves each buffer a local hook."
-  (fastrevert--unregister))
 
 (defun fastrevert--adopt-current-buffer ()
   "Hand the current buffer to the engine or to stock polling, as fits.
@@ -469,8 +461,7 @@ garbage is collected less often."
 
 (defun fastrevert--fresh-if-large (queue)
   "Return QUEUE, or a new empty queue when QUEUE is empty but large.
-Emacs's hash tables never shrink: a queue that once held every buffer
-of a checkout would keep room for them all, for as long as Emacs runs."
+Emacs's hash tables never shrink: a queue would keep a checkout's room."
   (if (and (zerop (hash-table-count queue))
            (> (hash-table-size queue) fastrevert--queue-keep-size))
       (make-hash-table :test #'eq)
@@ -810,7 +801,8 @@ runs `fastrevert--poll-stock-buffers'."
   (add-hook 'auto-revert-tail-mode-hook #'fastrevert--adopt-current-buffer)
   (add-hook 'after-set-visited-file-name-hook #'fastrevert--adopt-current-buffer t)
   (add-hook 'after-revert-hook #'fastrevert--note-revert)
-  (add-hook 'kill-buffer-hook #'fastrevert--release-killed-buffer)
+  ;; Where stock gives each watched buffer a local hook, one global one serves.
+  (add-hook 'kill-buffer-hook #'fastrevert--unregister)
   (dolist (symbol fastrevert--watched-settings)
     (add-variable-watcher symbol #'fastrevert--setting-changed))
   (add-variable-watcher 'inhibit-auto-revert-buffers #'fastrevert--inhibition-changed)
@@ -841,7 +833,7 @@ runs `fastrevert--poll-stock-buffers'."
   (remove-hook 'auto-revert-tail-mode-hook #'fastrevert--adopt-current-buffer)
   (remove-hook 'after-set-visited-file-name-hook #'fastrevert--adopt-current-buffer)
   (remove-hook 'after-revert-hook #'fastrevert--note-revert)
-  (remove-hook 'kill-buffer-hook #'fastrevert--release-killed-buffer)
+  (remove-hook 'kill-buffer-hook #'fastrevert--unregister)
   (setf (alist-get 'file-changed fastrevert--record-handlers nil t) nil)
   (setf (alist-get 'file-watched fastrevert--record-handlers nil t) nil)
   (clrhash fastrevert--buffer-by-id)
