@@ -42,7 +42,7 @@ void unregister(WatchRegistry& registry, std::uint64_t id) {
 
 }  // namespace
 
-TEST_CASE("a registered name is found by name and by id, and holds its bytes exactly",
+TEST_CASE("registry: a registered name is found by name and by id, and holds its bytes exactly",
           "[registry]") {
   WatchRegistry registry;
   std::string name = "/home/user/project/src/a file with spaces and \xc3\xa9.txt";
@@ -59,8 +59,9 @@ TEST_CASE("a registered name is found by name and by id, and holds its bytes exa
   CHECK(registry.id_count() == 1);
 }
 
-TEST_CASE("many ids of one name share its entry, and removing any of them keeps the others",
-          "[registry]") {
+TEST_CASE(
+    "registry: many ids of one name share its entry, and removing any of them keeps the others",
+    "[registry]") {
   WatchRegistry registry;
   WatchedPath* path = registry.add(1, "/d/f", WatchMode::notify).first;
   CHECK_FALSE(registry.add(2, "/d/f", WatchMode::poll).second);
@@ -106,7 +107,7 @@ TEST_CASE("many ids of one name share its entry, and removing any of them keeps 
   }
 }
 
-TEST_CASE("a renamed file is a remove and an add: the old name is gone, the new found",
+TEST_CASE("registry: a renamed file is a remove and an add: the old name is gone, the new found",
           "[registry]") {
   WatchRegistry registry;
   registry.add(1, "/d/old", WatchMode::notify);
@@ -117,7 +118,8 @@ TEST_CASE("a renamed file is a remove and an add: the old name is gone, the new 
   CHECK(registry.find_by_id(1) == renamed);
 }
 
-TEST_CASE("ten thousand names and ids stay found as the tables grow and shrink", "[registry]") {
+TEST_CASE("registry: ten thousand names and ids stay found as the tables grow and shrink",
+          "[registry]") {
   WatchRegistry registry;
   auto name_of = [](int i) {
     return "/dir" + std::to_string(i % 10) + "/file" + std::to_string(i);
@@ -142,8 +144,9 @@ TEST_CASE("ten thousand names and ids stay found as the tables grow and shrink",
   }
 }
 
-TEST_CASE("a kernel event's directory and name lead to the registered name they split from",
-          "[registry]") {
+TEST_CASE(
+    "registry: a kernel event's directory and name lead to the registered name they split from",
+    "[registry]") {
   WatchRegistry registry;
   WatchedPath* nested = registry.add(1, "/a/b/c.txt", WatchMode::notify).first;
   WatchedPath* in_root = registry.add(2, "/top", WatchMode::notify).first;
@@ -161,7 +164,7 @@ TEST_CASE("a kernel event's directory and name lead to the registered name they 
   CHECK(registry.find_in("/a", "b") == nullptr);
 }
 
-TEST_CASE("symlinks are found through their target until it changes or they are erased",
+TEST_CASE("registry: symlinks are found through their target until it changes or they are erased",
           "[registry]") {
   WatchRegistry registry;
   WatchedPath* first = registry.add(1, "/links/one", WatchMode::notify).first;
@@ -194,7 +197,7 @@ TEST_CASE("symlinks are found through their target until it changes or they are 
   CHECK(registry.find("/links/two") == nullptr);
 }
 
-TEST_CASE("sweep numbers are compared modulo 2^32, so the stored low bits never misorder",
+TEST_CASE("registry: sweep numbers are compared modulo 2^32, so the stored low bits never misorder",
           "[registry]") {
   WatchRegistry registry;
   WatchedPath* path = registry.add(1, "/d/f", WatchMode::notify).first;
