@@ -5,12 +5,12 @@
 // tens of thousands of files, so it is laid out to cost little more than the
 // name itself.  Each name has one block (WatchedPath) that holds the name's
 // bytes after its fields, its first id, and the baseline shared by its ids.
-// Two hash tables find the blocks, by name and by id; both link their
+// Two hash tables find the blocks, by name and by first id; both link their
 // elements through a pointer inside the element, so neither allocates per
 // element.  The directory index needs no table of its own: a kernel event
 // names a directory and an entry of it, and the registered name it concerns
-// is the two joined, found by name.  Only symlinks, which are few, have a
-// map of their own, from target to links.
+// is the two joined, found by name.  Only what few names have is kept in maps
+// aside: the ids beyond a name's first, and symlink targets with their links.
 //
 // Engine thread only.
 #pragma once
@@ -256,11 +256,19 @@ class WatchRegistry {
   struct FirstIdOf {
     std::uint64_t operator()(const WatchedPath& path) const noexcept { return path.first_id.id; }
   };
+  // The table keeps an id's low bits, which a plain id would fill badly if
+  // ids came in strides; multiplying spreads every bit into them.
+  struct IdHash {
+    std::size_t operator()(std::uint64_t id) const noexcept {
+      id *= 0x9E3779B97F4A7C15ull;
+      return static_cast<std::size_t>(id ^ (id >> 32));
+    }
+  };
 
   static void destroy(WatchedPath* path) noexcept;
 
   IntrusiveTable<WatchedPath, std::string_view, &WatchedPath::next_by_name, NameOf> by_name_;
-  IntrusiveTable<WatchedPath, std::uint64_t, &WatchedPath::next_by_first_id, FirstIdOf>
+  IntrusiveTable<WatchedPath, std::uint64_t, &WatchedPath::next_by_first_id, FirstIdOf, IdHash>
       by_first_id_;
   // The ids beyond each name's first, and the name of each.
   std::unordered_map<const WatchedPath*, std::vector<RegisteredId>> more_ids_of_;
