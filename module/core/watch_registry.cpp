@@ -41,16 +41,21 @@ RegisteredId* WatchRegistry::id_in(WatchedPath& path, std::uint64_t id) {
   return nullptr;
 }
 
-WatchedPath* WatchRegistry::find_in(std::string_view dir, std::string_view name) const {
-  // split_path gives "." for a name without a slash and "/" for one in the
-  // root; every other directory is the text before the last slash.
-  if (dir == ".") {
-    if (WatchedPath* path = find(name)) return path;
-  }
+const std::string& WatchRegistry::join(std::string_view dir, std::string_view name) const {
+  // split_path gives "/" for a name in the root; every other directory is the
+  // text before the last slash.
   joined_.assign(dir);
   if (dir != "/") joined_ += '/';
   joined_ += name;
-  return find(joined_);
+  return joined_;
+}
+
+WatchedPath* WatchRegistry::find_in(std::string_view dir, std::string_view name) const {
+  // split_path gives "." for a name without a slash, as for "./name".
+  if (dir == ".") {
+    if (WatchedPath* path = find(name)) return path;
+  }
+  return find(join(dir, name));
 }
 
 std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_view path,
@@ -172,6 +177,13 @@ void WatchRegistry::set_target(WatchedPath& path, const std::string* target) {
 const std::vector<WatchedPath*>* WatchRegistry::links_to(const std::string& target) const {
   auto it = links_.find(target);
   return it == links_.end() ? nullptr : &it->second;
+}
+
+const std::vector<WatchedPath*>* WatchRegistry::links_to(std::string_view dir,
+                                                         std::string_view name) const {
+  // Most watchers have no symlink at all; then no event needs the join.
+  if (links_.empty()) return nullptr;
+  return links_to(join(dir, name));
 }
 
 }  // namespace fastrevert

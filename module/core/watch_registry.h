@@ -243,8 +243,10 @@ class WatchRegistry {
   const std::string* target_of(const WatchedPath& path) const noexcept;
   // Sets or (with a null TARGET) clears that.
   void set_target(WatchedPath& path, const std::string* target);
-  // The registered names whose target is TARGET; null when none.
+  // The registered names whose target is TARGET, or NAME in DIR (split as
+  // split_path splits); null when none.
   const std::vector<WatchedPath*>* links_to(const std::string& target) const;
+  const std::vector<WatchedPath*>* links_to(std::string_view dir, std::string_view name) const;
 
   std::size_t size() const noexcept { return by_name_.size(); }
   std::size_t id_count() const noexcept { return by_first_id_.size() + more_ids_.size(); }
@@ -266,6 +268,8 @@ class WatchRegistry {
   };
 
   static void destroy(WatchedPath* path) noexcept;
+  // The name that split_path splits into DIR and NAME, in joined_.
+  const std::string& join(std::string_view dir, std::string_view name) const;
 
   IntrusiveTable<WatchedPath, std::string_view, &WatchedPath::next_by_name, NameOf> by_name_;
   IntrusiveTable<WatchedPath, std::uint64_t, &WatchedPath::next_by_first_id, FirstIdOf, IdHash>
@@ -276,7 +280,7 @@ class WatchRegistry {
   // Each symlink's target, and the symlinks of each target.
   std::unordered_map<const WatchedPath*, std::string> targets_;
   std::unordered_map<std::string, std::vector<WatchedPath*>> links_;
-  // find_in joins a directory and a name here, so that a kernel event
+  // A directory and a name are joined here, so that a kernel event
   // allocates nothing once the longest name has been seen.
   mutable std::string joined_;
 };

@@ -54,14 +54,6 @@ bool is_path_specific_error(int error) {
          error == ENAMETOOLONG;
 }
 
-// The name that split_path would split into DIR and NAME.
-std::string join_path(std::string_view dir, std::string_view name) {
-  std::string path(dir);
-  if (dir != "/") path += '/';
-  path += name;
-  return path;
-}
-
 std::string errno_name(int error) {
   if (const char* name = strerrorname_np(error)) return name;
   return "errno " + std::to_string(error);
@@ -519,7 +511,7 @@ void Watcher::read_inotify_events() {
           };
           if (!name.empty()) {
             dirty(registry_.find_in(dir, name));
-            if (const auto* links = registry_.links_to(join_path(dir, name))) {
+            if (const auto* links = registry_.links_to(dir, name)) {
               for (WatchedPath* link : *links) dirty(link);
             }
           }

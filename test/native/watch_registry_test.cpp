@@ -178,6 +178,10 @@ TEST_CASE("registry: symlinks are found through their target until it changes or
   CHECK(*registry.target_of(*first) == target);
   REQUIRE(registry.links_to(target) != nullptr);
   CHECK(*registry.links_to(target) == std::vector<WatchedPath*>{first, second});
+  // A kernel event names the target's directory and its entry there.
+  REQUIRE(registry.links_to("/data", "target") != nullptr);
+  CHECK(*registry.links_to("/data", "target") == std::vector<WatchedPath*>{first, second});
+  CHECK(registry.links_to("/data", "other") == nullptr);
 
   // A link retargeted leaves its old target's links.
   std::string elsewhere = "/data/elsewhere";
