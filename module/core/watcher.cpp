@@ -638,6 +638,7 @@ void Watcher::launch_sweeps() {
     SweepEntry entry;
     entry.path = path;
     entry.incarnation = watched.incarnation;
+    entry.contents = watched.contents;
     job->entries.push_back(std::move(entry));
   }
   pending_paths_ = std::move(still_pending);
