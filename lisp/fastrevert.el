@@ -144,7 +144,8 @@ notification.")
 (defvar-local fastrevert--polled nil
   "Non-nil if the engine polls this buffer's file instead of being notified.
 Stock auto-revert has no notification watch for such a file, so that
-every check of the buffer asks its stale predicate.")
+every check of the buffer asks its stale predicate.  Local only when
+non-nil: a local binding costs memory in each of many buffers.")
 
 (defun fastrevert--descriptor-p (descriptor)
   "Return non-nil if DESCRIPTOR is a watch held by the engine."
@@ -191,9 +192,9 @@ the stock machinery."
     ;; check, so that a check made before that look (the one that turning
     ;; an auto-revert mode on makes at once) asks the stale predicate.
     (setq auto-revert-notify-watch-descriptor (cons 'fastrevert id)
-          auto-revert-notify-modified-p t
-          fastrevert--polled (eq mode 'poll))
-    (add-hook 'kill-buffer-hook #'auto-revert-notify-rm-watch nil t)))
+          auto-revert-notify-modified-p t)
+    (when (eq mode 'poll)
+      (setq fastrevert--polled t))))
 
 (defun fastrevert--unregister ()
   "Stop the engine watching for the current buffer."
@@ -201,11 +202,10 @@ the stock machinery."
     (when (fastrevert--descriptor-p descriptor)
       (remhash (cdr descriptor) fastrevert--buffer-by-id)
       (fastrevert--mod-watch-remove (cdr descriptor))
-      (remove-hook 'kill-buffer-hook #'auto-revert-notify-rm-watch t)
       (setq auto-revert-notify-watch-descriptor nil
-            auto-revert-notify-modified-p nil
-            fastrevert--watching nil
-            fastrevert--polled nil))))
+            auto-revert-notify-modified-p nil)
+      (kill-local-variable 'fastrevert--watching)
+      (kill-local-variable 'fastrevert--polled))))
 
 (defun fastrevert--adopt-current-buffer ()
   "Hand the current buffer to the engine or to stock polling, as fits.
@@ -456,6 +456,17 @@ garbage is collected less often."
     (maphash (lambda (buffer _) (push buffer buffers)) queue)
     buffers))
 
+(defconst fastrevert--queue-keep-size 1000
+  "The most buffers an empty queue of buffers keeps room for.")
+
+(defun fastrevert--fresh-if-large (queue)
+  "Return QUEUE, or a new empty queue when QUEUE is empty but large.
+Emacs's hash tables never shrink: a queue would keep a checkout's room."
+  (if (and (zerop (hash-table-count queue))
+           (> (hash-table-size queue) fastrevert--queue-keep-size))
+      (make-hash-table :test #'eq)
+    queue))
+
 (defun fastrevert--revert-pending ()
   "Check every pending buffer, then refresh the reverted ones' VC state.
 Visible buffers go first, and Emacs redisplays the new texts before
@@ -485,6 +496,8 @@ is non-nil, stop at pending input and resume as soon as Emacs is idle."
                                                    (fastrevert--in-batch
                                                     #'fastrevert--refresh-vc-of)
                                                    "fastrevert: refreshing VC state...")))))))))
+      (setq fastrevert--pending (fastrevert--fresh-if-large fastrevert--pending)
+            fastrevert--vc-pending (fastrevert--fresh-if-large fastrevert--vc-pending))
       (when (and (not fastrevert--revert-timer)
                  (or (> (hash-table-count fastrevert--pending) 0)
                      (> (hash-table-count fastrevert--vc-pending) 0)))
@@ -788,6 +801,8 @@ runs `fastrevert--poll-stock-buffers'."
   (add-hook 'auto-revert-tail-mode-hook #'fastrevert--adopt-current-buffer)
   (add-hook 'after-set-visited-file-name-hook #'fastrevert--adopt-current-buffer t)
   (add-hook 'after-revert-hook #'fastrevert--note-revert)
+  ;; Where stock gives each watched buffer a local hook, one global one serves.
+  (add-hook 'kill-buffer-hook #'fastrevert--unregister)
   (dolist (symbol fastrevert--watched-settings)
     (add-variable-watcher symbol #'fastrevert--setting-changed))
   (add-variable-watcher 'inhibit-auto-revert-buffers #'fastrevert--inhibition-changed)
@@ -818,6 +833,7 @@ runs `fastrevert--poll-stock-buffers'."
   (remove-hook 'auto-revert-tail-mode-hook #'fastrevert--adopt-current-buffer)
   (remove-hook 'after-set-visited-file-name-hook #'fastrevert--adopt-current-buffer)
   (remove-hook 'after-revert-hook #'fastrevert--note-revert)
+  (remove-hook 'kill-buffer-hook #'fastrevert--unregister)
   (setf (alist-get 'file-changed fastrevert--record-handlers nil t) nil)
   (setf (alist-get 'file-watched fastrevert--record-handlers nil t) nil)
   (clrhash fastrevert--buffer-by-id)

@@ -46,15 +46,6 @@ std::int64_t to_ns(const timespec& time) {
   return static_cast<std::int64_t>(time.tv_sec) * 1000000000 + time.tv_nsec;
 }
 
-// Splits PATH into its directory and its last component, lexically, as
-// `file-name-directory' and `file-name-nondirectory' would.
-std::pair<std::string, std::string> split_path(const std::string& path) {
-  std::size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return {".", path};
-  if (slash == 0) return {"/", path.substr(1)};
-  return {path.substr(0, slash), path.substr(slash + 1)};
-}
-
 // Errors of inotify_add_watch that concern one directory (it is gone, not a
 // directory, unreadable) rather than a resource running out.  Those fall back
 // to polling silently; the others deserve a notice.
@@ -62,10 +53,6 @@ bool is_path_specific_error(int error) {
   return error == ENOENT || error == ENOTDIR || error == EACCES || error == ELOOP ||
          error == ENAMETOOLONG;
 }
-
-// The key in WatchedDir::paths_by_name under which a directory registered
-// with its contents is found: no real entry has an empty name.
-const std::string kAnyName;
 
 std::string errno_name(int error) {
   if (const char* name = strerrorname_np(error)) return name;
@@ -98,12 +85,6 @@ std::string describe_interval(std::chrono::milliseconds interval) {
 }
 
 }  // namespace
-
-bool FileSignature::operator==(const FileSignature& other) const noexcept {
-  return exists == other.exists && device == other.device && inode == other.inode &&
-         mode == other.mode && size == other.size && mtime_ns == other.mtime_ns &&
-         ctime_ns == other.ctime_ns;
-}
 
 FileSignature read_file_signature(const std::string& path) {
   FileSignature signature;
@@ -160,67 +141,55 @@ void Watcher::add(std::uint64_t id, std::string path, WatchMode mode, bool conte
   remove(id);
   if (mode == WatchMode::notify && split_path(path).second.empty()) mode = WatchMode::poll;
 
-  Registration registration;
-  registration.mode = mode;
-  registration.first_usable_sweep = next_sweep_number_;
-
-  auto [path_it, inserted] = paths_.try_emplace(std::move(path));
-  // The map's key outlives every use below (unlike PATH, moved into it).
-  const std::string& registered_path = path_it->first;
-  registration.path = &registered_path;
-  WatchedPath& watched = path_it->second;
+  auto [entry, inserted] = registry_.add(id, path, mode);
+  WatchedPath& watched = *entry;
   if (inserted) {
-    watched.incarnation = next_incarnation_++;
+    watched.incarnation = static_cast<std::uint32_t>(next_incarnation_++);
     watched.contents = contents;
   } else if (contents && !watched.contents) {
     // A name first registered as a plain file now matters as a directory.
-    if (watched.has_kernel_interest) add_interest(registered_path, kAnyName, registered_path);
+    if (watched.has_kernel_interest) add_interest(watched.name());
     watched.contents = true;
   }
-  watched.ids.push_back(id);
+  watched.first_usable_sweep = static_cast<std::uint32_t>(next_sweep_number_);
   if (mode == WatchMode::notify) {
-    if (++watched.notify_registrations == 1) add_kernel_interest(registered_path, watched);
+    if (++watched.notify_registrations == 1) add_kernel_interest(watched);
   } else {
     ++watched.poll_registrations;
   }
-  registrations_.emplace(id, std::move(registration));
 
-  refresh_coverage(registered_path, watched);
+  refresh_coverage(watched);
   // The baseline is taken off the loop like every other stat; until it
   // arrives the registration reports nothing.
-  request_stat(registered_path, watched);
+  request_stat(watched);
   schedule_flush(FlushUrgency::now);
 }
 
 void Watcher::remove(std::uint64_t id) {
-  auto registration_it = registrations_.find(id);
-  if (registration_it == registrations_.end()) return;
-  std::string path = *registration_it->second.path;
-  WatchMode mode = registration_it->second.mode;
-  registrations_.erase(registration_it);
+  WatchedPath* found = registry_.find_by_id(id);
+  if (!found) return;
+  WatchedPath& watched = *found;
+  WatchMode mode = registry_.id_in(watched, id)->mode;
+  registry_.remove(watched, id);
   hold_.forget(id);
 
-  auto path_it = paths_.find(path);
-  if (path_it == paths_.end()) return;
-  WatchedPath& watched = path_it->second;
-  watched.ids.erase(std::remove(watched.ids.begin(), watched.ids.end(), id), watched.ids.end());
   if (mode == WatchMode::notify) {
-    if (--watched.notify_registrations == 0) drop_kernel_interest(path, watched);
+    if (--watched.notify_registrations == 0) drop_kernel_interest(watched);
   } else {
     --watched.poll_registrations;
   }
-  if (watched.ids.empty()) {
+  if (!watched.has_ids) {
     // A sweep still in flight for this name finds no entry (or a newer
     // incarnation) and drops its result.
     if (watched.polled) {
-      polled_paths_.erase(path);
+      polled_paths_.erase(std::string(watched.name()));
       engine_.stats().polled_files.store(polled_paths_.size(), std::memory_order_relaxed);
     }
-    paths_.erase(path_it);
+    registry_.erase(&watched);
     update_poll_timer();
     return;
   }
-  refresh_coverage(path, watched);
+  refresh_coverage(watched);
 }
 
 void Watcher::set_poll_interval(std::chrono::milliseconds interval) {
@@ -258,8 +227,8 @@ void Watcher::inject_overflow() {
 bool Watcher::idle() const noexcept {
   if (flush_armed_ || !sweeps_in_flight_.empty() || !pending_probes_.empty()) return false;
   for (const auto& path : pending_paths_) {
-    auto it = paths_.find(path);
-    if (it != paths_.end() && it->second.stat_pending) return false;
+    WatchedPath* watched = registry_.find(path);
+    if (watched && watched->stat_pending) return false;
   }
   return true;
 }
@@ -300,55 +269,35 @@ void Watcher::shutdown() {
 // excluded directories (auto-revert-notify-exclude-dir-regexp) in poll mode,
 // and inotify cannot see remote changes there in any case.
 
-void Watcher::add_kernel_interest(const std::string& path, WatchedPath& watched) {
+void Watcher::add_kernel_interest(WatchedPath& watched) {
   watched.has_kernel_interest = true;
-  auto [own_dir, own_name] = split_path(path);
-  add_interest(own_dir, own_name, path);
-  if (watched.contents) add_interest(path, kAnyName, path);
-  if (!watched.target.empty()) {
-    auto [target_dir, target_name] = split_path(watched.target);
-    add_interest(target_dir, target_name, path);
+  add_interest(split_path(watched.name()).first);
+  if (watched.contents) add_interest(watched.name());
+  if (const std::string* target = registry_.target_of(watched)) {
+    add_interest(split_path(*target).first);
   }
 }
 
-void Watcher::drop_kernel_interest(const std::string& path, WatchedPath& watched) {
+void Watcher::drop_kernel_interest(WatchedPath& watched) {
   watched.has_kernel_interest = false;
-  auto [own_dir, own_name] = split_path(path);
-  drop_interest(own_dir, own_name, path);
-  if (watched.contents) drop_interest(path, kAnyName, path);
-  if (!watched.target.empty()) {
-    auto [target_dir, target_name] = split_path(watched.target);
-    drop_interest(target_dir, target_name, path);
+  drop_interest(split_path(watched.name()).first);
+  if (watched.contents) drop_interest(watched.name());
+  if (const std::string* target = registry_.target_of(watched)) {
+    drop_interest(split_path(*target).first);
   }
 }
 
-void Watcher::add_interest(const std::string& dir, const std::string& name,
-                           const std::string& path) {
-  auto path_it = paths_.find(path);
-  if (path_it == paths_.end()) return;
-  auto [dir_it, inserted] = dirs_.try_emplace(dir);
-  auto& paths = dir_it->second.paths_by_name[name];
-  if (std::find(paths.begin(), paths.end(), &path_it->first) == paths.end()) {
-    paths.push_back(&path_it->first);
-  }
-  if (inserted) try_watch_directory(dir, dir_it->second);
+void Watcher::add_interest(std::string_view dir) {
+  auto [dir_it, inserted] = dirs_.try_emplace(std::string(dir));
+  ++dir_it->second.interests;
+  if (inserted) try_watch_directory(dir_it->first, dir_it->second);
 }
 
-void Watcher::drop_interest(const std::string& dir, const std::string& name,
-                            const std::string& path) {
-  auto dir_it = dirs_.find(dir);
+void Watcher::drop_interest(std::string_view dir) {
+  auto dir_it = dirs_.find(std::string(dir));
   if (dir_it == dirs_.end()) return;
-  auto& paths_by_name = dir_it->second.paths_by_name;
-  auto name_it = paths_by_name.find(name);
-  if (name_it != paths_by_name.end()) {
-    auto& paths = name_it->second;
-    paths.erase(std::remove_if(paths.begin(), paths.end(),
-                               [&](const std::string* key) { return *key == path; }),
-                paths.end());
-    if (paths.empty()) paths_by_name.erase(name_it);
-  }
-  if (paths_by_name.empty()) {
-    unwatch_directory(dir, dir_it->second);
+  if (--dir_it->second.interests == 0) {
+    unwatch_directory(dir_it->first, dir_it->second);
     dirs_.erase(dir_it);
   }
 }
@@ -430,43 +379,60 @@ void Watcher::lose_watch(int wd, bool still_registered) {
   dirs_by_wd_.erase(keys_it);
   if (still_registered && inotify_fd_ >= 0) inotify_rm_watch(inotify_fd_, wd);
   engine_.stats().watches.store(dirs_by_wd_.size(), std::memory_order_relaxed);
-  // Every file seen through this directory is stat'ed now (to report the
-  // deletion) and polled from now on; the poll timer also retries the watch,
-  // and once the directory exists again its files are re-stat'ed.
-  for (const auto& dir : keys) {
+  // Every file seen through this directory is stat'ed (to report the
+  // deletion) and polled from now on, once the events read with this one
+  // are handled; the poll timer also retries the watch, and once the
+  // directory exists again its files are re-stat'ed.
+  for (auto& dir : keys) {
     auto dir_it = dirs_.find(dir);
     if (dir_it == dirs_.end()) continue;
     dir_it->second.wd = -1;
-    for (const auto& name_entry : dir_it->second.paths_by_name) {
-      for (const std::string* path : name_entry.second) {
-        auto path_it = paths_.find(*path);
-        if (path_it == paths_.end()) continue;
-        request_stat(*path, path_it->second);
-        refresh_coverage(*path, path_it->second);
-      }
-    }
+    lost_dirs_.insert(std::move(dir));
   }
+}
+
+void Watcher::restat_paths_in(const std::unordered_set<std::string>& dirs) {
+  if (dirs.empty()) return;
+  // One pass over the registry serves every directory: the names are not
+  // indexed by directory, which would cost memory for every watched file.
+  std::string key;
+  auto seen_through = [&](std::string_view dir) {
+    key.assign(dir);
+    return dirs.count(key) != 0;
+  };
+  registry_.for_each([&](WatchedPath& watched) {
+    if (!watched.has_kernel_interest) return;
+    const std::string* target = registry_.target_of(watched);
+    if (seen_through(split_path(watched.name()).first) ||
+        (watched.contents && seen_through(watched.name())) ||
+        (target && seen_through(split_path(*target).first))) {
+      request_stat(watched);
+      refresh_coverage(watched);
+    }
+  });
   schedule_flush(FlushUrgency::settle);
 }
 
-void Watcher::refresh_coverage(const std::string& path, WatchedPath& watched) {
-  auto watched_dir = [this](const std::string& dir) {
-    auto it = dirs_.find(dir);
+void Watcher::refresh_coverage(WatchedPath& watched) {
+  auto watched_dir = [this](std::string_view dir) {
+    auto it = dirs_.find(std::string(dir));
     return it != dirs_.end() && it->second.wd >= 0;
   };
+  std::string_view path = watched.name();
   auto [own_dir, own_name] = split_path(path);
+  const std::string* target = registry_.target_of(watched);
   bool kernel_covers = watched.notify_registrations > 0 && !own_name.empty() &&
                        !watched.link_unresolved && watched_dir(own_dir) &&
-                       (watched.target.empty() || watched_dir(split_path(watched.target).first)) &&
+                       (!target || watched_dir(split_path(*target).first)) &&
                        (!watched.contents || watched_dir(path));
   bool should_poll =
       watched.poll_registrations > 0 || (watched.notify_registrations > 0 && !kernel_covers);
   if (should_poll != watched.polled) {
     watched.polled = should_poll;
     if (should_poll) {
-      polled_paths_.insert(path);
+      polled_paths_.insert(std::string(path));
     } else {
-      polled_paths_.erase(path);
+      polled_paths_.erase(std::string(path));
     }
     engine_.stats().polled_files.store(polled_paths_.size(), std::memory_order_relaxed);
   }
@@ -477,7 +443,7 @@ void Watcher::update_poll_timer() {
   if (shutting_down_) return;
   // Every directory without a watch has polled files in it, so the polled
   // set alone decides whether the timer (which also retries watches) runs.
-  bool needed = !polled_paths_.empty() || (poll_notified_ && !paths_.empty());
+  bool needed = !polled_paths_.empty() || (poll_notified_ && registry_.size() != 0);
   bool active = uv_is_active(reinterpret_cast<uv_handle_t*>(&poll_timer_)) != 0;
   if (needed && !active) {
     auto repeat = static_cast<std::uint64_t>(poll_interval_.count());
@@ -542,21 +508,22 @@ void Watcher::read_inotify_events() {
       bool matched = false;
       if (known_watch) {
         for (const auto& dir : dirs_by_wd_[event.wd]) {
-          auto dir_it = dirs_.find(dir);
-          if (dir_it == dirs_.end()) continue;
-          // The event's own name, then the directories registered with their
-          // contents, which every event inside them concerns.
-          for (const std::string* key : {static_cast<const std::string*>(&name), &kAnyName}) {
-            if (key == &name && name.empty()) continue;
-            auto name_it = dir_it->second.paths_by_name.find(*key);
-            if (name_it == dir_it->second.paths_by_name.end()) continue;
-            for (const std::string* path : name_it->second) {
-              auto path_it = paths_.find(*path);
-              if (path_it == paths_.end()) continue;
-              request_stat(*path, path_it->second);
-              matched = true;
+          // The event's own name, a symlink whose target it is, and the
+          // directory itself when registered with its contents, which every
+          // event inside it concerns.
+          auto dirty = [&](WatchedPath* watched) {
+            if (!watched || !watched->has_kernel_interest) return;
+            request_stat(*watched);
+            matched = true;
+          };
+          if (!name.empty()) {
+            dirty(registry_.find_in(dir, name));
+            if (const auto* links = registry_.links_to(dir, name)) {
+              for (WatchedPath* link : *links) dirty(link);
             }
           }
+          WatchedPath* listed = registry_.find(dir);
+          if (listed && listed->contents) dirty(listed);
         }
       }
       if (matched) {
@@ -567,6 +534,9 @@ void Watcher::read_inotify_events() {
     }
   }
   if (marked) schedule_flush(FlushUrgency::settle);
+  std::unordered_set<std::string> lost;
+  lost.swap(lost_dirs_);
+  restat_paths_in(lost);
 }
 
 void Watcher::handle_overflow() {
@@ -575,7 +545,7 @@ void Watcher::handle_overflow() {
   // watch is re-added: the same descriptor means it is intact, a new one that
   // the directory was recreated, a failure that it is gone.
   for (auto& dir_entry : dirs_) try_watch_directory(dir_entry.first, dir_entry.second);
-  for (auto& path_entry : paths_) refresh_coverage(path_entry.first, path_entry.second);
+  registry_.for_each([this](WatchedPath& watched) { refresh_coverage(watched); });
   mark_all_pending();
   schedule_flush(FlushUrgency::now);
 }
@@ -586,24 +556,18 @@ void Watcher::on_poll_timer(uv_timer_t* handle) {
   // Directories without a watch (gone, or refused by the kernel) are retried
   // first; the files of one that is back are re-stat'ed, so a file recreated
   // with its directory is reported.
+  std::unordered_set<std::string> returned;
   for (auto& dir_entry : self->dirs_) {
     WatchedDir& dir = dir_entry.second;
     if (dir.wd >= 0 || !self->try_watch_directory(dir_entry.first, dir)) continue;
-    for (const auto& name_entry : dir.paths_by_name) {
-      for (const std::string* path : name_entry.second) {
-        auto path_it = self->paths_.find(*path);
-        if (path_it == self->paths_.end()) continue;
-        self->request_stat(*path, path_it->second);
-        self->refresh_coverage(*path, path_it->second);
-      }
-    }
+    returned.insert(dir_entry.first);
   }
+  self->restat_paths_in(returned);
   if (self->poll_notified_) {
-    for (auto& path_entry : self->paths_) self->request_stat(path_entry.first, path_entry.second);
+    self->registry_.for_each([self](WatchedPath& watched) { self->request_stat(watched); });
   } else {
     for (const auto& path : self->polled_paths_) {
-      auto path_it = self->paths_.find(path);
-      if (path_it != self->paths_.end()) self->request_stat(path, path_it->second);
+      if (WatchedPath* watched = self->registry_.find(path)) self->request_stat(*watched);
     }
   }
   if (!self->pending_paths_.empty()) self->schedule_flush(FlushUrgency::now);
@@ -616,13 +580,13 @@ void Watcher::on_poll_timer(uv_timer_t* handle) {
 // the results with each id's baseline and emits the records.
 
 void Watcher::mark_all_pending() {
-  for (auto& path_entry : paths_) request_stat(path_entry.first, path_entry.second);
+  registry_.for_each([this](WatchedPath& watched) { request_stat(watched); });
 }
 
-void Watcher::request_stat(const std::string& path, WatchedPath& watched) {
+void Watcher::request_stat(WatchedPath& watched) {
   if (watched.stat_pending) return;
   watched.stat_pending = true;
-  pending_paths_.push_back(path);
+  pending_paths_.emplace_back(watched.name());
 }
 
 // One flush timer serves every directory rather than one per directory: a
@@ -666,9 +630,9 @@ void Watcher::launch_sweeps() {
   job->number = next_sweep_number_++;
   std::vector<std::string> still_pending;
   for (auto& path : pending_paths_) {
-    auto path_it = paths_.find(path);
-    if (path_it == paths_.end()) continue;
-    WatchedPath& watched = path_it->second;
+    WatchedPath* found = registry_.find(path);
+    if (!found) continue;
+    WatchedPath& watched = *found;
     if (!watched.stat_pending) continue;
     if (watched.stat_in_flight) {
       // One stat per name at a time, so results apply in order; this one is
@@ -681,6 +645,7 @@ void Watcher::launch_sweeps() {
     SweepEntry entry;
     entry.path = path;
     entry.incarnation = watched.incarnation;
+    entry.contents = watched.contents;
     job->entries.push_back(std::move(entry));
   }
   pending_paths_ = std::move(still_pending);
@@ -704,8 +669,9 @@ void Watcher::launch_sweeps() {
                             // The entries not applied must not stay in flight
                             // for ever; recover() stats them all again.
                             for (const auto& entry : job->entries) {
-                              auto path_it = paths_.find(entry.path);
-                              if (path_it != paths_.end()) path_it->second.stat_in_flight = false;
+                              if (WatchedPath* watched = registry_.find(entry.path)) {
+                                watched->stat_in_flight = false;
+                              }
                             }
                             recover();
                           }
@@ -714,10 +680,10 @@ void Watcher::launch_sweeps() {
     // Keep the names pending rather than losing them.
     sweeps_in_flight_.erase(job.get());
     for (auto& entry : job->entries) {
-      auto path_it = paths_.find(entry.path);
-      if (path_it == paths_.end()) continue;
-      path_it->second.stat_in_flight = false;
-      request_stat(entry.path, path_it->second);
+      WatchedPath* watched = registry_.find(entry.path);
+      if (!watched) continue;
+      watched->stat_in_flight = false;
+      request_stat(*watched);
     }
     const auto* system = dynamic_cast<const std::system_error*>(&error);
     notice_failure_once("pthread_create", system ? system->code().value() : ENOMEM,
@@ -801,39 +767,43 @@ void Watcher::apply_sweep(SweepJob& job) {
   std::unordered_set<std::uint64_t> released = apply_repositories(job);
   std::size_t emitted = emit_changes(released);
   for (const auto& entry : job.entries) {
-    auto path_it = paths_.find(entry.path);
-    if (path_it == paths_.end() || path_it->second.incarnation != entry.incarnation) continue;
-    WatchedPath& watched = path_it->second;
+    WatchedPath* found = registry_.find(entry.path);
+    if (!found || found->incarnation != entry.incarnation) continue;
+    WatchedPath& watched = *found;
     watched.stat_in_flight = false;
-    for (std::uint64_t id : watched.ids) {
-      auto registration_it = registrations_.find(id);
-      if (registration_it == registrations_.end()) continue;
-      Registration& registration = registration_it->second;
-      if (job.number < registration.first_usable_sweep) {
-        // Stat'ed before this id registered; its baseline needs a fresh one.
-        request_stat(entry.path, watched);
-        continue;
-      }
-      if (!registration.has_baseline) {
+    // Every id with a baseline has the same one (see WatchedPath), so
+    // whether the file changed is one question for all of them.
+    bool had_baseline = false;
+    registry_.for_each_id(
+        watched, [&](RegisteredId& node) { had_baseline = had_baseline || node.has_baseline; });
+    bool changed = had_baseline && entry.signature != watched.baseline;
+    bool baselined = had_baseline;
+    registry_.for_each_id(watched, [&](RegisteredId& node) {
+      if (!node.has_baseline) {
+        if (!watched.sweep_is_usable(job.number)) {
+          // Stat'ed before this id registered; its baseline needs a fresh one.
+          request_stat(watched);
+          return;
+        }
         // From here on every change is reported.  Saying so lets Emacs check
         // the buffer once now, which covers a change made after it read the
         // file but before this stat.
-        registration.baseline = entry.signature;
-        registration.has_baseline = true;
+        node.has_baseline = true;
+        baselined = true;
         // In a repository a VCS operation is changing, that first check would
         // read a half-written state; it waits for the operation like a change.
-        bool held = hold_change(id, job, entry);
-        engine_.emit(Record{RecordKind::file_watched, id, held ? 1 : 0, entry.path},
+        bool held = hold_change(node.id, job, entry);
+        engine_.emit(Record{RecordKind::file_watched, node.id, held ? 1 : 0, entry.path},
                      Engine::Wake::no);
-        continue;
+        return;
       }
-      if (entry.signature == registration.baseline) continue;
-      registration.baseline = entry.signature;
-      if (hold_change(id, job, entry) || released.count(id) != 0) continue;
-      engine_.emit(Record{RecordKind::file_changed, id, 0, entry.path}, Engine::Wake::no);
+      if (!changed) return;
+      if (hold_change(node.id, job, entry) || released.count(node.id) != 0) return;
+      engine_.emit(Record{RecordKind::file_changed, node.id, 0, entry.path}, Engine::Wake::no);
       ++emitted;
-    }
-    update_link_target(entry.path, watched, entry);
+    });
+    if (baselined) watched.baseline = entry.signature;
+    update_link_target(watched, entry);
   }
   if (emitted > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);
   // One wake for the whole sweep, once every record is queued: Emacs then
@@ -842,25 +812,21 @@ void Watcher::apply_sweep(SweepJob& job) {
   engine_.wake_if_pending();
 }
 
-void Watcher::update_link_target(const std::string& path, WatchedPath& watched,
-                                 const SweepEntry& entry) {
-  std::string target = entry.is_symlink && entry.resolved ? entry.resolved_path : std::string();
+void Watcher::update_link_target(WatchedPath& watched, const SweepEntry& entry) {
+  bool linked = entry.is_symlink && entry.resolved;
   watched.link_unresolved = entry.is_symlink && !entry.resolved;
-  if (target != watched.target) {
-    if (watched.has_kernel_interest && !watched.target.empty()) {
-      auto [target_dir, target_name] = split_path(watched.target);
-      drop_interest(target_dir, target_name, path);
-    }
-    watched.target = std::move(target);
-    if (watched.has_kernel_interest && !watched.target.empty()) {
-      auto [target_dir, target_name] = split_path(watched.target);
-      add_interest(target_dir, target_name, path);
+  const std::string* old_target = registry_.target_of(watched);
+  if (linked ? !old_target || *old_target != entry.resolved_path : old_target != nullptr) {
+    if (watched.has_kernel_interest && old_target) drop_interest(split_path(*old_target).first);
+    registry_.set_target(watched, linked ? &entry.resolved_path : nullptr);
+    if (watched.has_kernel_interest && linked) {
+      add_interest(split_path(entry.resolved_path).first);
       // The target may have changed between this sweep's stat and the new
       // watch; one more stat closes that window.
-      request_stat(path, watched);
+      request_stat(watched);
     }
   }
-  refresh_coverage(path, watched);
+  refresh_coverage(watched);
 }
 
 // ---------------------------------------------------------------------------
@@ -879,8 +845,8 @@ void Watcher::probe_repositories(SweepJob& job) {
   for (auto& entry : job.entries) {
     // A directory registered with its contents (Dired) belongs to the
     // repository it is in; a file, even a deleted one, to its directory's.
-    const std::string& control_dir =
-        finder.control_dir_of(entry.contents ? entry.path : split_path(entry.path).first);
+    const std::string& control_dir = finder.control_dir_of(
+        entry.contents ? entry.path : std::string(split_path(entry.path).first));
     if (control_dir.empty()) continue;
     auto [index_it, inserted] =
         index_of.try_emplace(control_dir, static_cast<int>(job.repositories.size()));
@@ -907,9 +873,9 @@ bool Watcher::hold_change(std::uint64_t id, const SweepJob& job, const SweepEntr
 std::size_t Watcher::emit_changes(const std::unordered_set<std::uint64_t>& ids) {
   std::size_t emitted = 0;
   for (std::uint64_t id : ids) {
-    auto registration_it = registrations_.find(id);
-    if (registration_it == registrations_.end()) continue;
-    engine_.emit(Record{RecordKind::file_changed, id, 0, *registration_it->second.path},
+    WatchedPath* watched = registry_.find_by_id(id);
+    if (!watched) continue;
+    engine_.emit(Record{RecordKind::file_changed, id, 0, std::string(watched->name())},
                  Engine::Wake::no);
     ++emitted;
   }

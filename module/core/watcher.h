@@ -33,32 +33,10 @@
 
 #include "core/engine.h"
 #include "core/vcs.h"
+#include "core/watch_registry.h"
 #include "core/worker_pool.h"
 
 namespace fastrevert {
-
-enum class WatchMode : std::uint8_t {
-  notify,  // A kernel watch on the file's directory (and its target's, for a symlink).
-  poll,    // Background stat polling at the poll interval.
-};
-
-// What a stat of a registered name says about the file it names, following
-// symlinks as `file-attributes' does.  Two signatures differ exactly when the
-// watcher reports a change.  The mode is compared too: a chmod changes the
-// ctime only at the kernel's coarse clock resolution, so a chmod in the same
-// tick as the previous change would otherwise go unseen.
-struct FileSignature {
-  bool exists = false;
-  dev_t device = 0;
-  ino_t inode = 0;
-  mode_t mode = 0;
-  off_t size = 0;
-  std::int64_t mtime_ns = 0;
-  std::int64_t ctime_ns = 0;
-
-  bool operator==(const FileSignature& other) const noexcept;
-  bool operator!=(const FileSignature& other) const noexcept { return !(*this == other); }
-};
 
 // Stats PATH now.  Any failure (missing file, dangling link, permission)
 // reads as a file that does not exist.
@@ -130,64 +108,25 @@ class Watcher : public Service {
   // True when no stat is in flight or pending: every event read so far has
   // been confirmed and reported.  Tests use it as a synchronization point.
   bool idle() const noexcept;
-  std::size_t registration_count() const noexcept { return registrations_.size(); }
+  std::size_t registration_count() const noexcept { return registry_.id_count(); }
   std::size_t sweeps_in_flight() const noexcept { return sweeps_in_flight_.size(); }
   std::size_t held_changes() const noexcept { return hold_.held_changes(); }
 
   void shutdown() override;
 
  private:
-  // What a watched file costs is mostly its name, so each registered name is
-  // stored once, as the key of its entry in paths_, and everything else
-  // refers to that key: entries of an unordered_map keep their address as
-  // the map grows.
-  struct Registration {
-    // The key of the registered name's entry in paths_, which outlives the
-    // registration.
-    const std::string* path = nullptr;
-    WatchMode mode = WatchMode::notify;
-    FileSignature baseline;
-    bool has_baseline = false;
-    // Results of sweeps numbered below this were stat'ed before the
-    // registration existed, so they cannot serve as its baseline.
-    std::uint64_t first_usable_sweep = 0;
-  };
-
-  // One registered name, shared by every id that registered it.
-  struct WatchedPath {
-    // Nearly always one id: buffers rarely share a file.
-    std::vector<std::uint64_t> ids;
-    int notify_registrations = 0;
-    int poll_registrations = 0;
-    // Distinguishes this entry from an earlier one for the same name, so a
-    // sweep started before a remove and re-add cannot update the new one.
-    std::uint64_t incarnation = 0;
-    // For a symlink, where it resolved on the last sweep; empty otherwise.
-    // The kernel watch for the name itself is on its own directory.
-    std::string target;
-    // A symlink whose target could not be resolved is polled: no directory
-    // watch can see its target appear.
-    bool link_unresolved = false;
-    // Registered with contents: the directory itself is watched as well.
-    bool contents = false;
-    bool has_kernel_interest = false;
-    bool stat_pending = false;
-    bool stat_in_flight = false;
-    bool polled = false;
-  };
-
-  // One directory that registered names live in, or that a registered
-  // symlink points into.
+  // One directory that registered names live in, that a registered
+  // symlink points into, or that is registered with its contents.
   struct WatchedDir {
     int wd = -1;
-    // The registered names in this directory that matter, each mapped to the
-    // registered paths (keys of paths_) that an event on it makes dirty.
-    std::unordered_map<std::string, std::vector<const std::string*>> paths_by_name;
+    // How many registered names need this directory watched: each name in
+    // it, each symlink into it, and itself when registered with contents.
+    std::size_t interests = 0;
   };
 
   struct SweepEntry {
     std::string path;
-    std::uint64_t incarnation = 0;
+    std::uint32_t incarnation = 0;
     FileSignature signature;
     bool is_symlink = false;
     // Registered with contents: the directory PATH is watched as well.
@@ -226,24 +165,29 @@ class Watcher : public Service {
   static void guarded(uv_poll_t* handle, int status, int events) noexcept;
   void recover() noexcept;
 
-  void add_kernel_interest(const std::string& path, WatchedPath& watched);
-  void drop_kernel_interest(const std::string& path, WatchedPath& watched);
-  void add_interest(const std::string& dir, const std::string& name, const std::string& path);
-  void drop_interest(const std::string& dir, const std::string& name, const std::string& path);
+  void add_kernel_interest(WatchedPath& watched);
+  void drop_kernel_interest(WatchedPath& watched);
+  // Counts one more (or one fewer) registered name needing DIR watched, and
+  // watches (or unwatches) it on the first (or the last).
+  void add_interest(std::string_view dir);
+  void drop_interest(std::string_view dir);
   bool ensure_inotify();
   bool try_watch_directory(const std::string& dir, WatchedDir& watched);
   void unwatch_directory(const std::string& dir, WatchedDir& watched);
   void lose_watch(int wd, bool still_registered);
-  void refresh_coverage(const std::string& path, WatchedPath& watched);
+  // Stats, and re-decides the coverage of, every name with kernel interest
+  // seen through one of DIRS: in it, linked into it, or DIRS itself.
+  void restat_paths_in(const std::unordered_set<std::string>& dirs);
+  void refresh_coverage(WatchedPath& watched);
   void update_poll_timer();
   void read_inotify_events();
   void handle_overflow();
   void mark_all_pending();
-  void request_stat(const std::string& path, WatchedPath& watched);
+  void request_stat(WatchedPath& watched);
   void schedule_flush(FlushUrgency urgency);
   void launch_sweeps();
   void apply_sweep(SweepJob& job);
-  void update_link_target(const std::string& path, WatchedPath& watched, const SweepEntry& entry);
+  void update_link_target(WatchedPath& watched, const SweepEntry& entry);
   // VCS operations (see vcs.h).  Sweep thread: finds the entries'
   // repositories and looks into each once its files are stat'ed.
   static void probe_repositories(SweepJob& job);
@@ -271,13 +215,15 @@ class Watcher : public Service {
   std::chrono::milliseconds settle_delay_{30};
   bool poll_notified_ = false;
 
-  std::unordered_map<std::uint64_t, Registration> registrations_;
-  std::unordered_map<std::string, WatchedPath> paths_;
+  WatchRegistry registry_;
   std::unordered_map<std::string, WatchedDir> dirs_;
   // Several directory names can lead to one inode (a symlinked directory),
   // and the kernel then hands out one watch descriptor for all of them.
   std::unordered_map<int, std::vector<std::string>> dirs_by_wd_;
   std::unordered_set<std::string> polled_paths_;
+  // Directories whose watch went away while events were being read; their
+  // files are stat'ed once the read is done.
+  std::unordered_set<std::string> lost_dirs_;
   // Paths whose stat_pending flag is set; may hold stale or repeated names,
   // the flag decides.
   std::vector<std::string> pending_paths_;

@@ -608,6 +608,33 @@ Return PREDICATE's value, or nil on timeout."
         (fastrevert-revert-test--write file "e2\n")
         (should (fastrevert-revert-test--wait-text buffer "e2\n"))))))
 
+(ert-deftest fastrevert-revert-killed-buffer-releases-its-watch ()
+  "Killing a watched buffer releases its engine watch, with no hook local to the buffer."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((buffer (fastrevert-revert-test--visit (expand-file-name "killed.txt" dir) "k\n"))
+             (id (cdr (buffer-local-value 'auto-revert-notify-watch-descriptor buffer))))
+        (should (eq (gethash id fastrevert--buffer-by-id) buffer))
+        (should (fastrevert-test-wait-for
+                 (lambda () (= (plist-get (fastrevert-stats) :watches) 1))))
+        (should-not (memq #'auto-revert-notify-rm-watch
+                          (buffer-local-value 'kill-buffer-hook buffer)))
+        (kill-buffer buffer)
+        (should-not (gethash id fastrevert--buffer-by-id))
+        (should (fastrevert-test-wait-for
+                 (lambda () (= (plist-get (fastrevert-stats) :watches) 0))))))))
+
+(ert-deftest fastrevert-revert-empty-large-queue-gives-its-room-back ()
+  "A queue that held a large batch is replaced by a small one once empty, and kept otherwise."
+  (let ((large (make-hash-table :test #'eq :size 5000))
+        (small (make-hash-table :test #'eq)))
+    (should-not (eq (fastrevert--fresh-if-large large) large))
+    (should (<= (hash-table-size (fastrevert--fresh-if-large large))
+                fastrevert--queue-keep-size))
+    (should (eq (fastrevert--fresh-if-large small) small))
+    (puthash (current-buffer) t large)
+    (should (eq (fastrevert--fresh-if-large large) large))))
+
 (ert-deftest fastrevert-revert-setting-change-takes-effect-at-run-time ()
   (fastrevert-test-with-temp-dir dir
     (fastrevert-revert-test--with-mode

@@ -1047,6 +1047,28 @@ TEST_CASE("watcher: a write just before the lock goes away is reported once with
   CHECK(wait_for_held(harness, 0));
 }
 
+TEST_CASE("watcher: a work tree's top directory listed with its contents is held by its lock") {
+  Harness harness;
+  TempDir dir;
+  make_repository(dir);
+  // Old times, so that the new entry below changes the directory's.
+  timespec old_times[2] = {{1000000000, 0}, {1000000000, 0}};
+  REQUIRE(utimensat(AT_FDCWD, (dir / "repo").c_str(), old_times, 0) == 0);
+  harness.call([&](Watcher& watcher) { watcher.add(1, dir / "repo", WatchMode::notify, true); });
+  harness.settle();
+  harness.clear();
+  // The directory is in the repository it is the top of, not in its
+  // parent, which is in none: a checkout there holds its listing too.
+  create_file(dir / "repo/.git/index.lock", "");
+  create_file(dir / "repo/checked-out", "x");
+  REQUIRE(wait_for_held(harness, 1));
+  harness.settle();
+  CHECK(harness.changes_for(1) == 0);
+  REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
+  harness.expect_one_change(1);
+  CHECK(wait_for_held(harness, 0));
+}
+
 TEST_CASE("watcher: the changes a lock held are all queued before Emacs is woken") {
   Harness harness;
   TempDir dir;

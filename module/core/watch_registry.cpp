@@ -1,0 +1,189 @@
+#include "core/watch_registry.h"
+
+#include <cstring>
+#include <new>
+
+namespace fastrevert {
+
+bool FileSignature::operator==(const FileSignature& other) const noexcept {
+  return exists == other.exists && device == other.device && inode == other.inode &&
+         mode == other.mode && size == other.size && mtime_ns == other.mtime_ns &&
+         ctime_ns == other.ctime_ns;
+}
+
+std::pair<std::string_view, std::string_view> split_path(std::string_view path) noexcept {
+  std::size_t slash = path.rfind('/');
+  if (slash == std::string_view::npos) return {".", path};
+  if (slash == 0) return {"/", path.substr(1)};
+  return {path.substr(0, slash), path.substr(slash + 1)};
+}
+
+WatchRegistry::~WatchRegistry() {
+  std::vector<WatchedPath*> all;
+  all.reserve(by_name_.size());
+  by_name_.for_each([&](WatchedPath& path) { all.push_back(&path); });
+  for (WatchedPath* path : all) destroy(path);
+}
+
+WatchedPath* WatchRegistry::find_by_id(std::uint64_t id) const noexcept {
+  if (WatchedPath* path = by_first_id_.find(id)) return path;
+  auto it = more_ids_.find(id);
+  return it == more_ids_.end() ? nullptr : it->second;
+}
+
+RegisteredId* WatchRegistry::id_in(WatchedPath& path, std::uint64_t id) {
+  if (!path.has_ids) return nullptr;
+  if (path.first_id.id == id) return &path.first_id;
+  if (!path.more_ids) return nullptr;
+  for (RegisteredId& more : more_ids_of_.at(&path)) {
+    if (more.id == id) return &more;
+  }
+  return nullptr;
+}
+
+const std::string& WatchRegistry::join(std::string_view dir, std::string_view name) const {
+  // split_path gives "/" for a name in the root; every other directory is the
+  // text before the last slash.
+  joined_.assign(dir);
+  if (dir != "/") joined_ += '/';
+  joined_ += name;
+  return joined_;
+}
+
+WatchedPath* WatchRegistry::find_in(std::string_view dir, std::string_view name) const {
+  // split_path gives "." for a name without a slash, as for "./name".
+  if (dir == ".") {
+    if (WatchedPath* path = find(name)) return path;
+  }
+  return find(join(dir, name));
+}
+
+std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_view path,
+                                                 WatchMode mode) {
+  RegisteredId registered{id, mode, false};
+  if (WatchedPath* existing = find(path)) {
+    if (!existing->has_ids) {
+      existing->first_id = registered;
+      by_first_id_.insert(existing);
+      existing->has_ids = true;
+      return {existing, false};
+    }
+    auto [more_it, inserted] = more_ids_.emplace(id, existing);
+    try {
+      more_ids_of_[existing].push_back(registered);
+    } catch (...) {
+      more_ids_.erase(more_it);
+      throw;
+    }
+    existing->more_ids = true;
+    return {existing, false};
+  }
+  if (path.size() > UINT32_MAX) throw std::bad_alloc();
+  void* memory = ::operator new(sizeof(WatchedPath) + path.size());
+  auto* entry = new (memory) WatchedPath();
+  entry->name_length = static_cast<std::uint32_t>(path.size());
+  std::memcpy(reinterpret_cast<char*>(entry + 1), path.data(), path.size());
+  entry->first_id = registered;
+  entry->has_ids = true;
+  try {
+    by_name_.insert(entry);
+  } catch (...) {
+    destroy(entry);
+    throw;
+  }
+  try {
+    by_first_id_.insert(entry);
+  } catch (...) {
+    by_name_.erase(entry);
+    destroy(entry);
+    throw;
+  }
+  return {entry, true};
+}
+
+void WatchRegistry::remove(WatchedPath& path, std::uint64_t id) noexcept {
+  if (!path.has_ids) return;
+  if (path.first_id.id != id) {
+    if (!path.more_ids) return;
+    auto more_it = more_ids_of_.find(&path);
+    auto& more = more_it->second;
+    auto it = std::find_if(more.begin(), more.end(),
+                           [id](const RegisteredId& registered) { return registered.id == id; });
+    if (it == more.end()) return;
+    more.erase(it);
+    more_ids_.erase(id);
+    if (more.empty()) {
+      more_ids_of_.erase(more_it);
+      path.more_ids = false;
+    }
+    return;
+  }
+  by_first_id_.erase(&path);
+  if (!path.more_ids) {
+    path.has_ids = false;
+    return;
+  }
+  // The next id becomes the first.  Linking it cannot allocate: the table
+  // held one more element a moment ago.
+  auto more_it = more_ids_of_.find(&path);
+  auto& more = more_it->second;
+  path.first_id = more.front();
+  more.erase(more.begin());
+  more_ids_.erase(path.first_id.id);
+  if (more.empty()) {
+    more_ids_of_.erase(more_it);
+    path.more_ids = false;
+  }
+  by_first_id_.insert(&path);
+}
+
+void WatchRegistry::erase(WatchedPath* path) noexcept {
+  set_target(*path, nullptr);
+  by_name_.erase(path);
+  destroy(path);
+}
+
+void WatchRegistry::destroy(WatchedPath* path) noexcept {
+  path->~WatchedPath();
+  ::operator delete(path);
+}
+
+const std::string* WatchRegistry::target_of(const WatchedPath& path) const noexcept {
+  if (!path.has_target) return nullptr;
+  return &targets_.find(&path)->second;
+}
+
+void WatchRegistry::set_target(WatchedPath& path, const std::string* target) {
+  if (path.has_target) {
+    auto target_it = targets_.find(&path);
+    auto links_it = links_.find(target_it->second);
+    auto& links = links_it->second;
+    links.erase(std::remove(links.begin(), links.end(), &path), links.end());
+    if (links.empty()) links_.erase(links_it);
+    targets_.erase(target_it);
+    path.has_target = false;
+  }
+  if (!target) return;
+  auto [target_it, inserted] = targets_.emplace(&path, *target);
+  try {
+    links_[*target].push_back(&path);
+  } catch (...) {
+    targets_.erase(target_it);
+    throw;
+  }
+  path.has_target = true;
+}
+
+const std::vector<WatchedPath*>* WatchRegistry::links_to(const std::string& target) const {
+  auto it = links_.find(target);
+  return it == links_.end() ? nullptr : &it->second;
+}
+
+const std::vector<WatchedPath*>* WatchRegistry::links_to(std::string_view dir,
+                                                         std::string_view name) const {
+  // Most watchers have no symlink at all; then no event needs the join.
+  if (links_.empty()) return nullptr;
+  return links_to(join(dir, name));
+}
+
+}  // namespace fastrevert

@@ -1,0 +1,213 @@
+// Tests of the watcher's registry on its own: names, ids, symlink targets and
+// the lookups a kernel event makes.
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "catch_compat.h"
+#include "core/watch_registry.h"
+
+using fastrevert::RegisteredId;
+using fastrevert::split_path;
+using fastrevert::WatchedPath;
+using fastrevert::WatchMode;
+using fastrevert::WatchRegistry;
+
+namespace {
+
+std::set<std::uint64_t> ids_of(WatchRegistry& registry, WatchedPath& path) {
+  std::set<std::uint64_t> ids;
+  registry.for_each_id(path, [&](RegisteredId& registered) { ids.insert(registered.id); });
+  return ids;
+}
+
+WatchMode mode_of(WatchRegistry& registry, std::uint64_t id) {
+  WatchedPath* path = registry.find_by_id(id);
+  REQUIRE(path != nullptr);
+  RegisteredId* registered = registry.id_in(*path, id);
+  REQUIRE(registered != nullptr);
+  return registered->mode;
+}
+
+// Removes ID and erases its name's entry when no id is left, as the watcher
+// does.
+void unregister(WatchRegistry& registry, std::uint64_t id) {
+  WatchedPath* path = registry.find_by_id(id);
+  REQUIRE(path != nullptr);
+  registry.remove(*path, id);
+  if (!path->has_ids) registry.erase(path);
+}
+
+}  // namespace
+
+TEST_CASE("registry: a registered name is found by name and by id, and holds its bytes exactly",
+          "[registry]") {
+  WatchRegistry registry;
+  std::string name = "/home/user/project/src/a file with spaces and \xc3\xa9.txt";
+  auto [path, inserted] = registry.add(7, name, WatchMode::notify);
+  CHECK(inserted);
+  CHECK(path->name() == name);
+  CHECK(registry.find(name) == path);
+  CHECK(registry.find("/home/user/project/src/other.txt") == nullptr);
+  CHECK(registry.find_by_id(7) == path);
+  CHECK(mode_of(registry, 7) == WatchMode::notify);
+  CHECK(registry.find_by_id(8) == nullptr);
+  CHECK(registry.id_in(*path, 8) == nullptr);
+  CHECK(registry.size() == 1);
+  CHECK(registry.id_count() == 1);
+}
+
+TEST_CASE(
+    "registry: many ids of one name share its entry, and removing any of them keeps the others",
+    "[registry]") {
+  WatchRegistry registry;
+  WatchedPath* path = registry.add(1, "/d/f", WatchMode::notify).first;
+  CHECK_FALSE(registry.add(2, "/d/f", WatchMode::poll).second);
+  CHECK_FALSE(registry.add(3, "/d/f", WatchMode::notify).second);
+  CHECK(registry.size() == 1);
+  CHECK(registry.id_count() == 3);
+  CHECK(ids_of(registry, *path) == std::set<std::uint64_t>{1, 2, 3});
+  CHECK(mode_of(registry, 2) == WatchMode::poll);
+  CHECK(mode_of(registry, 3) == WatchMode::notify);
+
+  SECTION("the first id goes and the second takes its place") {
+    registry.remove(*path, 1);
+    CHECK(registry.find_by_id(1) == nullptr);
+    CHECK(ids_of(registry, *path) == std::set<std::uint64_t>{2, 3});
+    CHECK(registry.find_by_id(2) == path);
+    CHECK(mode_of(registry, 2) == WatchMode::poll);
+    CHECK(registry.find_by_id(3) == path);
+    CHECK(registry.id_count() == 2);
+  }
+  SECTION("a later id goes") {
+    registry.remove(*path, 3);
+    CHECK(ids_of(registry, *path) == std::set<std::uint64_t>{1, 2});
+    CHECK(registry.find_by_id(3) == nullptr);
+  }
+  SECTION("an id's baseline flag stays with it when the first id goes") {
+    registry.id_in(*path, 2)->has_baseline = true;
+    registry.remove(*path, 1);
+    CHECK(registry.id_in(*path, 2)->has_baseline);
+    CHECK_FALSE(registry.id_in(*path, 3)->has_baseline);
+  }
+  SECTION("the last id leaves the entry without ids until it is erased") {
+    registry.remove(*path, 2);
+    registry.remove(*path, 1);
+    CHECK(path->has_ids);
+    registry.remove(*path, 3);
+    CHECK_FALSE(path->has_ids);
+    CHECK(ids_of(registry, *path).empty());
+    CHECK(registry.find_by_id(3) == nullptr);
+    registry.erase(path);
+    CHECK(registry.find("/d/f") == nullptr);
+    CHECK(registry.size() == 0);
+    CHECK(registry.id_count() == 0);
+  }
+}
+
+TEST_CASE("registry: a renamed file is a remove and an add: the old name is gone, the new found",
+          "[registry]") {
+  WatchRegistry registry;
+  registry.add(1, "/d/old", WatchMode::notify);
+  unregister(registry, 1);
+  WatchedPath* renamed = registry.add(1, "/d/new", WatchMode::notify).first;
+  CHECK(registry.find("/d/old") == nullptr);
+  CHECK(registry.find("/d/new") == renamed);
+  CHECK(registry.find_by_id(1) == renamed);
+}
+
+TEST_CASE("registry: ten thousand names and ids stay found as the tables grow and shrink",
+          "[registry]") {
+  WatchRegistry registry;
+  auto name_of = [](int i) {
+    return "/dir" + std::to_string(i % 10) + "/file" + std::to_string(i);
+  };
+  for (int i = 0; i < 10000; ++i) registry.add(i, name_of(i), WatchMode::notify);
+  CHECK(registry.size() == 10000);
+  int visited = 0;
+  registry.for_each([&](WatchedPath&) { ++visited; });
+  CHECK(visited == 10000);
+  for (int i = 0; i < 10000; ++i) {
+    REQUIRE(registry.find(name_of(i)) != nullptr);
+    REQUIRE(registry.find_by_id(i)->name() == name_of(i));
+  }
+  // Removing all but every hundredth shrinks the tables; the rest stay found.
+  for (int i = 0; i < 10000; ++i) {
+    if (i % 100 != 0) unregister(registry, i);
+  }
+  CHECK(registry.size() == 100);
+  for (int i = 0; i < 10000; ++i) {
+    CHECK((registry.find(name_of(i)) != nullptr) == (i % 100 == 0));
+    CHECK((registry.find_by_id(i) != nullptr) == (i % 100 == 0));
+  }
+}
+
+TEST_CASE(
+    "registry: a kernel event's directory and name lead to the registered name they split from",
+    "[registry]") {
+  WatchRegistry registry;
+  WatchedPath* nested = registry.add(1, "/a/b/c.txt", WatchMode::notify).first;
+  WatchedPath* in_root = registry.add(2, "/top", WatchMode::notify).first;
+  WatchedPath* relative = registry.add(3, "bare", WatchMode::notify).first;
+  WatchedPath* doubled = registry.add(4, "/a//d", WatchMode::notify).first;
+  for (WatchedPath* path : {nested, in_root, relative, doubled}) {
+    auto [dir, name] = split_path(path->name());
+    CHECK(registry.find_in(dir, name) == path);
+  }
+  CHECK(split_path("/a/b/c.txt") ==
+        std::make_pair(std::string_view("/a/b"), std::string_view("c.txt")));
+  CHECK(split_path("/top") == std::make_pair(std::string_view("/"), std::string_view("top")));
+  CHECK(split_path("bare") == std::make_pair(std::string_view("."), std::string_view("bare")));
+  CHECK(registry.find_in("/a/b", "other") == nullptr);
+  CHECK(registry.find_in("/a", "b") == nullptr);
+}
+
+TEST_CASE("registry: symlinks are found through their target until it changes or they are erased",
+          "[registry]") {
+  WatchRegistry registry;
+  WatchedPath* first = registry.add(1, "/links/one", WatchMode::notify).first;
+  WatchedPath* second = registry.add(2, "/links/two", WatchMode::notify).first;
+  CHECK(registry.target_of(*first) == nullptr);
+  CHECK(registry.links_to("/data/target") == nullptr);
+  std::string target = "/data/target";
+  registry.set_target(*first, &target);
+  registry.set_target(*second, &target);
+  REQUIRE(registry.target_of(*first) != nullptr);
+  CHECK(*registry.target_of(*first) == target);
+  REQUIRE(registry.links_to(target) != nullptr);
+  CHECK(*registry.links_to(target) == std::vector<WatchedPath*>{first, second});
+  // A kernel event names the target's directory and its entry there.
+  REQUIRE(registry.links_to("/data", "target") != nullptr);
+  CHECK(*registry.links_to("/data", "target") == std::vector<WatchedPath*>{first, second});
+  CHECK(registry.links_to("/data", "other") == nullptr);
+
+  // A link retargeted leaves its old target's links.
+  std::string elsewhere = "/data/elsewhere";
+  registry.set_target(*first, &elsewhere);
+  CHECK(*registry.target_of(*first) == elsewhere);
+  CHECK(*registry.links_to(target) == std::vector<WatchedPath*>{second});
+  CHECK(*registry.links_to(elsewhere) == std::vector<WatchedPath*>{first});
+
+  // One that is no symlink any more has no target.
+  registry.set_target(*first, nullptr);
+  CHECK(registry.target_of(*first) == nullptr);
+  CHECK(registry.links_to(elsewhere) == nullptr);
+
+  // Erasing a link's entry takes it out of its target's links.
+  unregister(registry, 2);
+  CHECK(registry.links_to(target) == nullptr);
+  CHECK(registry.find("/links/two") == nullptr);
+}
+
+TEST_CASE("registry: sweep numbers are compared modulo 2^32, so the stored low bits never misorder",
+          "[registry]") {
+  WatchRegistry registry;
+  WatchedPath* path = registry.add(1, "/d/f", WatchMode::notify).first;
+  path->first_usable_sweep = 0xFFFFFFFFu;
+  CHECK_FALSE(path->sweep_is_usable(0x1FFFFFFFEull));
+  CHECK(path->sweep_is_usable(0x1FFFFFFFFull));
+  CHECK(path->sweep_is_usable(0x200000000ull));
+  CHECK(path->sweep_is_usable(0x200000005ull));
+}
