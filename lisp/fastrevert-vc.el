@@ -42,6 +42,13 @@
 ;; one this file cannot answer exactly, runs as usual.  So each buffer
 ;; gets what stock Emacs gives it, whatever the version of vc-git that
 ;; parses those answers, and other backends keep their own refresh.
+;;
+;; With thousands of buffers, what is left of a refresh is Lisp, and
+;; most of it is spent making buffers for Git's output and looking for
+;; each backend's control directory above each file.  So the few
+;; functions of vc-git that wrap the commands above are answered where
+;; they start, without a buffer, and `vc-find-root' looks once per
+;; directory of the batch (see "Where the answers are given").
 
 ;;; Code:
 
@@ -114,9 +121,19 @@ answer.")
 A plist: `:repos' maps a root to its `fastrevert-vc--repo', or to
 `failed' if Git could not answer for it; `:files' maps a root to
 the root-relative names of the batch's files in it, and `:places' an
-absolute file name to its (ROOT . RELATIVE-NAME); `:roots' memoizes
+absolute file name to its `fastrevert-vc--place'; `:roots' memoizes
 `vc-git-root' by directory; `:coding' is the coding system of Git's
 output.")
+
+(cl-defstruct (fastrevert-vc--place (:constructor fastrevert-vc--place-create
+                                                  (root relative folder))
+                                    (:copier nil))
+  "Where a file of the batch is."
+  (root nil :documentation "The Git work tree holding the file, with a final slash.")
+  (relative nil :documentation "The file's name relative to ROOT.")
+  (folder nil :documentation "(DIRECTORY . FOUND), shared by the files of one directory.
+FOUND is an alist from a name `vc-find-root' looked for to what it
+found, for `fastrevert-vc--find-root-advice'."))
 
 (defun fastrevert-vc--glob-quote (name)
   "Return NAME with the characters special to Git's glob magic escaped."
@@ -241,7 +258,7 @@ nothing in the environment changes how Git reads a pathspec.  Each
 file counted is entered in the hash table PLACES, as the key of a
 cons (ROOT . RELATIVE-NAME)."
   (let ((files (make-hash-table :test #'equal))
-        (plain (make-hash-table :test #'equal)))
+        (folders (make-hash-table :test #'equal)))
     (when (fastrevert-vc--environment-plain-p)
       (dolist (buffer buffers)
         (let ((file (and (buffer-live-p buffer) (buffer-local-value 'buffer-file-name buffer))))
@@ -249,104 +266,165 @@ cons (ROOT . RELATIVE-NAME)."
             (let* ((file (expand-file-name file))
                    (directory (file-name-directory file))
                    (root (fastrevert-vc--root-of directory))
-                   (lexical (and root (gethash directory plain 'unknown))))
-              (when (eq lexical 'unknown)
-                (setq lexical (puthash directory (fastrevert-vc--lexical-p directory root)
-                                       plain)))
-              (when lexical
+                   (folder (and root (gethash directory folders 'unknown))))
+              ;; A folder is nil for a directory reached through a symlink.
+              (when (eq folder 'unknown)
+                (setq folder (puthash directory
+                                      (and (fastrevert-vc--lexical-p directory root)
+                                           (list directory))
+                                      folders)))
+              (when folder
                 (let ((relative (file-relative-name file root)))
-                  (puthash file (cons root relative) places)
+                  (puthash file (fastrevert-vc--place-create root relative folder) places)
                   (push relative (gethash root files)))))))))
     files))
 
 ;;;; Answering vc-git's commands
 
-(defun fastrevert-vc--repo-for (directory)
-  "Return the batch's answers for the repository of DIRECTORY, or nil.
+(defun fastrevert-vc--repo-of-root (root)
+  "Return the batch's answers for the Git work tree ROOT, or nil.
 They are fetched now, for all of the batch's files in that repository,
 if this is the first time the repository is asked about."
-  (let* ((root (fastrevert-vc--root-of directory))
-         (repos (plist-get fastrevert-vc--batch :repos))
-         (repo (and root (gethash root repos))))
+  (let* ((repos (plist-get fastrevert-vc--batch :repos))
+         (repo (gethash root repos)))
     (cond ((fastrevert-vc--repo-p repo) repo)
-          ((or (null root) repo) nil)
+          (repo nil)
           (t (let ((files (gethash root (plist-get fastrevert-vc--batch :files))))
                (and files
                     (let ((fetched (fastrevert-vc--fetch root files)))
                       (puthash root (or fetched 'failed) repos)
                       fetched)))))))
 
+(defun fastrevert-vc--repo-for (directory)
+  "Return the batch's answers for the repository of DIRECTORY, or nil."
+  (let ((root (fastrevert-vc--root-of directory)))
+    (and root (fastrevert-vc--repo-of-root root))))
+
+(defun fastrevert-vc--answers-for (file)
+  "Return (REPO . RELATIVE) for FILE, an absolute name, or nil.
+FILE must be a file of the batch; REPO answers for its repository, and
+RELATIVE is FILE relative to the repository's root."
+  (let ((place (gethash file (plist-get fastrevert-vc--batch :places))))
+    (and place
+         (let ((repo (fastrevert-vc--repo-of-root (fastrevert-vc--place-root place))))
+           (and repo (cons repo (fastrevert-vc--place-relative place)))))))
+
 (defun fastrevert-vc--file-in (name)
   "Return (REPO . RELATIVE) for NAME, a file named from `default-directory'.
 NAME must be a file of the batch, in the repository Git finds from
-`default-directory'; REPO answers for that repository, and RELATIVE
-is NAME relative to its root.  Return nil otherwise."
-  (let ((place (gethash (expand-file-name name) (plist-get fastrevert-vc--batch :places))))
+`default-directory'; see `fastrevert-vc--answers-for'.  Return nil
+otherwise."
+  (let* ((file (expand-file-name name))
+         (place (gethash file (plist-get fastrevert-vc--batch :places))))
     (and place
-         (equal (car place) (fastrevert-vc--root-of default-directory))
-         (let ((repo (fastrevert-vc--repo-for default-directory)))
-           (and repo (cons repo (cdr place)))))))
+         (equal (fastrevert-vc--place-root place) (fastrevert-vc--root-of default-directory))
+         (fastrevert-vc--answers-for file))))
 
-(defun fastrevert-vc--answer (args run)
-  "Return (EXIT . OUTPUT) for the Git command ARGS, or nil to run it.
-ARGS are what vc-git passes after the program name.  RUN is a
-function that runs the command and returns the same, for a command
-answered once per repository."
+(defun fastrevert-vc--usable-p ()
+  "Return non-nil if the batch can answer for Git in the current setting.
+vc-git reads Git's output in `coding-system-for-read', or else in
+`vc-git-log-output-coding-system', and the batch's answers are in the
+coding system the batch read with; a remote `default-directory' runs
+Git on another machine."
+  (and fastrevert-vc--batch
+       (eq (or coding-system-for-read vc-git-log-output-coding-system)
+           (plist-get fastrevert-vc--batch :coding))
+       (not (file-remote-p default-directory))))
+
+(defun fastrevert-vc--file-command (args)
+  "Return which question about one file the vc-git command ARGS asks, or nil.
+ARGS are what vc-git passes after the program name, less the file
+name that ends them.  The question is `index' (does the index list
+the file?), `head' (does HEAD?), `status', or `status-ignored' (its
+status, ignored files included)."
   (pcase args
-    (`("--no-pager" "ls-files" "-c" "-z" "--" ,name)
-     (when-let ((place (fastrevert-vc--file-in name)))
-       (cons 0 (apply #'concat (make-list (gethash (cdr place)
-                                                   (fastrevert-vc--repo-index (car place)) 0)
-                                          (concat (cdr place) "\0"))))))
-    (`("--no-pager" "ls-tree" "--name-only" "-z" "HEAD" "--" ,name)
-     ;; Asked only for a name the index lacks: then HEAD has it exactly
-     ;; when the index records its deletion.
-     (when-let ((place (fastrevert-vc--file-in name)))
-       (pcase-let ((`(,repo . ,relative) place))
-         (cond ((gethash relative (fastrevert-vc--repo-index repo)) nil)
-               ((null (fastrevert-vc--repo-oid repo)) (cons 128 ""))
-               ((cl-some (lambda (code) (eq (aref code 0) ?D))
-                         (gethash relative (fastrevert-vc--repo-status repo)))
-                (cons 0 (concat relative "\0")))
-               (t (cons 0 ""))))))
-    (`("--no-pager" "status" "--porcelain" "-z" "--untracked-files" . ,rest)
-     (let ((ignored (equal (car rest) "--ignored")))
-       (pcase (if ignored (cdr rest) rest)
-         (`("--" ,name)
-          (when-let ((place (fastrevert-vc--file-in name)))
-            (cons 0 (mapconcat (lambda (code) (concat code " " (cdr place) "\0"))
-                               (cl-remove-if (lambda (code) (and (not ignored)
-                                                                 (equal code "!!")))
-                                             (gethash (cdr place)
-                                                      (fastrevert-vc--repo-status (car place))))
-                               "")))))))
-    (`("--no-pager" "rev-parse" "HEAD")
+    ('("--no-pager" "ls-files" "-c" "-z" "--") 'index)
+    ('("--no-pager" "ls-tree" "--name-only" "-z" "HEAD" "--") 'head)
+    ('("--no-pager" "status" "--porcelain" "-z" "--untracked-files" "--") 'status)
+    ('("--no-pager" "status" "--porcelain" "-z" "--untracked-files" "--ignored" "--")
+     'status-ignored)))
+
+(defun fastrevert-vc--in-head-p (repo relative)
+  "Return non-nil if HEAD of REPO has RELATIVE, a name its index lacks.
+Then HEAD has it exactly when the index records its deletion."
+  (and (fastrevert-vc--repo-oid repo)
+       (cl-some (lambda (code) (eq (aref code 0) ?D))
+                (gethash relative (fastrevert-vc--repo-status repo)))))
+
+(defun fastrevert-vc--file-answer (question repo relative)
+  "Return (EXIT . OUTPUT) of Git for QUESTION about RELATIVE in REPO, or nil.
+QUESTION is a value of `fastrevert-vc--file-command'; nil means the
+command has to run."
+  (pcase question
+    ('index
+     (cons 0 (apply #'concat (make-list (gethash relative (fastrevert-vc--repo-index repo) 0)
+                                        (concat relative "\0")))))
+    ;; Asked only for a name the index lacks.
+    ('head
+     (cond ((gethash relative (fastrevert-vc--repo-index repo)) nil)
+           ((null (fastrevert-vc--repo-oid repo)) (cons 128 ""))
+           ((fastrevert-vc--in-head-p repo relative) (cons 0 (concat relative "\0")))
+           (t (cons 0 ""))))
+    ((or 'status 'status-ignored)
+     (cons 0 (mapconcat (lambda (code) (concat code " " relative "\0"))
+                        (cl-remove-if (lambda (code) (and (eq question 'status)
+                                                          (equal code "!!")))
+                                      (gethash relative (fastrevert-vc--repo-status repo)))
+                        "")))))
+
+(defun fastrevert-vc--repository-answer (args run)
+  "Return (EXIT . OUTPUT) for the Git command ARGS of the repository, or nil.
+ARGS are what vc-git passes after the program name, and the
+repository is the one of `default-directory'.  RUN is a function that
+runs the command and returns the same, for a command answered once
+per repository; when RUN is nil, such a command is not answered."
+  (pcase args
+    ('("--no-pager" "rev-parse" "HEAD")
      (when-let ((repo (fastrevert-vc--repo-for default-directory)))
        (let ((oid (fastrevert-vc--repo-oid repo)))
          (if oid (cons 0 (concat oid "\n")) (cons 128 "HEAD\n")))))
-    (`("--no-pager" "symbolic-ref" "HEAD")
+    ('("--no-pager" "symbolic-ref" "HEAD")
      (when-let ((repo (fastrevert-vc--repo-for default-directory)))
        (let ((head (fastrevert-vc--repo-head repo)))
          (if head (cons 0 (concat head "\n")) (cons 128 "")))))
-    ((guard (member args fastrevert-vc--repository-commands))
+    ((guard (and run (member args fastrevert-vc--repository-commands)))
      (when-let ((repo (fastrevert-vc--repo-for default-directory)))
        (let ((memo (fastrevert-vc--repo-memo repo)))
          (or (gethash args memo) (puthash args (funcall run) memo)))))))
+
+(defun fastrevert-vc--answer (args run)
+  "Return (EXIT . OUTPUT) for the Git command ARGS, or nil to run it.
+ARGS are what vc-git passes after the program name.  RUN is as for
+`fastrevert-vc--repository-answer'."
+  (let ((question (and args (fastrevert-vc--file-command (butlast args)))))
+    (if (not question)
+        (fastrevert-vc--repository-answer args run)
+      (when-let ((place (fastrevert-vc--file-in (car (last args)))))
+        (fastrevert-vc--file-answer question (car place) (cdr place))))))
+
+;;;; Where the answers are given
+
+;; vc-git starts Git through `process-file', and most of its commands go
+;; through a few functions of its own.  Answering at `process-file'
+;; covers every caller, but each of those functions first makes a
+;; buffer for Git's output, and with thousands of live buffers making
+;; and killing one costs more than the rest of the refresh: Emacs looks
+;; its name up in the list of all buffers.  So the functions of a
+;; refresh are answered where they start, for the files of the batch,
+;; and `process-file' answers the rest.  Every answer is what the
+;; function returns after the same commands, so each buffer still gets
+;; what the running vc-git makes of Git's output.
 
 (defun fastrevert-vc--process-file-advice (function program &optional infile buffer display
                                                     &rest args)
   "Answer a Git command of a batch refresh, or call FUNCTION to run it.
 FUNCTION is `process-file'; PROGRAM, INFILE, BUFFER, DISPLAY and ARGS
 are its arguments.  Only output that goes to the current buffer, with
-the error output discarded, is answered, and only in the coding system
-the batch read Git's output with."
-  (let ((answer (and fastrevert-vc--batch
-                     (null infile) (null display)
+the error output discarded, is answered."
+  (let ((answer (and (null infile) (null display)
                      (equal buffer '(t nil))
                      (equal program vc-git-program)
-                     (eq (or coding-system-for-read vc-git-log-output-coding-system)
-                         (plist-get fastrevert-vc--batch :coding))
-                     (not (file-remote-p default-directory))
+                     (fastrevert-vc--usable-p)
                      (fastrevert-vc--answer
                       args
                       (lambda ()
@@ -360,14 +438,92 @@ the batch read Git's output with."
       (insert (cdr answer))
       (car answer))))
 
+(defun fastrevert-vc--run-command-string-advice (function file &rest args)
+  "Return Git's output for FILE and ARGS from the batch, or call FUNCTION.
+FUNCTION is `vc-git--run-command-string', which runs Git with ARGS,
+and the name of FILE relative to `default-directory' when FILE is
+non-nil, and returns the output if Git succeeded."
+  (let* ((command (cons "--no-pager" args))
+         (answer (and (fastrevert-vc--usable-p)
+                      (if (null file)
+                          (fastrevert-vc--repository-answer command nil)
+                        (let ((question (fastrevert-vc--file-command command)))
+                          (when-let ((place (and question (stringp file)
+                                                 (fastrevert-vc--file-in file))))
+                            (fastrevert-vc--file-answer question (car place) (cdr place))))))))
+    (if (not answer)
+        (apply function file args)
+      (fastrevert-vc--count :vc-answered)
+      (and (eql (car answer) 0) (cdr answer)))))
+
+(defun fastrevert-vc--registered-advice (function file)
+  "Return whether Git tracks FILE, from the batch, or call FUNCTION.
+FUNCTION is `vc-git-registered'.  It lists FILE from the index, and
+from HEAD when the index lacks it, and says yes if either names it."
+  (let ((place (and (stringp file) (fastrevert-vc--usable-p)
+                    (fastrevert-vc--answers-for (expand-file-name file)))))
+    (if (not place)
+        (funcall function file)
+      (fastrevert-vc--count :vc-answered)
+      (pcase-let ((`(,repo . ,relative) place))
+        (and (or (gethash relative (fastrevert-vc--repo-index repo))
+                 (fastrevert-vc--in-head-p repo relative))
+             t)))))
+
+(defvar vc-use-short-revision)
+
+(defun fastrevert-vc--rev-parse-advice (function revision)
+  "Call FUNCTION for REVISION once per repository of the batch.
+FUNCTION is `vc-git--rev-parse', and REVISION must be \"HEAD\": that
+names one commit for every file of a repository, while the settings
+that shape the answer stay the same."
+  (let ((repo (and (equal revision "HEAD") (fastrevert-vc--usable-p)
+                   (fastrevert-vc--repo-for default-directory))))
+    (if (not repo)
+        (funcall function revision)
+      (let* ((memo (fastrevert-vc--repo-memo repo))
+             (key (list 'rev-parse revision vc-git-program
+                        (bound-and-true-p vc-use-short-revision)))
+             (known (or (gethash key memo)
+                        (puthash key (list (funcall function revision)) memo))))
+        ;; Each caller gets a string of its own, as from Git.
+        (and (car known) (copy-sequence (car known)))))))
+
+(defun fastrevert-vc--find-root-advice (function file witness)
+  "Call FUNCTION for FILE and WITNESS once per directory of the batch.
+FUNCTION is `vc-find-root', which every backend's `registered' check
+calls in turn; for a file that is not a directory, what it finds
+depends on the file's directory alone."
+  (let ((place (and fastrevert-vc--batch (stringp file) (stringp witness)
+                    (gethash file (plist-get fastrevert-vc--batch :places)))))
+    (if (not place)
+        (funcall function file witness)
+      (let* ((folder (fastrevert-vc--place-folder place))
+             (found (assoc witness (cdr folder))))
+        (unless found
+          (setq found (cons witness (funcall function file witness)))
+          (push found (cdr folder)))
+        (and (cdr found) (copy-sequence (cdr found)))))))
+
+(defconst fastrevert-vc--advice
+  '((process-file . fastrevert-vc--process-file-advice)
+    (vc-git--run-command-string . fastrevert-vc--run-command-string-advice)
+    (vc-git-registered . fastrevert-vc--registered-advice)
+    (vc-git--rev-parse . fastrevert-vc--rev-parse-advice)
+    (vc-find-root . fastrevert-vc--find-root-advice))
+  "The functions a batch answers for, each with its advice.
+The advice is innermost, so that any other advice on these functions
+still runs as it would around the stock functions.")
+
 ;;;; Entry point
 
 (defun fastrevert-vc-call-with-batch (buffers function)
   "Call FUNCTION with Git's answers for BUFFERS ready, and return its value.
 While FUNCTION runs, the Git commands that `vc-refresh-state' starts
 for a file of BUFFERS are answered from two Git processes per
-repository, run when the repository is first asked about.  Buffers
-outside Git, or other backends' commands, are not affected."
+repository, run when the repository is first asked about, and
+`vc-find-root' looks once per directory of BUFFERS.  Buffers outside
+Git, or other backends' commands, are not affected."
   (if (or fastrevert-vc--batch (not (memq 'Git vc-handled-backends)))
       (funcall function)
     (require 'vc-git)
@@ -381,10 +537,13 @@ outside Git, or other backends' commands, are not affected."
             (funcall function)
           (setq fastrevert-vc--batch (nconc fastrevert-vc--batch (list :files files
                                                                        :places places)))
-          (advice-add 'process-file :around #'fastrevert-vc--process-file-advice)
+          (pcase-dolist (`(,symbol . ,advice) fastrevert-vc--advice)
+            (when (fboundp symbol)
+              (advice-add symbol :around advice '((depth . 100)))))
           (unwind-protect
               (funcall function)
-            (advice-remove 'process-file #'fastrevert-vc--process-file-advice)))))))
+            (pcase-dolist (`(,symbol . ,advice) fastrevert-vc--advice)
+              (advice-remove symbol advice))))))))
 
 (provide 'fastrevert-vc)
 
