@@ -255,8 +255,8 @@ is left to the stock refresh."
   "Return a hash table from Git root to the root-relative files of BUFFERS.
 Only local buffers in a Git work tree are counted, and only when
 nothing in the environment changes how Git reads a pathspec.  Each
-file counted is entered in the hash table PLACES, as the key of a
-cons (ROOT . RELATIVE-NAME)."
+file counted is entered in the hash table PLACES, as the key of its
+`fastrevert-vc--place'."
   (let ((files (make-hash-table :test #'equal))
         (folders (make-hash-table :test #'equal)))
     (when (fastrevert-vc--environment-plain-p)

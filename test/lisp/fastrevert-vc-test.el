@@ -232,74 +232,6 @@ repository."
   (skip-unless (boundp 'vc-use-short-revision))
   (fastrevert-vc-test--compare nil t))
 
-;; Every backend's `registered' check looks for its control directory
-;; above the file, one `vc-find-root' each; a batch looks once per
-;; directory and gives each of its files that answer.
-(ert-deftest fastrevert-vc-batch-finds-roots-once-per-directory-with-the-stock-answer ()
-  (fastrevert-test-with-temp-dir dir
-    (let ((process-environment (fastrevert-vc-test--environment dir)))
-      (fastrevert-vc-test--sh dir fastrevert-vc-test--branches)
-      (let* ((buffers (let ((vc-handled-backends nil))
-                        (mapcar #'find-file-noselect (directory-files-recursively dir "\\.txt\\'"))))
-             (witnesses '(".git" ".svn" "a"))
-             (find-all (lambda ()
-                         (mapcar (lambda (buffer)
-                                   (mapcar (lambda (witness)
-                                             (vc-find-root (buffer-file-name buffer) witness))
-                                           witnesses))
-                                 buffers)))
-             (stock (funcall find-all))
-             (walks nil)
-             (count (lambda (&rest _) (when walks (cl-incf (car walks))))))
-        (unwind-protect
-            (progn
-              ;; The names are found, or not, as the fixture says.
-              (should (cl-every (lambda (found)
-                                  (and (nth 0 found) (null (nth 1 found)) (nth 2 found)))
-                                stock))
-              (advice-add 'locate-dominating-file :before count '((name . count-walks)))
-              (should (equal (fastrevert-vc-call-with-batch
-                              buffers (lambda () (setq walks (list 0)) (funcall find-all)))
-                             stock))
-              ;; Two directories, three names.
-              (should (equal walks '(6))))
-          (advice-remove 'locate-dominating-file 'count-walks)
-          (mapc #'kill-buffer buffers))))))
-
-(ert-deftest fastrevert-vc-batch-refresh-makes-no-buffer-per-file ()
-  "A batch refresh makes a few buffers per repository, none per file.
-vc-git writes each Git command's output into a new buffer, and with
-thousands of live buffers making one costs more than the rest of the
-refresh; the batch answers those commands without one."
-  (fastrevert-test-with-temp-dir dir
-    (let ((process-environment (fastrevert-vc-test--environment dir)))
-      (fastrevert-vc-test--sh dir fastrevert-vc-test--branches)
-      (let* ((buffers (let ((vc-handled-backends nil))
-                        (mapcar #'find-file-noselect (directory-files-recursively dir "\\.txt\\'"))))
-             (counting nil)
-             (made 0)
-             (count (lambda (&rest _) (when counting (cl-incf made)))))
-        (unwind-protect
-            (progn
-              (advice-add 'generate-new-buffer :before count '((name . count-buffers)))
-              (fastrevert-vc-call-with-batch
-               buffers (lambda ()
-                         (setq counting t)
-                         (mapc #'fastrevert-vc-test--refresh buffers)
-                         (setq counting nil)))
-              (should (equal (mapcar (lambda (buffer) (fastrevert-vc-test--state buffer)) buffers)
-                             (mapcar (lambda (buffer)
-                                       (fastrevert-vc-test--reset buffer)
-                                       (fastrevert-vc-test--refresh buffer)
-                                       (fastrevert-vc-test--state buffer))
-                                     buffers)))
-              ;; Git's two runs for the batch, one `rev-parse' of HEAD,
-              ;; and the first time in a session, Git's version.
-              (should (= (length buffers) 20))
-              (should (<= made 4)))
-          (advice-remove 'generate-new-buffer 'count-buffers)
-          (mapc #'kill-buffer buffers))))))
-
 ;;;; Through fastrevert-mode
 
 (defmacro fastrevert-vc-test--with-mode (dir &rest body)
@@ -373,6 +305,81 @@ git commit -qam other
 git checkout -q main
 "
   "Shell script that makes a repository whose two branches differ in 20 files.")
+
+;;;; What a batch spares each file
+
+(defun fastrevert-vc-test--visit-branches (dir)
+  "Make the repository of `fastrevert-vc-test--branches' in DIR.
+Return buffers visiting its 20 files, visited with VC off."
+  (fastrevert-vc-test--sh dir fastrevert-vc-test--branches)
+  (let ((vc-handled-backends nil))
+    (mapcar #'find-file-noselect (directory-files-recursively dir "\\.txt\\'"))))
+
+;; Every backend's `registered' check looks for its control directory
+;; above the file, one `vc-find-root' each; a batch looks once per
+;; directory and gives each of its files that answer.
+(ert-deftest fastrevert-vc-batch-finds-roots-once-per-directory-with-the-stock-answer ()
+  (fastrevert-test-with-temp-dir dir
+    (let ((process-environment (fastrevert-vc-test--environment dir)))
+      (let* ((buffers (fastrevert-vc-test--visit-branches dir))
+             (witnesses '(".git" ".svn" "a"))
+             (find-all (lambda ()
+                         (mapcar (lambda (buffer)
+                                   (mapcar (lambda (witness)
+                                             (vc-find-root (buffer-file-name buffer) witness))
+                                           witnesses))
+                                 buffers)))
+             (stock (funcall find-all))
+             (walks nil)
+             (count (lambda (&rest _) (when walks (cl-incf (car walks))))))
+        (unwind-protect
+            (progn
+              ;; The names are found, or not, as the fixture says.
+              (should (cl-every (lambda (found)
+                                  (and (nth 0 found) (null (nth 1 found)) (nth 2 found)))
+                                stock))
+              (advice-add 'locate-dominating-file :before count '((name . count-walks)))
+              (should (equal (fastrevert-vc-call-with-batch
+                              buffers (lambda () (setq walks (list 0)) (funcall find-all)))
+                             stock))
+              ;; Two directories, three names.
+              (should (equal walks '(6))))
+          (advice-remove 'locate-dominating-file 'count-walks)
+          (mapc #'kill-buffer buffers))))))
+
+(ert-deftest fastrevert-vc-batch-refresh-makes-no-buffer-per-file ()
+  "A batch refresh makes a few buffers per repository, none per file.
+vc-git writes each Git command's output into a new buffer, and with
+thousands of live buffers making one costs more than the rest of the
+refresh; the batch answers those commands without one."
+  (fastrevert-test-with-temp-dir dir
+    (let ((process-environment (fastrevert-vc-test--environment dir)))
+      (let* ((buffers (fastrevert-vc-test--visit-branches dir))
+             (counting nil)
+             (made 0)
+             (count (lambda (&rest _) (when counting (cl-incf made)))))
+        (unwind-protect
+            (progn
+              (advice-add 'generate-new-buffer :before count '((name . count-buffers)))
+              (fastrevert-vc-call-with-batch
+               buffers (lambda ()
+                         (setq counting t)
+                         (mapc #'fastrevert-vc-test--refresh buffers)
+                         (setq counting nil)))
+              (should (equal (mapcar (lambda (buffer) (fastrevert-vc-test--state buffer)) buffers)
+                             (mapcar (lambda (buffer)
+                                       (fastrevert-vc-test--reset buffer)
+                                       (fastrevert-vc-test--refresh buffer)
+                                       (fastrevert-vc-test--state buffer))
+                                     buffers)))
+              ;; Git's two runs for the batch, one `rev-parse' of HEAD,
+              ;; and the first time in a session, Git's version.
+              (should (= (length buffers) 20))
+              (should (<= made 4)))
+          (advice-remove 'generate-new-buffer 'count-buffers)
+          (mapc #'kill-buffer buffers))))))
+
+;;;; Through fastrevert-mode, continued
 
 (ert-deftest fastrevert-vc-checkout-reverts-each-buffer-once-with-the-stock-vc-state ()
   "An external checkout: every buffer reverted once, its VC state as stock's.
