@@ -84,15 +84,28 @@ Git processes Emacs starts write trace2 events into
 
 (defun fastrevert-bench-vc--sh-while-running (dir script)
   "Run the shell SCRIPT in DIR, untraced, while Emacs handles events.
-Return when it has exited."
+Return the `float-time' at which SCRIPT ended, as the shell read its
+clock: Emacs may notice the exit only later, once it is done with
+what it was handling then."
   (let* ((default-directory dir)
          (process-environment (cons "GIT_TRACE2_EVENT" process-environment))
+         (clock (make-temp-file "fastrevert-bench-vc-end-"))
          (process (make-process :name "fastrevert-bench-vc" :buffer nil :noquery t
-                                :command (list "sh" "-c" script))))
-    (while (process-live-p process)
-      (read-event nil nil 0.005))
-    (unless (zerop (process-exit-status process))
-      (fastrevert-bench--loud "%s failed" script))))
+                                :command (list "sh" "-c"
+                                               (concat script "\nstatus=$?\n"
+                                                       "date +%s.%N > \"$0\"\n"
+                                                       "exit $status")
+                                               clock))))
+    (unwind-protect
+        (progn
+          (while (process-live-p process)
+            (read-event nil nil 0.005))
+          (unless (zerop (process-exit-status process))
+            (fastrevert-bench--loud "%s failed" script))
+          (with-temp-buffer
+            (insert-file-contents clock)
+            (string-to-number (buffer-string))))
+      (delete-file clock))))
 
 (defconst fastrevert-bench-vc--make-branches
   "set -e
@@ -303,8 +316,9 @@ Auto-Revert mode) or `magit' (`magit-auto-revert-mode')."
   "Check out `other' in DIR under IMPL and time BUFFERS catching up.
 Give up after DEADLINE seconds.  Return a plist: :text and :vc
 \(seconds until every text and every `vc-mode' matched, nil if not
-within DEADLINE), :stale-text, :stale-vc, :busy-ms (main thread),
-:git and :vc-git (processes)."
+within DEADLINE), :git-seconds (until the checkout's Git process
+ended), :stale-text, :stale-vc, :busy-ms (main thread), :git and
+:vc-git (processes)."
   (let* ((expected (let ((table (make-hash-table :test #'eq)))
                      (dolist (buffer buffers table)
                        (puthash buffer (fastrevert-bench-vc--expected-text buffer "other")
@@ -325,7 +339,7 @@ within DEADLINE), :stale-text, :stale-vc, :busy-ms (main thread),
      (lambda ()
        (fastrevert-bench-vc--clear-trace)
        (let ((fastrevert-bench-vc--busy 0.0)
-             (start nil) text-at vc-at)
+             (start nil) git-end text-at vc-at)
          (garbage-collect)
          (fastrevert-bench-vc--timing-handlers
            ;; fastrevert refreshes VC state once every text is reverted;
@@ -341,10 +355,20 @@ within DEADLINE), :stale-text, :stale-vc, :busy-ms (main thread),
                  (if (eq (cadr impl) 'magit)
                      (let ((default-directory dir)
                            (begin (float-time)))
-                       (magit-checkout "other")
+                       ;; Magit runs `git checkout' synchronously, then
+                       ;; refreshes (and reverts) before the command returns.
+                       (advice-add 'process-file :around
+                                   (lambda (function &rest args)
+                                     (prog1 (apply function args)
+                                       (when (member "checkout" args)
+                                         (setq git-end (float-time)))))
+                                   '((name . fastrevert-bench-vc-git-end)))
+                       (unwind-protect (magit-checkout "other")
+                         (advice-remove 'process-file 'fastrevert-bench-vc-git-end))
                        (setq fastrevert-bench-vc--busy
                              (+ fastrevert-bench-vc--busy (- (float-time) begin))))
-                   (fastrevert-bench-vc--sh-while-running dir "git checkout -q other"))
+                   (setq git-end (fastrevert-bench-vc--sh-while-running
+                                  dir "git checkout -q other")))
                  (let ((end (+ start deadline)))
                    (while (and (< (float-time) end)
                                (not (and vc-at (fastrevert-bench-vc--settled-p))))
@@ -358,6 +382,7 @@ within DEADLINE), :stale-text, :stale-vc, :busy-ms (main thread),
            (setq result
                  (list :text (and text-at (- text-at start))
                        :vc (and vc-at (- vc-at start))
+                       :git-seconds (and git-end (- git-end start))
                        :stale-text (cl-count-if-not text-right buffers)
                        :stale-vc (cl-count-if-not
                                   (lambda (buffer)
@@ -456,13 +481,16 @@ when not within %d s, with the stale counts), the main thread's time in timers,
 file-notify events, fastrevert's wake-ups and the Magit command itself, and Git
 processes Emacs started (all of them, and those of VC refreshes; Magit's own
 make the difference).  The floor is `revert-buffer' of every buffer in a loop,
-with VC on, after the same checkout; ratios are against it.  Stock polling runs
+with VC on, after the same checkout; ratios are against it.  The rows are
+timed from the start of the checkout, the floor from its end: \"Git s\" is
+when the checkout's Git process ended, and \"after Git / floor\" the time
+from then until every `vc-mode' was right, against the floor.  Stock polling runs
 at the smallest size only: one tick refreshes every buffer's VC state with
 four Git processes each.%s\n\n"
      deadline (if magit "" "  Magit is not installed: no Magit rows."))
     (fastrevert-bench--print-table
-     '("files" "implementation" "texts s" "vc-modes s" "vc / floor" "stale text/vc"
-       "main-thread ms" "git processes" "of them VC")
+     '("files" "implementation" "texts s" "vc-modes s" "vc / floor" "Git s"
+       "after Git / floor" "stale text/vc" "main-thread ms" "git processes" "of them VC")
      (mapcar
       (lambda (row)
         (pcase-let ((`(,count ,impl ,floor ,result) row))
@@ -471,6 +499,12 @@ four Git processes each.%s\n\n"
                   (let ((text (plist-get result :text))) (if text (format "%.2f" text) "never"))
                   (if vc (format "%.2f" vc) "never")
                   (if vc (format "%.1fx" (/ vc (max floor 1e-6))) "-")
+                  (let ((git (plist-get result :git-seconds)))
+                    (if git (format "%.2f" git) "-"))
+                  (let ((git (plist-get result :git-seconds)))
+                    (if (and vc git)
+                        (format "%.1fx" (/ (max 0 (- vc git)) (max floor 1e-6)))
+                      "-"))
                   (format "%d/%d" (plist-get result :stale-text) (plist-get result :stale-vc))
                   (format "%.0f" (plist-get result :busy-ms))
                   (number-to-string (plist-get result :git))
