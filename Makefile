@@ -162,8 +162,8 @@ fuzz: deps deps-fuzz
 	  -artifact_prefix=$(BUILD)-fuzz/ $(BUILD)-fuzz/corpus
 
 lint: deps
-	$(EMACS) -Q --batch -L lisp -L test/lisp -l ert -l test/lisp/fastrevert-lint-test.el \
-	  -f ert-run-tests-batch-and-exit
+	$(EMACS) -Q --batch -L lisp -L test/lisp --eval '(setq load-prefer-newer t)' \
+	  -l ert -l test/lisp/fastrevert-lint-test.el -f ert-run-tests-batch-and-exit
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-release $(BUILD)-asan $(BUILD)-tsan $(BUILD)-asan-emacs $(BUILD)-fuzz $(EMACS30_BUILD)

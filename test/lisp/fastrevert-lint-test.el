@@ -39,6 +39,9 @@ the compilation failed."
           (fastrevert-test-batch-emacs
            (list fastrevert-test-lisp-directory)
            `(let ((native-comp-eln-load-path (cons ,dir native-comp-eln-load-path))
+                  ;; What FILE requires is loaded from the sources under
+                  ;; test, not from byte code an older build left there.
+                  (load-prefer-newer t)
                   (logs nil))
               (require 'subr-x)
               (let ((eln (native-compile ,file)))
