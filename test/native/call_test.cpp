@@ -27,6 +27,7 @@
 
 using namespace fastrevert;
 
+using fastrevert::test::is_gone;
 using fastrevert::test::never_exiting;
 using fastrevert::test::pattern_bytes;
 using fastrevert::test::shell;
@@ -169,9 +170,7 @@ TEST_CASE("run_to_completion interrupts a never-ending child when asked to quit"
   CHECK(WIFSIGNALED(result.wait_status));
   CHECK(WTERMSIG(result.wait_status) == SIGINT);
   CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
-  errno = 0;
-  CHECK(waitpid(pid, nullptr, WNOHANG) == -1);
-  CHECK(errno == ECHILD);
+  CHECK(is_gone(pid));
 }
 
 TEST_CASE("run_to_completion escalates to SIGKILL when the child ignores the quit signal",
@@ -208,9 +207,7 @@ TEST_CASE("run_to_completion kills and reaps the child when a sink throws", "[ca
       run_to_completion(
           child, [](std::string_view) { throw std::runtime_error("sink failed"); }, nullptr),
       std::runtime_error);
-  errno = 0;
-  CHECK(waitpid(pid, nullptr, WNOHANG) == -1);
-  CHECK(errno == ECHILD);
+  CHECK(is_gone(pid));
   CHECK(child.stdout_fd == -1);
 }
 
@@ -372,9 +369,7 @@ TEST_CASE("run_call on a quit interrupts the child and hands nothing more over",
     ExitStatus status = exit_status(result.wait_status);
     CHECK(status.how == ExitStatus::How::signaled);
     CHECK(status.code == SIGKILL);
-    errno = 0;
-    CHECK(waitpid(pid, nullptr, WNOHANG) == -1);
-    CHECK(errno == ECHILD);
+    CHECK(is_gone(pid));
   }
 }
 
@@ -390,9 +385,7 @@ TEST_CASE("run_call kills and reaps the child when an insert hook throws", "[cal
     throw std::runtime_error("insert failed");
   };
   CHECK_THROWS_AS(run_call(child, 4096, hooks), std::runtime_error);
-  errno = 0;
-  CHECK(waitpid(pid, nullptr, WNOHANG) == -1);
-  CHECK(errno == ECHILD);
+  CHECK(is_gone(pid));
 }
 
 TEST_CASE("run_call waits for a child whose output goes to a file", "[call]") {

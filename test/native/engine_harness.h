@@ -4,12 +4,9 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <exception>
@@ -120,11 +117,5 @@ class EngineHarness {
   std::unique_ptr<Engine> engine_;
   std::vector<Record> records_;
 };
-
-// Whether PID was reaped and no longer exists.
-inline bool is_gone(pid_t pid) {
-  errno = 0;
-  return waitpid(pid, nullptr, WNOHANG) == -1 && errno == ECHILD && kill(pid, 0) == -1;
-}
 
 }  // namespace fastrevert::test

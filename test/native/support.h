@@ -2,10 +2,13 @@
 #pragma once
 
 #include <fcntl.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <filesystem>
@@ -108,6 +111,12 @@ inline std::string pattern_bytes(std::size_t size, std::uint32_t seed) {
     bytes[i] = static_cast<char>(state >> 24);
   }
   return bytes;
+}
+
+// Whether PID was reaped and no longer exists.
+inline bool is_gone(pid_t pid) {
+  errno = 0;
+  return waitpid(pid, nullptr, WNOHANG) == -1 && errno == ECHILD && kill(pid, 0) == -1;
 }
 
 }  // namespace fastrevert::test

@@ -1013,6 +1013,14 @@ std::string make_repository_with_file(Harness& harness, const TempDir& dir) {
   return file;
 }
 
+// Removes DIR/repo's index lock, as a Git operation ends, and expects the
+// change to file 1 that it held to be reported once, with nothing left held.
+void end_operation_expecting_one_change(Harness& harness, const TempDir& dir) {
+  REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
+  harness.expect_one_change(1);
+  CHECK(wait_for_held(harness, 0));
+}
+
 }  // namespace
 
 TEST_CASE("watcher: changes made while the index is locked are reported once, when it is not") {
@@ -1026,9 +1034,7 @@ TEST_CASE("watcher: changes made while the index is locked are reported once, wh
     harness.settle();
   }
   CHECK(harness.changes_for(1) == 0);
-  REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
-  harness.expect_one_change(1);
-  CHECK(wait_for_held(harness, 0));
+  end_operation_expecting_one_change(harness, dir);
 }
 
 TEST_CASE("watcher: a write just before the lock goes away is reported once with the held ones") {
@@ -1042,9 +1048,7 @@ TEST_CASE("watcher: a write just before the lock goes away is reported once with
   // The last write and the end of the operation reach the watcher
   // together, so one sweep confirms the write and finds the lock gone.
   append_file(file, "z");
-  REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
-  harness.expect_one_change(1);
-  CHECK(wait_for_held(harness, 0));
+  end_operation_expecting_one_change(harness, dir);
 }
 
 TEST_CASE("watcher: a work tree's top directory listed with its contents is held by its lock") {
@@ -1064,9 +1068,7 @@ TEST_CASE("watcher: a work tree's top directory listed with its contents is held
   REQUIRE(wait_for_held(harness, 1));
   harness.settle();
   CHECK(harness.changes_for(1) == 0);
-  REQUIRE(unlink((dir / "repo/.git/index.lock").c_str()) == 0);
-  harness.expect_one_change(1);
-  CHECK(wait_for_held(harness, 0));
+  end_operation_expecting_one_change(harness, dir);
 }
 
 TEST_CASE("watcher: the changes a lock held are all queued before Emacs is woken") {
