@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include <utility>
 
 #include "core/copier.h"
+#include "core/engine.h"
 #include "core/errors.h"
 #include "core/fd.h"
 
@@ -369,8 +371,22 @@ RunResult run_to_completion(Child& child, const ByteSink& on_stdout, const ByteS
   }
 }
 
-CallResult run_call(Child& child, std::uint64_t chunk, const CallHooks& hooks) {
-  if (child.stdout_fd >= 0) return Call(child, chunk, hooks).run();
+CallResult run_call(Child& child, std::uint64_t chunk, const CallHooks& given) {
+  CallHooks hooks = given;
+  bool quit_seen = false;
+  if (given.should_quit) {
+    hooks.should_quit = [&given, &quit_seen] {
+      return !quit_seen && (quit_seen = given.should_quit());
+    };
+  }
+  if (child.stdout_fd >= 0) {
+    CallResult result = Call(child, chunk, hooks).run();
+    if (hooks.stats && !result.quit) {
+      hooks.stats->processes.fetch_add(1, std::memory_order_relaxed);
+      hooks.stats->bytes_read.fetch_add(result.bytes, std::memory_order_relaxed);
+    }
+    return result;
+  }
   RunOptions options;
   options.signal_process_group = true;
   options.should_quit = hooks.should_quit;

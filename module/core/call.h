@@ -27,6 +27,8 @@
 
 namespace fastrevert {
 
+struct Stats;
+
 // Receives a stream's bytes in order.  May throw: the child is then killed and
 // reaped and the exception propagates.
 using ByteSink = std::function<void(std::string_view)>;
@@ -79,8 +81,15 @@ struct CallHooks {
   // Bytes [FROM, TO) of MEMFD, for a longer output; the ranges follow each
   // other from 0 to the end.  MEMFD stays open until run_call returns.
   std::function<void(int memfd, std::uint64_t from, std::uint64_t to)> insert_range;
-  // Whether the user asks to quit; looked at least every 50 ms.
+  // Whether the user asks to quit; looked at least every 50 ms, until it
+  // first says yes.  The child then gets its grace period before SIGKILL
+  // however long the caller's quit stays pending (Emacs reports a quit
+  // until it is handled), as a single C-g gives it with stock call-process.
   std::function<bool()> should_quit;
+  // When set, a child whose output was read, and not quit, counts in
+  // Stats::processes and its bytes in Stats::bytes_read.  The counters are
+  // relaxed atomics, safe to bump from the calling thread.
+  Stats* stats = nullptr;
 };
 
 struct CallResult {

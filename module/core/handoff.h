@@ -130,7 +130,9 @@ class Handoff {
     std::chrono::microseconds quiet_start{1000};
     // A child with more output read than this streams: it goes to the engine
     // when the wait ends, and a wait with results stops lingering for it.
-    std::uint64_t streaming_bytes = 16384;
+    // Past the memfd threshold too, output streams through a memfd that the
+    // engine fills while Lisp inserts.
+    std::uint64_t streaming_bytes = kMemfdThreshold;
   };
 
   // Makes the nursery and has ENGINE's table adopt from it.  Throws

@@ -93,6 +93,12 @@ enum class OutputCode : int {
   stdout_memfd = 4,  // The number of a descriptor of stdout's memfd.
 };
 
+// How many bytes of a child's stdout the module lets go to Lisp as records
+// before a memfd takes over (Options::memfd_threshold): a small output is
+// cheaper as a string than as a file, and a large one makes no garbage
+// through the file.
+inline constexpr std::size_t kMemfdThreshold = 16384;
+
 class ProcessTable : public Service {
  public:
   struct Options {

@@ -64,9 +64,6 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
   spec.stderr_mode = stderr_mode(env, args[6], spec.stderr_file);
   if (spec.stderr_mode == SpawnSpec::Stderr::pipe) env.wrong_type("stringp", args[6]);
   std::int64_t chunk = env.to_integer(args[7]);
-  // Like stock call-process, the child leads a process group of its own, so
-  // that a quit signals everything it started (a shell's pipeline too).
-  spec.new_session = true;
 
   Child child;
   try {
@@ -76,21 +73,8 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
   }
 
   CallHooks hooks;
-  // Emacs keeps reporting a pending quit once it has been seen; latch it,
-  // so that the child gets SIGINT and a grace period before SIGKILL, as a
-  // single C-g gives it with stock call-process.
-  bool quit_seen = false;
-  hooks.should_quit = [&env, &quit_seen] {
-    if (quit_seen) return false;
-    quit_seen = env.quit_requested();
-    return quit_seen;
-  };
+  hooks.should_quit = [&env] { return env.quit_requested(); };
   if (inserter) {
-    // Most children write little: their output reaches Lisp as one unibyte
-    // string, which costs less than a file to insert from.  A larger one
-    // comes as ranges of a memfd that Lisp inserts with
-    // `insert-file-contents': Emacs decodes straight into the buffer gap,
-    // with no Lisp string, while the copy thread keeps reading the child.
     hooks.insert_bytes = [&env, inserter](std::string_view bytes) {
       env.funcall(inserter, {env.unibyte(bytes), env.nil(), env.nil()});
     };
@@ -99,15 +83,10 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                              env.integer(static_cast<std::int64_t>(to))});
     };
   }
+  // Counted in `fastrevert-stats' too; held, since the inserter may stop it.
+  std::shared_ptr<Engine> counting = runtime.reference();
+  if (counting) hooks.stats = &counting->stats();
   CallResult result = run_call(child, static_cast<std::uint64_t>(chunk > 0 ? chunk : 0), hooks);
-  if (inserter && !result.quit) {
-    // Synchronous children count in `fastrevert-stats' too; the counters are
-    // relaxed atomics, safe to bump from this thread.
-    if (Engine* running = engine_if_running()) {
-      running->stats().processes.fetch_add(1, std::memory_order_relaxed);
-      running->stats().bytes_read.fetch_add(result.bytes, std::memory_order_relaxed);
-    }
-  }
   // On a quit the `quit' signal is already pending: this raises it.
   if (result.quit) env.check();
   ExitStatus status = exit_status(result.wait_status);

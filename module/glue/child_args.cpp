@@ -47,6 +47,9 @@ void fill_spec(Env& env, emacs_value* args, SpawnSpec& spec) {
   static EnvironmentCache environments;
   spec.env = environments.get(string_list(env, args[2]));
   spec.cwd = env.to_bytes(args[3]);
+  // As Emacs's own children do: a quit or a signal reaches everything the
+  // child started (a shell's pipeline too), and job control stays Emacs's.
+  spec.new_session = true;
 }
 
 SpawnSpec::Stdin stdin_mode(Env& env, emacs_value value, std::string& file) {

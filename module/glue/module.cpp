@@ -28,60 +28,37 @@ __attribute__((visibility("default"))) int emacs_module_init(
 
 namespace fastrevert::glue {
 
+Runtime& runtime = *new Runtime();
+
+void check_posted(Env& env, Runtime::Posted posted) {
+  if (posted == Runtime::Posted::yes) return;
+  env.signal("fastrevert-not-running",
+             env.list({env.string(posted == Runtime::Posted::not_running
+                                      ? "The fastrevert engine is not running"
+                                      : "The fastrevert engine is stopping")}));
+}
+
+void post_or_signal(Env& env, Engine::Command command) {
+  check_posted(env, runtime.post(std::move(command)));
+}
+
 namespace {
 
-// The engine, owned by the main thread: every function in this file runs on
-// Emacs's main thread, so no lock is needed around the pointer.  It is
-// shared because a function that uses the engine across a call into Lisp
-// (a drain calls handlers) or across a wait (which a signal handler may
-// interrupt to run `kill-emacs') holds a reference of its own: stopping the
-// engine meanwhile then leaves that frame a stopped engine, never a freed
-// one.  The slot is made once and never destroyed, so that exit() runs no
-// destructor that would stop an engine from under a frame it interrupted.
-std::shared_ptr<Engine>& running_engine = *new std::shared_ptr<Engine>();
-
-// Signals `wrong-type-argument' unless PROCESS is a live pipe process, the
+// A descriptor of PROCESS's pipe for the engine to write wake bytes to;
+// signals `wrong-type-argument' unless PROCESS is a live pipe process, the
 // only kind `open_channel' can take a descriptor of.
-void check_pipe_process(Env& env, emacs_value process) {
+int wake_fd_of(Env& env, emacs_value process) {
   if (!env.truthy(env.call("processp", {process})) ||
       !env.eq(env.call("process-type", {process}), env.intern("pipe")) ||
       !env.truthy(env.call("process-live-p", {process}))) {
     env.wrong_type("pipe-process-p", process);
   }
-}
-
-// A descriptor of PROCESS's pipe for the engine to write wake bytes to.
-int wake_fd_of(Env& env, emacs_value process) {
-  check_pipe_process(env, process);
   int fd = env.raw()->open_channel(env.raw(), process);
   env.check();
   return fd;
 }
 
 }  // namespace
-
-Engine& engine(Env& env) {
-  if (!running_engine) {
-    env.signal("fastrevert-not-running",
-               env.list({env.string("The fastrevert engine is not running")}));
-  }
-  return *running_engine;
-}
-
-Engine* engine_if_running() noexcept {
-  return running_engine.get();
-}
-
-std::shared_ptr<Engine> engine_reference() noexcept {
-  return running_engine;
-}
-
-void post_or_signal(Env& env, Engine::Command command) {
-  if (!engine(env).post(std::move(command))) {
-    env.signal("fastrevert-not-running",
-               env.list({env.string("The fastrevert engine is stopping")}));
-  }
-}
 
 }  // namespace fastrevert::glue
 
@@ -97,14 +74,11 @@ FASTREVERT_DEFUN("fastrevert--mod-start", mod_start, 1, 1,
                  "Start the engine thread, waking PIPE-PROCESS when results wait.\n"
                  "PIPE-PROCESS must be a live pipe process made by `make-pipe-process';\n"
                  "its filter should call `fastrevert--mod-drain'.\n\n(fn PIPE-PROCESS)") {
-  if (running_engine) {
+  if (runtime.engine()) {
     env.signal("fastrevert-error",
                env.list({env.string("The fastrevert engine is already running")}));
   }
-  int wake_fd = wake_fd_of(env, args[0]);
-  auto started = std::make_shared<Engine>(wake_fd);
-  processes_attach(*started);
-  running_engine = std::move(started);
+  runtime.start(wake_fd_of(env, args[0]));
   return env.t();
 }
 
@@ -115,8 +89,9 @@ FASTREVERT_DEFUN("fastrevert--mod-set-wake-process", mod_set_wake_process, 1, 1,
                  "already waiting wake PIPE-PROCESS at once.  PIPE-PROCESS must be a\n"
                  "live pipe process whose filter calls `fastrevert--mod-drain'.\n\n"
                  "(fn PIPE-PROCESS)") {
-  Engine& running = engine(env);
-  running.set_wake_fd(wake_fd_of(env, args[0]));
+  check_posted(env, runtime.can_post());
+  int wake_fd = wake_fd_of(env, args[0]);
+  runtime.engine()->set_wake_fd(wake_fd);
   return env.t();
 }
 
@@ -126,29 +101,16 @@ FASTREVERT_DEFUN("fastrevert--mod-stop", mod_stop, 0, 1,
                  "at most that long: an engine thread stuck in a file system that does\n"
                  "not answer is then left behind, and the function returns `abandoned'.\n\n"
                  "(fn &optional TIMEOUT)") {
-  if (!running_engine) return env.nil();
+  if (!runtime.engine()) return env.nil();
   auto timeout = std::chrono::milliseconds::max();
   if (nargs > 0 && env.truthy(args[0])) timeout = ceil_milliseconds(env.to_duration(args[0]));
-  // Taken out of the slot first: whatever happens below, the engine is no
-  // longer the running one.
-  std::shared_ptr<Engine> stopping = std::move(running_engine);
-  running_engine.reset();
-  processes_detach();
-  if (!stopping->stop_within(timeout)) {
-    // The detached thread still uses the engine, so it must outlive this
-    // call; it is left to the end of the process.
-    new std::shared_ptr<Engine>(std::move(stopping));
-    return env.intern("abandoned");
-  }
-  // Descriptors in results nobody will see are closed, not leaked.
-  std::deque<Record> undrained;
-  if (stopping->try_drain(undrained)) HandedFds::discard(undrained);
-  return env.nil();
+  bool abandoned = runtime.stop(timeout) == Runtime::Stopped::abandoned;
+  return abandoned ? env.intern("abandoned") : env.nil();
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-running-p", mod_running_p, 0, 0,
                  "Return non-nil if the engine thread is running.") {
-  return env.boolean(running_engine && running_engine->running());
+  return env.boolean(runtime.can_post() == Runtime::Posted::yes);
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-wait", mod_wait, 1, 1,
@@ -157,15 +119,9 @@ FASTREVERT_DEFUN("fastrevert--mod-wait", mod_wait, 1, 1,
                  "nil when the time ran out, the engine is not running, or the user\n"
                  "quit; a quit is then signalled as this function returns.  The wait\n"
                  "happens here, not in Emacs's event loop: no timer or process filter\n"
-                 "runs meanwhile, so callers keep SECONDS short.  Children of\n"
-                 "`fastrevert--mod-process-start' that the engine has not adopted yet\n"
-                 "are read and reaped by this thread while it waits.\n\n(fn SECONDS)") {
+                 "runs meanwhile, so callers keep SECONDS short.\n\n(fn SECONDS)") {
   std::chrono::nanoseconds timeout = env.to_duration(args[0]);
-  std::shared_ptr<Engine> current = engine_reference();
-  if (!current) return env.nil();
-  // Children not yet adopted by the engine are served right here.
-  if (std::optional<bool> served = serve_children(env, timeout)) return env.boolean(*served);
-  return env.boolean(current->wait_for_records(timeout, [&env] { return env.quit_requested(); }));
+  return env.boolean(runtime.wait(timeout, [&env] { return env.quit_requested(); }));
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
@@ -179,28 +135,14 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
   // Checked before a result is taken: a HANDLER that cannot be called
   // would lose the one it was handed.
   if (!env.truthy(env.call("functionp", {args[0]}))) env.wrong_type("functionp", args[0]);
-  std::shared_ptr<Engine> current = engine_reference();
-  if (!current) return env.integer(0);
-  DrainTimer timer(*current);
-  std::uint64_t end = current->begin_drain();
-  std::int64_t handled = 0;
-  Record record;
-  try {
-    while (current->take(record, end)) {
-      handed_fds.note_delivery(record);
-      // DATA goes as unibyte bytes: paths and output need not be valid
-      // UTF-8, and make_string would refuse them.
-      env.funcall(args[0], {env.intern(record_kind_name(record.kind)),
-                            env.integer(static_cast<std::int64_t>(record.id)),
-                            env.integer(record.code), env.unibyte(record.data)});
-      ++handled;
-      timer.handled();
-    }
-  } catch (const PendingExit&) {
-    current->rewake();
-    throw;
-  }
-  return env.integer(handled);
+  std::size_t handled = runtime.drain([&env, handler = args[0]](const Record& record) {
+    // DATA goes as unibyte bytes: paths and output need not be valid UTF-8,
+    // and make_string would refuse them.
+    env.funcall(handler, {env.intern(record_kind_name(record.kind)),
+                          env.integer(static_cast<std::int64_t>(record.id)),
+                          env.integer(record.code), env.unibyte(record.data)});
+  });
+  return env.integer(static_cast<std::int64_t>(handled));
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-hold-wakes", mod_hold_wakes, 1, 1,
@@ -211,7 +153,7 @@ FASTREVERT_DEFUN("fastrevert--mod-hold-wakes", mod_hold_wakes, 1, 1,
                  "it for as long as it stays so.  The last release wakes the pipe if\n"
                  "results wait.  Do nothing when the engine is not running.\n\n"
                  "(fn HOLD)") {
-  if (Engine* running = engine_if_running()) running->hold_wakes(env.truthy(args[0]));
+  if (Engine* running = runtime.engine()) running->hold_wakes(env.truthy(args[0]));
   return env.nil();
 }
 
@@ -229,7 +171,7 @@ FASTREVERT_DEFUN("fastrevert--mod-echo", mod_echo, 2, 2,
 
 FASTREVERT_DEFUN("fastrevert--mod-stats", mod_stats, 0, 0,
                  "Return a plist of the engine's counters, or nil if it is not running.") {
-  Engine* current = engine_if_running();
+  Engine* current = runtime.engine();
   if (current == nullptr) return env.nil();
   std::vector<emacs_value> plist;
   for (const StatsCounter& entry : kStatsCounters) {

@@ -1,19 +1,7 @@
 // The asynchronous process glue: `fastrevert-make-process' (children run by
-// the engine's process table, core/process_table.h), the memfds their output
-// reaches Lisp through, and the signal names and numbers Lisp needs.
-//
-// Every function here runs on Emacs's main thread.  Children are spawned
-// here, so that a spawn failure reaches Lisp synchronously.
-//
-// An asynchronous child then waits in the nursery (core/handoff.h).  When
-// Lisp waits for output (`fastrevert--mod-wait'), the main thread takes the
-// nursery's children into a process table of its own and serves them while
-// it waits: a short-lived child is read and reaped there, and its output and
-// exit reach Lisp without crossing threads.  Children still running when the
-// wait ends go back to the nursery.  The engine adopts every child that
-// stays in the nursery for the adoption delay, and, before any command for a
-// child is posted, the child is handed to it first; from then on only the
-// engine thread touches it.
+// the engine's process table, and served while Lisp waits: core/handoff.h),
+// the memfds their output reaches Lisp through, and signal names and numbers.
+// Children are spawned here, so that a spawn failure reaches Lisp at once.
 #include <sys/types.h>
 
 #include <chrono>
@@ -49,64 +37,16 @@ Framing framing_arg(Env& env, emacs_value value) {
   env.signal("wrong-type-argument", env.list({env.intern("fastrevert-framing-p"), value}));
 }
 
-// How many bytes of a child's output go to Lisp as strings before a memfd
-// takes over (see core/process_table.h): a small output is cheaper as a string
-// than as a file, and a large one makes no garbage through the file.
-constexpr std::size_t kMemfdThreshold = 16384;
-
-// The children served while Lisp waits (see core/handoff.h); it exists while
-// the engine runs.  Shared so that a wait in serve_children keeps it while a
-// signal handler that interrupted the wait stops the engine (see
-// glue/module.cpp), and never destroyed by exit() for the same reason.
-std::shared_ptr<Handoff>& handoff = *new std::shared_ptr<Handoff>();
-
 // FD as a descriptor number, or a signal unless Lisp holds it.
 int handed_fd_arg(Env& env, emacs_value value) {
   std::int64_t fd = env.to_integer(value);
-  if (fd < 0 || fd > INT32_MAX || !handed_fds.contains(static_cast<int>(fd))) {
+  if (fd < 0 || fd > INT32_MAX || !runtime.handed_fds().contains(static_cast<int>(fd))) {
     env.wrong_type("fastrevert-memfd-p", value);
   }
   return static_cast<int>(fd);
 }
 
-// Hands child ID to the engine if it waits for adoption, so that a command
-// posted next finds it in the engine's table.
-void hand_to_engine(std::uint64_t id) {
-  if (handoff) handoff->hand_to_engine(id);
-}
-
-// Posts COMMAND for process ID, after handing the child to the engine.
-void post_for_process(Env& env, std::uint64_t id, Engine::Command command) {
-  engine(env);
-  hand_to_engine(id);
-  post_or_signal(env, std::move(command));
-}
-
 }  // namespace
-
-namespace fastrevert::glue {
-
-void processes_attach(Engine& running) {
-  Handoff::Tuning tuning;
-  tuning.streaming_bytes = kMemfdThreshold;
-  handoff = std::make_shared<Handoff>(running, tuning);
-}
-
-void processes_detach() noexcept {
-  // The engine keeps the nursery until it shuts down and kills the children
-  // left in it.
-  handoff.reset();
-}
-
-HandedFds& handed_fds = *new HandedFds();
-
-std::optional<bool> serve_children(Env& env, std::chrono::nanoseconds timeout) {
-  std::shared_ptr<Handoff> held = handoff;
-  if (!held) return std::nullopt;
-  return held->serve(timeout, [&env] { return env.quit_requested(); });
-}
-
-}  // namespace fastrevert::glue
 
 FASTREVERT_DEFUN("fastrevert--mod-memfd-read", mod_memfd_read, 3, 3,
                  "Return bytes [BEG, END) of the memfd FD as a unibyte string.\n"
@@ -141,10 +81,6 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
   spec.stdin_mode = stdin_mode(env, args[5], spec.stdin_file);
   spec.stdout_mode = !env.truthy(args[6]) ? SpawnSpec::Stdout::null : SpawnSpec::Stdout::pipe;
   spec.stderr_mode = stderr_mode(env, args[7], spec.stderr_file);
-  // As Emacs does for its asynchronous children: a session of its own, so
-  // that signals go to its whole process group and the terminal's job
-  // control stays Emacs's.
-  spec.new_session = true;
   ProcessTable::Options options;
   options.framing = framing_arg(env, args[8]);
   std::int64_t read_size = env.to_integer(args[9]);
@@ -154,11 +90,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
   options.memfd_threshold = kMemfdThreshold;
 
   // Checked before spawning, so that no child is started that nobody runs.
-  Engine& running = engine(env);
-  if (!running.running()) {
-    env.signal("fastrevert-not-running",
-               env.list({env.string("The fastrevert engine is stopping")}));
-  }
+  check_posted(env, runtime.can_post());
   Child child;
   try {
     child = spawn_like_emacs(env, spec);
@@ -166,14 +98,8 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
     return error_data(env, error);
   }
   pid_t pid = child.pid;
-  auto identifier = static_cast<std::uint64_t>(id);
-  auto handover = std::make_unique<ProcessHandover>(std::move(child), options);
-  if (handoff) {
-    handoff->put(identifier, std::move(handover));
-  } else if (!post_adoption(running, identifier, std::move(handover))) {
-    env.signal("fastrevert-not-running",
-               env.list({env.string("The fastrevert engine is stopping")}));
-  }
+  check_posted(env, runtime.adopt(static_cast<std::uint64_t>(id),
+                                  std::make_unique<ProcessHandover>(std::move(child), options)));
   return env.integer(pid);
 }
 
@@ -195,7 +121,7 @@ FASTREVERT_DEFUN("fastrevert--mod-memfd-release", mod_memfd_release, 3, 3,
   int descriptor = handed_fd_arg(env, args[0]);
   std::int64_t end = env.to_integer(args[1]);
   if (end < 0) env.signal("args-out-of-range", env.list({args[1]}));
-  handed_fds.release(descriptor, static_cast<off_t>(end), env.truthy(args[2]), engine_if_running());
+  runtime.release(descriptor, static_cast<off_t>(end), env.truthy(args[2]));
   return env.nil();
 }
 
@@ -205,12 +131,12 @@ FASTREVERT_DEFUN("fastrevert--mod-process-send", mod_process_send, 2, 2,
                  "(fn ID STRING)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
   std::string data = env.to_bytes(args[1]);
-  post_for_process(env, id, [id, data = std::move(data)](Engine& e) mutable {
+  check_posted(env, runtime.post_for_process(id, [id, data = std::move(data)](Engine& e) mutable {
     if (!e.service<ProcessTable>().write_stdin(id, std::move(data))) {
       e.emit(Record{RecordKind::notice, id, 0,
                     "fastrevert: process " + std::to_string(id) + " no longer reads its input"});
     }
-  });
+  }));
   return env.nil();
 }
 
@@ -218,7 +144,8 @@ FASTREVERT_DEFUN("fastrevert--mod-process-eof", mod_process_eof, 1, 1,
                  "Close the stdin of engine process ID once its queued input is written.\n\n"
                  "(fn ID)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
-  post_for_process(env, id, [id](Engine& e) { e.service<ProcessTable>().close_stdin(id); });
+  check_posted(env, runtime.post_for_process(
+                        id, [id](Engine& e) { e.service<ProcessTable>().close_stdin(id); }));
   return env.nil();
 }
 
@@ -228,9 +155,9 @@ FASTREVERT_DEFUN("fastrevert--mod-process-signal", mod_process_signal, 2, 2,
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
   std::int64_t number = env.to_integer(args[1]);
   if (number < 0 || number > 64) env.signal("args-out-of-range", env.list({args[1]}));
-  post_for_process(env, id, [id, number](Engine& e) {
+  check_posted(env, runtime.post_for_process(id, [id, number](Engine& e) {
     e.service<ProcessTable>().signal(id, static_cast<int>(number));
-  });
+  }));
   return env.nil();
 }
 
@@ -239,10 +166,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-remove", mod_process_remove, 1, 1,
                  "No further result arrives for it.  Do nothing if the engine is stopped.\n\n"
                  "(fn ID)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
-  if (Engine* running = engine_if_running()) {
-    hand_to_engine(id);
-    running->post([id](Engine& e) { e.service<ProcessTable>().remove(id); });
-  }
+  runtime.post_for_process(id, [id](Engine& e) { e.service<ProcessTable>().remove(id); });
   return env.nil();
 }
 

@@ -44,9 +44,7 @@ FASTREVERT_DEFUN("fastrevert--mod-watch-add", mod_watch_add, 3, 4,
 FASTREVERT_DEFUN("fastrevert--mod-watch-remove", mod_watch_remove, 1, 1,
                  "Stop watching the file registered under ID.\n\n(fn ID)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
-  if (Engine* current = engine_if_running()) {
-    current->post([id](Engine& e) { e.service<Watcher>().remove(id); });
-  }
+  runtime.post([id](Engine& e) { e.service<Watcher>().remove(id); });
   return env.nil();
 }
 

@@ -22,6 +22,7 @@
 
 #include "catch_compat.h"
 #include "core/child.h"
+#include "core/engine.h"
 #include "core/errors.h"
 #include "support.h"
 
@@ -371,6 +372,43 @@ TEST_CASE("run_call on a quit interrupts the child and hands nothing more over",
     CHECK(status.code == SIGKILL);
     CHECK(is_gone(pid));
   }
+}
+
+TEST_CASE("run_call counts a child whose output it read, unless the user quit", "[call]") {
+  Stats stats;
+  Collected got;
+  CallHooks hooks = collecting(got);
+  hooks.stats = &stats;
+  Child child = spawn(shell("printf 12345"));
+  run_call(child, 0, hooks);
+  CHECK(stats.processes.load() == 1);
+  CHECK(stats.bytes_read.load() == 5);
+  SpawnSpec spec = shell("printf ab; exec sleep 1000");
+  spec.new_session = true;
+  Child quitted = spawn(spec);
+  hooks.should_quit = [] { return true; };
+  CHECK(run_call(quitted, 0, hooks).quit);
+  CHECK(stats.processes.load() == 1);
+  CHECK(stats.bytes_read.load() == 5);
+}
+
+TEST_CASE("run_call gives the child its grace period while the caller's quit stays pending",
+          "[call]") {
+  // Emacs reports a quit until it is handled: a should_quit that goes on
+  // saying yes is one quit, not a second one that sends SIGKILL at once.
+  SpawnSpec spec = shell("trap 'sleep 0.3; exit 7' INT; while :; do sleep 0.05; done");
+  spec.new_session = true;
+  spec.stdout_mode = SpawnSpec::Stdout::null;
+  Child child = spawn(spec);
+  CallHooks hooks;
+  int asked = 0;
+  hooks.should_quit = [&asked] { return ++asked >= 2; };
+  CallResult result = run_call(child, 0, hooks);
+  CHECK(result.quit);
+  CHECK(asked == 2);
+  ExitStatus status = exit_status(result.wait_status);
+  CHECK(status.how == ExitStatus::How::exited);
+  CHECK(status.code == 7);
 }
 
 TEST_CASE("run_call kills and reaps the child when an insert hook throws", "[call]") {
