@@ -49,8 +49,8 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "(fn PROGRAM ARGV ENV CWD INFILE STDOUT STDERR CHUNK)") {
   SpawnSpec spec;
   fill_spec(env, args, spec);
-  spec.stdin_mode = stdin_mode(env, args[4], spec.stdin_file);
   if (spec.stdin_mode == SpawnSpec::Stdin::pipe) env.wrong_type("stringp", args[4]);
+  if (spec.stderr_mode == SpawnSpec::Stderr::pipe) env.wrong_type("stringp", args[6]);
   emacs_value inserter = nullptr;
   if (!env.truthy(args[5])) {
     spec.stdout_mode = SpawnSpec::Stdout::null;
@@ -61,16 +61,11 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
     spec.stdout_mode = SpawnSpec::Stdout::pipe;
     inserter = args[5];
   }
-  spec.stderr_mode = stderr_mode(env, args[6], spec.stderr_file);
-  if (spec.stderr_mode == SpawnSpec::Stderr::pipe) env.wrong_type("stringp", args[6]);
   std::int64_t chunk = env.to_integer(args[7]);
 
-  Child child;
-  try {
-    child = spawn_like_emacs(env, spec);
-  } catch (const SystemError& error) {
-    return error_data(env, error);
-  }
+  emacs_value failure = nullptr;
+  std::optional<Child> child = spawn_like_emacs(env, spec, failure);
+  if (!child) return failure;
 
   CallHooks hooks;
   hooks.should_quit = [&env] { return env.quit_requested(); };
@@ -86,7 +81,7 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
   // Counted in `fastrevert-stats' too; held, since the inserter may stop it.
   std::shared_ptr<Engine> counting = runtime.reference();
   if (counting) hooks.stats = &counting->stats();
-  CallResult result = run_call(child, static_cast<std::uint64_t>(chunk > 0 ? chunk : 0), hooks);
+  CallResult result = run_call(*child, static_cast<std::uint64_t>(chunk > 0 ? chunk : 0), hooks);
   // On a quit the `quit' signal is already pending: this raises it.
   if (result.quit) env.check();
   ExitStatus status = exit_status(result.wait_status);

@@ -3,6 +3,10 @@
 #include <cstddef>
 #include <cstring>
 #include <optional>
+#include <string>
+#include <vector>
+
+#include "core/errors.h"
 
 namespace fastrevert::glue {
 
@@ -22,8 +26,7 @@ std::vector<std::string> string_list(Env& env, emacs_value value) {
   return strings;
 }
 
-}  // namespace
-
+// The strings of the Lisp vector VALUE, as bytes.
 std::vector<std::string> string_vector(Env& env, emacs_value value) {
   if (!env.is_a(value, "vector")) env.wrong_type("vectorp", value);
   emacs_env* raw = env.raw();
@@ -39,6 +42,8 @@ std::vector<std::string> string_vector(Env& env, emacs_value value) {
   return strings;
 }
 
+}  // namespace
+
 void fill_spec(Env& env, emacs_value* args, SpawnSpec& spec) {
   spec.program = env.to_bytes(args[0]);
   spec.argv = string_vector(env, args[1]);
@@ -47,43 +52,47 @@ void fill_spec(Env& env, emacs_value* args, SpawnSpec& spec) {
   static EnvironmentCache environments;
   spec.env = environments.get(string_list(env, args[2]));
   spec.cwd = env.to_bytes(args[3]);
+  if (!env.truthy(args[4])) {
+    spec.stdin_mode = SpawnSpec::Stdin::null;
+  } else if (env.eq(args[4], env.t())) {
+    spec.stdin_mode = SpawnSpec::Stdin::pipe;
+  } else {
+    spec.stdin_mode = SpawnSpec::Stdin::file;
+    spec.stdin_file = env.to_bytes(args[4]);
+  }
+  if (!env.truthy(args[6])) {
+    spec.stderr_mode = SpawnSpec::Stderr::null;
+  } else if (env.eq(args[6], env.t())) {
+    spec.stderr_mode = SpawnSpec::Stderr::merge;
+  } else if (env.eq(args[6], env.intern("pipe"))) {
+    spec.stderr_mode = SpawnSpec::Stderr::pipe;
+  } else {
+    spec.stderr_mode = SpawnSpec::Stderr::file;
+    spec.stderr_file = env.to_bytes(args[6]);
+  }
   // As Emacs's own children do: a quit or a signal reaches everything the
   // child started (a shell's pipeline too), and job control stays Emacs's.
   spec.new_session = true;
 }
 
-SpawnSpec::Stdin stdin_mode(Env& env, emacs_value value, std::string& file) {
-  if (!env.truthy(value)) return SpawnSpec::Stdin::null;
-  if (env.eq(value, env.t())) return SpawnSpec::Stdin::pipe;
-  file = env.to_bytes(value);
-  return SpawnSpec::Stdin::file;
-}
-
-SpawnSpec::Stderr stderr_mode(Env& env, emacs_value value, std::string& file) {
-  if (!env.truthy(value)) return SpawnSpec::Stderr::null;
-  if (env.eq(value, env.t())) return SpawnSpec::Stderr::merge;
-  if (env.eq(value, env.intern("pipe"))) return SpawnSpec::Stderr::pipe;
-  file = env.to_bytes(value);
-  return SpawnSpec::Stderr::file;
-}
-
-Child spawn_like_emacs(Env& env, const SpawnSpec& spec) {
-  return spawn_or_stand_in(spec, [&env]() -> std::optional<std::string> {
-    emacs_value ask = env.intern("fastrevert--process-exec-failure-signals-p");
-    if (env.truthy(env.call("fboundp", {ask})) && env.truthy(env.funcall(ask, {}))) {
-      return std::nullopt;
-    }
-    emacs_value invoked_as =
-        env.call("car-safe", {env.call("symbol-value", {env.intern("command-line-args")})});
-    return env.is_string(invoked_as) ? env.to_bytes(invoked_as) : "emacs";
-  });
-}
-
-emacs_value error_data(Env& env, const SystemError& error) {
-  int code = error.code().value();
-  return env.list({env.intern(":error"), env.intern(file_error_condition(code)),
-                   env.unibyte(error.function()), env.unibyte(std::strerror(code)),
-                   env.unibyte(error.path())});
+std::optional<Child> spawn_like_emacs(Env& env, const SpawnSpec& spec, emacs_value& failure) {
+  try {
+    return spawn_or_stand_in(spec, [&env]() -> std::optional<std::string> {
+      emacs_value ask = env.intern("fastrevert--process-exec-failure-signals-p");
+      if (env.truthy(env.call("fboundp", {ask})) && env.truthy(env.funcall(ask, {}))) {
+        return std::nullopt;
+      }
+      emacs_value invoked_as =
+          env.call("car-safe", {env.call("symbol-value", {env.intern("command-line-args")})});
+      return env.is_string(invoked_as) ? env.to_bytes(invoked_as) : "emacs";
+    });
+  } catch (const SystemError& error) {
+    int code = error.code().value();
+    failure = env.list({env.intern(":error"), env.intern(file_error_condition(code)),
+                        env.unibyte(error.function()), env.unibyte(std::strerror(code)),
+                        env.unibyte(error.path())});
+    return std::nullopt;
+  }
 }
 
 }  // namespace fastrevert::glue

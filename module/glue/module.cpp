@@ -5,8 +5,6 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
-#include <deque>
-#include <memory>
 #include <new>
 #include <stdexcept>
 #include <string>
@@ -16,7 +14,7 @@
 #include "core/duration.h"
 #include "core/engine.h"
 #include "core/errors.h"
-#include "core/handed_fds.h"
+#include "core/runtime.h"
 #include "glue/env.h"
 #include "glue/state.h"
 
@@ -42,6 +40,11 @@ void post_or_signal(Env& env, Engine::Command command) {
   check_posted(env, runtime.post(std::move(command)));
 }
 
+}  // namespace fastrevert::glue
+
+using namespace fastrevert;
+using namespace fastrevert::glue;
+
 namespace {
 
 // A descriptor of PROCESS's pipe for the engine to write wake bytes to;
@@ -59,11 +62,6 @@ int wake_fd_of(Env& env, emacs_value process) {
 }
 
 }  // namespace
-
-}  // namespace fastrevert::glue
-
-using namespace fastrevert;
-using namespace fastrevert::glue;
 
 FASTREVERT_DEFUN("fastrevert--mod-version", mod_version, 0, 0,
                  "Return the version string this module was built as.") {
@@ -147,11 +145,9 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
 
 FASTREVERT_DEFUN("fastrevert--mod-hold-wakes", mod_hold_wakes, 1, 1,
                  "Hold the engine's wake bytes back while HOLD is non-nil.\n"
-                 "Calls nest: each non-nil HOLD needs a nil one.  For a wait that\n"
-                 "drains the engine itself while Emacs's event loop runs: a busy stream\n"
-                 "would otherwise keep the wake pipe readable, and the event loop reads\n"
-                 "it for as long as it stays so.  The last release wakes the pipe if\n"
-                 "results wait.  Do nothing when the engine is not running.\n\n"
+                 "Calls nest: each non-nil HOLD needs a nil one; the last release wakes\n"
+                 "the pipe if results wait.  For a wait that drains the engine itself\n"
+                 "while Emacs's event loop runs.  Do nothing when the engine is not running.\n\n"
                  "(fn HOLD)") {
   if (Engine* running = runtime.engine()) running->hold_wakes(env.truthy(args[0]));
   return env.nil();

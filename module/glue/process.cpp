@@ -4,7 +4,6 @@
 // Children are spawned here, so that a spawn failure reaches Lisp at once.
 #include <sys/types.h>
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -17,8 +16,6 @@
 #include "core/engine.h"
 #include "core/errors.h"
 #include "core/framing.h"
-#include "core/handed_fds.h"
-#include "core/handoff.h"
 #include "core/pipe.h"
 #include "core/process_table.h"
 #include "glue/child_args.h"
@@ -66,10 +63,10 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
                  "Spawn a child for the engine to run as process ID; return its pid.\n"
                  "PROGRAM, ARGV, ENV and CWD are as for `fastrevert--mod-call-process'.\n"
                  "STDIN is t (a pipe), nil (/dev/null) or an encoded file name.\n"
-                 "STDOUT is t (a pipe), nil (/dev/null) or `memfd': a pipe whose bytes,\n"
-                 "once more than `fastrevert--mod-memfd-threshold' of them were read, go\n"
-                 "to a memfd for Lisp to read and give back with `fastrevert--mod-memfd-release'\n"
-                 "(see `fastrevert--output-stdout-memfd').  STDERR is t (with stdout),\n"
+                 "STDOUT is t (a pipe), nil (/dev/null) or `memfd': a pipe whose bytes\n"
+                 "past the first `fastrevert--mod-memfd-threshold' go to a memfd, for\n"
+                 "`fastrevert--mod-memfd-read' and `fastrevert--mod-memfd-release' (see\n"
+                 "`fastrevert--output-stdout-memfd').  STDERR is t (with stdout),\n"
                  "`pipe' (a pipe of its own), nil (/dev/null) or an encoded file name.\n"
                  "FRAMING is nil, `lines' or `lsp', for stdout.  READ-SIZE is the first\n"
                  "read size.  A spawn failure returns (:error CONDITION FUNCTION\n"
@@ -78,9 +75,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
   std::int64_t id = env.to_integer(args[0]);
   SpawnSpec spec;
   fill_spec(env, args + 1, spec);
-  spec.stdin_mode = stdin_mode(env, args[5], spec.stdin_file);
   spec.stdout_mode = !env.truthy(args[6]) ? SpawnSpec::Stdout::null : SpawnSpec::Stdout::pipe;
-  spec.stderr_mode = stderr_mode(env, args[7], spec.stderr_file);
   ProcessTable::Options options;
   options.framing = framing_arg(env, args[8]);
   std::int64_t read_size = env.to_integer(args[9]);
@@ -91,15 +86,12 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
 
   // Checked before spawning, so that no child is started that nobody runs.
   check_posted(env, runtime.can_post());
-  Child child;
-  try {
-    child = spawn_like_emacs(env, spec);
-  } catch (const SystemError& error) {
-    return error_data(env, error);
-  }
-  pid_t pid = child.pid;
+  emacs_value failure = nullptr;
+  std::optional<Child> child = spawn_like_emacs(env, spec, failure);
+  if (!child) return failure;
+  pid_t pid = child->pid;
   check_posted(env, runtime.adopt(static_cast<std::uint64_t>(id),
-                                  std::make_unique<ProcessHandover>(std::move(child), options)));
+                                  std::make_unique<ProcessHandover>(std::move(*child), options)));
   return env.integer(pid);
 }
 
@@ -111,12 +103,9 @@ FASTREVERT_DEFUN("fastrevert--mod-memfd-threshold", mod_memfd_threshold, 0, 0,
 
 FASTREVERT_DEFUN("fastrevert--mod-memfd-release", mod_memfd_release, 3, 3,
                  "Give back the memory of bytes [0, END) of the memfd FD; with CLOSE, close FD.\n"
-                 "FD must be a memfd the engine handed over.\n"
-                 "The file keeps its size, so later offsets stay valid.  When the file\n"
-                 "holds more than a few pages, the work is done on the engine thread,\n"
-                 "in order with earlier calls, so that Emacs does not wait while the\n"
-                 "kernel frees them; otherwise, and when the engine is not running,\n"
-                 "here.  After a call with CLOSE non-nil, FD must not be used.\n\n"
+                 "FD must be a memfd the engine handed over.  The file keeps its size,\n"
+                 "so later offsets stay valid.  After a call with CLOSE non-nil, FD must\n"
+                 "not be used.\n\n"
                  "(fn FD END CLOSE)") {
   int descriptor = handed_fd_arg(env, args[0]);
   std::int64_t end = env.to_integer(args[1]);
