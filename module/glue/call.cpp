@@ -1,16 +1,13 @@
-// The synchronous process glue: `fastrevert-call-process' (core/call.h runs
-// the child; here its arguments are converted and its result reported) and
-// the program search it relies on.
-//
-// Policy (which coding system, which buffer, which error to signal) lives in
-// lisp/fastrevert-call.el and lisp/fastrevert-child.el.  These functions take
-// file names and arguments already encoded, and report failures as data so
-// that Lisp can signal exactly what the stock primitives signal.
-#include <atomic>
+// The synchronous process glue: `fastrevert-call-process' (run by core/call.h)
+// and the program search it relies on.  The policy (codings, buffers, which
+// error to signal) is Lisp's: it passes names encoded, and failures come back
+// as data for it to signal what the stock primitives signal.
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/call.h"
 #include "core/child.h"
@@ -32,15 +29,13 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "CWD the encoded working directory.\n"
                  "INFILE is nil (/dev/null) or an encoded file name for stdin.\n"
                  "STDOUT is nil (/dev/null), an encoded file name, or a function\n"
-                 "INSERTER.  Output of up to 1 KiB is then handed over whole, once\n"
-                 "the child has closed its output, as (INSERTER BYTES nil nil) with\n"
-                 "BYTES a unibyte string.  Longer output is copied into a memfd as it\n"
-                 "arrives and INSERTER is called as (INSERTER FD BEG END) for each byte\n"
-                 "range [BEG, END) of memfd FD to insert, in order.  With CHUNK positive,\n"
-                 "ranges of at least CHUNK bytes ending in a newline are handed over\n"
-                 "while the child runs; the rest (all of it when CHUNK is 0) comes at\n"
-                 "the end.  STDERR is nil (/dev/null), t (with stdout) or an encoded\n"
-                 "file name.\n"
+                 "INSERTER, called with the output in order: output of up to 1 KiB as\n"
+                 "(INSERTER BYTES nil nil) once the child has closed it, BYTES a unibyte\n"
+                 "string; longer output as (INSERTER FD BEG END) for each byte range\n"
+                 "[BEG, END) of a memfd FD.  With CHUNK positive, ranges of at least\n"
+                 "CHUNK bytes ending in a newline come while the child runs; the rest\n"
+                 "(all of it when CHUNK is 0) at the end.  STDERR is nil (/dev/null),\n"
+                 "t (with stdout) or an encoded file name.\n"
                  "Return (HOW CODE): HOW says how the child ended, as the data of a\n"
                  "`process-exit' result does, and CODE is its exit code or signal\n"
                  "number (see `fastrevert--exit-exited').  A spawn failure returns\n"

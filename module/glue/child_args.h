@@ -15,14 +15,11 @@ namespace fastrevert::glue {
 // nil (/dev/null), t (with stdout), `pipe' or a file name.
 void fill_spec(Env& env, emacs_value* args, SpawnSpec& spec);
 
-// Spawns SPEC as the running Emacs would: when the exec itself fails, an
-// Emacs that reports that failure (Emacs 30, which spawns with
-// posix_spawn) gets the error, and one that forks (Emacs 28) a child that
-// prints the failure and exits, as its own would (see spawn_or_stand_in).
-// Lisp tells which kind of Emacs this is.  When the spawn fails, returns
-// std::nullopt and sets FAILURE to (:error CONDITION FUNCTION STRERROR PATH),
-// for Lisp to turn into the signal the stock primitive would raise (PATH
-// and STRERROR are unibyte, locale bytes, for Lisp to decode).
+// Spawns SPEC as the running Emacs would when the exec itself fails (see
+// spawn_or_stand_in); Lisp tells which kind of Emacs this is.  When the
+// spawn fails, returns std::nullopt and sets FAILURE to (:error CONDITION
+// FUNCTION STRERROR PATH), for Lisp to turn into the signal the stock
+// primitive would raise (PATH and STRERROR unibyte: locale bytes).
 std::optional<Child> spawn_like_emacs(Env& env, const SpawnSpec& spec, emacs_value& failure);
 
 }  // namespace fastrevert::glue

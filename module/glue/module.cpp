@@ -82,10 +82,9 @@ FASTREVERT_DEFUN("fastrevert--mod-start", mod_start, 1, 1,
 
 FASTREVERT_DEFUN("fastrevert--mod-set-wake-process", mod_set_wake_process, 1, 1,
                  "Make the running engine wake PIPE-PROCESS from now on.\n"
-                 "For when the pipe process it was started with was deleted: every\n"
-                 "watch, process and result of the engine carries over, and results\n"
-                 "already waiting wake PIPE-PROCESS at once.  PIPE-PROCESS must be a\n"
-                 "live pipe process whose filter calls `fastrevert--mod-drain'.\n\n"
+                 "PIPE-PROCESS is as for `fastrevert--mod-start', for when the one it was\n"
+                 "started with was deleted: every watch, process and result carries\n"
+                 "over, and results already waiting wake PIPE-PROCESS at once.\n\n"
                  "(fn PIPE-PROCESS)") {
   check_posted(env, runtime.can_post());
   int wake_fd = wake_fd_of(env, args[0]);

@@ -14,7 +14,6 @@
 
 #include "core/child.h"
 #include "core/engine.h"
-#include "core/errors.h"
 #include "core/framing.h"
 #include "core/pipe.h"
 #include "core/process_table.h"
