@@ -73,12 +73,6 @@ FASTREVERT_DEFUN("fastrevert--mod-watch-hold-limit", mod_watch_hold_limit, 1, 1,
   return env.nil();
 }
 
-FASTREVERT_DEFUN("fastrevert--mod-watch-rescan", mod_watch_rescan, 0, 0,
-                 "Stat every watched file now and report each change.") {
-  post_or_signal(env, [](Engine& e) { e.service<Watcher>().rescan(); });
-  return env.nil();
-}
-
 FASTREVERT_DEFUN("fastrevert--mod-test-watch-fault", mod_test_watch_fault, 2, 2,
                  "Inject the watcher fault KIND with VALUE, for tests.\n"
                  "KIND is `add-watch-errno' or `init-errno' (VALUE an errno number,\n"

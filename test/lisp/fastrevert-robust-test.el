@@ -21,7 +21,6 @@
 (declare-function fastrevert--mod-memfd-threshold "fastrevert-module" ())
 (declare-function fastrevert--mod-test-watch-fault "fastrevert-module" (kind value))
 (declare-function fastrevert--mod-test-delayed-stats "fastrevert-module" ())
-(declare-function fastrevert--mod-watch-rescan "fastrevert-module" ())
 (declare-function fastrevert--mod-echo "fastrevert-module" (token string))
 (declare-function fastrevert--mod-test-throw "fastrevert-module" (kind))
 (declare-function fastrevert--mod-hold-wakes "fastrevert-module" (hold))
@@ -140,7 +139,7 @@ Return `separate' for a primitive tested on its own below."
     ('fastrevert--mod-watch-hold-limit (list fastrevert-vc-hold-limit))
     ('fastrevert--mod-watch-remove (list (fastrevert-robust-test--next-id)))
     ((or 'fastrevert--mod-memfd-threshold 'fastrevert--mod-running-p 'fastrevert--mod-stats
-         'fastrevert--mod-test-delayed-stats 'fastrevert--mod-version 'fastrevert--mod-watch-rescan)
+         'fastrevert--mod-test-delayed-stats 'fastrevert--mod-version)
      nil)
     ;; Each of these is tested on its own: they start, stop, block, hold
     ;; the engine's wakes or throw by design.
