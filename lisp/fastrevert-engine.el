@@ -119,6 +119,11 @@ the newest last.")
 Its data is the decimal number of a descriptor of the memfd, which
 Lisp owns from then on.")
 
+(defconst fastrevert--memfd-threshold 16384
+  "How many bytes of a child's stdout the module hands over as strings.
+Past them, a child started with its stdout to a memfd hands the rest
+over through the memfd (`kMemfdThreshold' in the process table).")
+
 (defconst fastrevert--memfd-range-end-bytes 8
   "The bytes at the start of a memfd range entry: the memfd's size.
 The size is little-endian.")

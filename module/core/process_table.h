@@ -96,7 +96,7 @@ enum class OutputCode : int {
 // How many bytes of a child's stdout the module lets go to Lisp as records
 // before a memfd takes over (Options::memfd_threshold): a small output is
 // cheaper as a string than as a file, and a large one makes no garbage
-// through the file.
+// through the file.  Lisp mirrors it as `fastrevert--memfd-threshold'.
 inline constexpr std::size_t kMemfdThreshold = 16384;
 
 class ProcessTable : public Service {

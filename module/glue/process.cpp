@@ -63,7 +63,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
                  "PROGRAM, ARGV, ENV and CWD are as for `fastrevert--mod-call-process'.\n"
                  "STDIN is t (a pipe), nil (/dev/null) or an encoded file name.\n"
                  "STDOUT is t (a pipe), nil (/dev/null) or `memfd': a pipe whose bytes\n"
-                 "past the first `fastrevert--mod-memfd-threshold' go to a memfd, for\n"
+                 "past the first `fastrevert--memfd-threshold' go to a memfd, for\n"
                  "`fastrevert--mod-memfd-read' and `fastrevert--mod-memfd-release' (see\n"
                  "`fastrevert--output-stdout-memfd').  STDERR is t (with stdout),\n"
                  "`pipe' (a pipe of its own), nil (/dev/null) or an encoded file name.\n"
@@ -92,12 +92,6 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
   check_posted(env, runtime.adopt(static_cast<std::uint64_t>(id),
                                   std::make_unique<ProcessHandover>(std::move(*child), options)));
   return env.integer(pid);
-}
-
-FASTREVERT_DEFUN("fastrevert--mod-memfd-threshold", mod_memfd_threshold, 0, 0,
-                 "Return how many bytes of output go as strings before a memfd takes over.\n"
-                 "See `fastrevert--mod-process-start'.") {
-  return env.integer(static_cast<std::int64_t>(kMemfdThreshold));
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-memfd-release", mod_memfd_release, 3, 3,

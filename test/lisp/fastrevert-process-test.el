@@ -11,7 +11,6 @@
 
 (require 'fastrevert-test-helpers)
 
-(declare-function fastrevert--mod-memfd-threshold "fastrevert-module" ())
 (require 'fastrevert)
 (require 'fastrevert-process)
 
@@ -339,12 +338,31 @@ a window showing the buffer."
     (should (equal ours stock))
     ours))
 
+(ert-deftest fastrevert-process-memfd-takes-over-one-byte-past-the-threshold ()
+  ;; `fastrevert--memfd-threshold' says what the module does: that many
+  ;; bytes come as strings, and one more brings the memfd.
+  (dolist (extra '(0 1))
+    (let* ((buffer (generate-new-buffer " *fastrevert-memfd-threshold*"))
+           (size (+ fastrevert--memfd-threshold extra))
+           (process (fastrevert-make-process
+                     :name "threshold" :buffer buffer :noquery t
+                     :command (list "sh" "-c" (format "head -c %d /dev/zero; sleep 30" size)))))
+      (unwind-protect
+          (progn
+            (should (fastrevert-test-wait-for
+                     (lambda () (or (fastrevert--process-memfd process)
+                                    (= (buffer-size buffer) size)))
+                     30))
+            (should (eq (and (fastrevert--process-memfd process) t) (= extra 1))))
+        (fastrevert-delete-process process)
+        (kill-buffer buffer)))))
+
 (ert-deftest fastrevert-process-buffer-output-goes-through-a-memfd ()
   ;; A buffer and no filter: past the threshold, a memfd, closed once the
   ;; process is gone, and never inherited by a child.
   (let* ((buffer (generate-new-buffer " *fastrevert-memfd*"))
          (done nil)
-         (size (* 4 (fastrevert--mod-memfd-threshold)))
+         (size (* 4 fastrevert--memfd-threshold))
          (process (fastrevert-make-process
                    :name "memfd" :buffer buffer :noquery t
                    :command (list "sh" "-c" (format "head -c %d /dev/zero; sleep 0.3" size))
@@ -395,7 +413,7 @@ a window showing the buffer."
   ;; as a string; the second, past it, through the memfd.  Whatever byte of
   ;; a character or of a CRLF pair the first burst ends on, the text decodes
   ;; as stock decodes it.
-  (let* ((threshold (fastrevert--mod-memfd-threshold))
+  (let* ((threshold fastrevert--memfd-threshold)
          (unit "é€😀\r\n")
          (size (string-bytes unit))
          (count (/ (* 3 threshold) size)))
@@ -757,7 +775,7 @@ dd if=%s bs=10007 skip=$i count=1 2>/dev/null; sleep 0.02; done"
                         (/ (string-bytes expected) 10007) (shell-quote-argument file))))
       (let ((coding-system-for-write 'utf-8-unix))
         (write-region expected nil file nil 'silent))
-      (should (> (string-bytes expected) (* 4 (fastrevert--mod-memfd-threshold))))
+      (should (> (string-bytes expected) (* 4 fastrevert--memfd-threshold)))
       (dolist (style '(native stock mixed))
         (should (equal (fastrevert-process-test--served (list "sh" "-c" small) style)
                        '("1\n2\n3\n4\n5\n" "finished\n")))

@@ -18,7 +18,6 @@
 (require 'fastrevert)
 (require 'fastrevert-process)
 
-(declare-function fastrevert--mod-memfd-threshold "fastrevert-module" ())
 (declare-function fastrevert--mod-test-watch-fault "fastrevert-module" (kind value))
 (declare-function fastrevert--mod-test-delayed-stats "fastrevert-module" ())
 (declare-function fastrevert--mod-echo "fastrevert-module" (token string))
@@ -138,8 +137,8 @@ Return `separate' for a primitive tested on its own below."
     ('fastrevert--mod-watch-configure (list 5 0.03 nil))
     ('fastrevert--mod-watch-hold-limit (list fastrevert-vc-hold-limit))
     ('fastrevert--mod-watch-remove (list (fastrevert-robust-test--next-id)))
-    ((or 'fastrevert--mod-memfd-threshold 'fastrevert--mod-running-p 'fastrevert--mod-stats
-         'fastrevert--mod-test-delayed-stats 'fastrevert--mod-version)
+    ((or 'fastrevert--mod-running-p 'fastrevert--mod-stats 'fastrevert--mod-test-delayed-stats
+         'fastrevert--mod-version)
      nil)
     ;; Each of these is tested on its own: they start, stop, block, hold
     ;; the engine's wakes or throw by design.
@@ -720,7 +719,7 @@ instead of hanging the suite."
                      content)))))
 
 (ert-deftest fastrevert-robust-a-handed-over-memfd-is-read-within-its-size-and-closed-once ()
-  (let* ((threshold (fastrevert--mod-memfd-threshold))
+  (let* ((threshold fastrevert--memfd-threshold)
          (buffer (generate-new-buffer " *fastrevert-robust-memfd*"))
          (process (fastrevert-make-process
                    :name "memfd" :buffer buffer :noquery t
