@@ -46,16 +46,12 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
   fill_spec(env, args, spec);
   if (spec.stdin_mode == SpawnSpec::Stdin::pipe) env.wrong_type("stringp", args[4]);
   if (spec.stderr_mode == SpawnSpec::Stderr::pipe) env.wrong_type("stringp", args[6]);
-  emacs_value inserter = nullptr;
-  if (!env.truthy(args[5])) {
-    spec.stdout_mode = SpawnSpec::Stdout::null;
-  } else if (env.is_string(args[5])) {
-    spec.stdout_mode = SpawnSpec::Stdout::file;
-    spec.stdout_file = env.to_bytes(args[5]);
-  } else {
-    spec.stdout_mode = SpawnSpec::Stdout::pipe;
-    inserter = args[5];
-  }
+  emacs_value out = args[5];
+  spec.stdout_mode = !env.truthy(out)     ? SpawnSpec::Stdout::null
+                     : env.is_string(out) ? SpawnSpec::Stdout::file
+                                          : SpawnSpec::Stdout::pipe;
+  if (spec.stdout_mode == SpawnSpec::Stdout::file) spec.stdout_file = env.to_bytes(out);
+  emacs_value inserter = spec.stdout_mode == SpawnSpec::Stdout::pipe ? out : nullptr;
   std::int64_t chunk = env.to_integer(args[7]);
 
   emacs_value failure = nullptr;

@@ -52,24 +52,17 @@ void fill_spec(Env& env, emacs_value* args, SpawnSpec& spec) {
   static EnvironmentCache environments;
   spec.env = environments.get(string_list(env, args[2]));
   spec.cwd = env.to_bytes(args[3]);
-  if (!env.truthy(args[4])) {
-    spec.stdin_mode = SpawnSpec::Stdin::null;
-  } else if (env.eq(args[4], env.t())) {
-    spec.stdin_mode = SpawnSpec::Stdin::pipe;
-  } else {
-    spec.stdin_mode = SpawnSpec::Stdin::file;
-    spec.stdin_file = env.to_bytes(args[4]);
-  }
-  if (!env.truthy(args[6])) {
-    spec.stderr_mode = SpawnSpec::Stderr::null;
-  } else if (env.eq(args[6], env.t())) {
-    spec.stderr_mode = SpawnSpec::Stderr::merge;
-  } else if (env.eq(args[6], env.intern("pipe"))) {
-    spec.stderr_mode = SpawnSpec::Stderr::pipe;
-  } else {
-    spec.stderr_mode = SpawnSpec::Stderr::file;
-    spec.stderr_file = env.to_bytes(args[6]);
-  }
+  emacs_value in = args[4];
+  spec.stdin_mode = !env.truthy(in)       ? SpawnSpec::Stdin::null
+                    : env.eq(in, env.t()) ? SpawnSpec::Stdin::pipe
+                                          : SpawnSpec::Stdin::file;
+  if (spec.stdin_mode == SpawnSpec::Stdin::file) spec.stdin_file = env.to_bytes(in);
+  emacs_value err = args[6];
+  spec.stderr_mode = !env.truthy(err)                  ? SpawnSpec::Stderr::null
+                     : env.eq(err, env.t())            ? SpawnSpec::Stderr::merge
+                     : env.eq(err, env.intern("pipe")) ? SpawnSpec::Stderr::pipe
+                                                       : SpawnSpec::Stderr::file;
+  if (spec.stderr_mode == SpawnSpec::Stderr::file) spec.stderr_file = env.to_bytes(err);
   // As Emacs's own children do: a quit or a signal reaches everything the
   // child started (a shell's pipeline too), and job control stays Emacs's.
   spec.new_session = true;
