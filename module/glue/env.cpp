@@ -46,14 +46,6 @@ void signal_message(emacs_env* raw, const char* symbol, const std::string& messa
   raw->non_local_exit_signal(raw, raw->intern(raw, symbol), data);
 }
 
-void signal_system_error(emacs_env* raw, const SystemError& error) {
-  Env env(raw);
-  emacs_value data =
-      env.list({env.string(error.function()), env.string(std::strerror(error.code().value())),
-                error.path().empty() ? env.nil() : env.string(error.path())});
-  raw->non_local_exit_signal(raw, env.intern("fastrevert-system-error"), data);
-}
-
 }  // namespace
 
 emacs_value run_guarded(emacs_env* raw, NativeFunction function, std::ptrdiff_t nargs,
@@ -78,10 +70,14 @@ emacs_value run_guarded(emacs_env* raw, NativeFunction function, std::ptrdiff_t 
       raw->non_local_exit_signal(raw, symbol, data);
     }
   } catch (const SystemError& error) {
+    // env.signal leaves the signal pending and throws; so does a failure to
+    // build its data, with that failure pending instead.
     try {
-      signal_system_error(raw, error);
+      env.signal(
+          "fastrevert-system-error",
+          env.list({env.string(error.function()), env.string(std::strerror(error.code().value())),
+                    error.path().empty() ? env.nil() : env.string(error.path())}));
     } catch (...) {
-      // Building the signal data failed and left its own exit pending.
     }
   } catch (const std::exception& error) {
     signal_message(raw, "fastrevert-error", error.what());
