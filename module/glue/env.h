@@ -36,14 +36,11 @@ class Env {
   emacs_value funcall(emacs_value function, std::initializer_list<emacs_value> args) const {
     return funcall(function, args.begin(), args.size());
   }
-  emacs_value funcall(emacs_value function, const std::vector<emacs_value>& args) const {
-    return funcall(function, args.data(), args.size());
-  }
   emacs_value call(const char* function, std::initializer_list<emacs_value> args) const {
     return funcall(intern(function), args);
   }
   emacs_value list(const std::vector<emacs_value>& items) const {
-    return funcall(intern("list"), items);
+    return funcall(intern("list"), items.data(), items.size());
   }
 
   // Multibyte string from UTF-8.
