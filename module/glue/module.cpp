@@ -14,7 +14,6 @@
 #include "core/duration.h"
 #include "core/engine.h"
 #include "core/errors.h"
-#include "core/runtime.h"
 #include "glue/env.h"
 #include "glue/state.h"
 

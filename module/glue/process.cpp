@@ -15,6 +15,7 @@
 #include "core/child.h"
 #include "core/engine.h"
 #include "core/framing.h"
+#include "core/handed_fds.h"
 #include "core/pipe.h"
 #include "core/process_table.h"
 #include "glue/child_args.h"

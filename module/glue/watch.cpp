@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "core/duration.h"
+#include "core/engine.h"
+#include "core/watch_registry.h"
 #include "core/watcher.h"
 #include "glue/env.h"
 #include "glue/state.h"
