@@ -45,8 +45,8 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   // Starts an engine that wakes WAKE_FD (see Engine::Engine), with the
-  // hand-off of its children.  Throws std::logic_error if one runs already,
-  // SystemError when it cannot start.
+  // hand-off of its children.  Throws std::logic_error if one runs already
+  // (WAKE_FD is then still the caller's), SystemError when it cannot start.
   void start(int wake_fd);
 
   // Stops the running engine, waiting at most TIMEOUT (max() for no limit)

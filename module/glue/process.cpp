@@ -31,7 +31,7 @@ Framing framing_arg(Env& env, emacs_value value) {
   if (!env.truthy(value)) return Framing::none;
   if (env.eq(value, env.intern("lines"))) return Framing::lines;
   if (env.eq(value, env.intern("lsp"))) return Framing::lsp;
-  env.signal("wrong-type-argument", env.list({env.intern("fastrevert-framing-p"), value}));
+  env.wrong_type("fastrevert-framing-p", value);
 }
 
 // FD as a descriptor number, or a signal unless Lisp holds it.
