@@ -264,16 +264,44 @@ stays so."
                (with-current-buffer buffer
                  (vc-refresh-state))))))
 
+(defun fastrevert-bench-vc--stale-vc (buffers)
+  "Return how many of BUFFERS have a `vc-mode' other than the `other' branch's."
+  (cl-count-if-not (lambda (buffer)
+                     (equal (fastrevert-bench-vc--mode-line buffer) " Git-other"))
+                   buffers))
+
 (defun fastrevert-bench-vc--floor (buffers dir)
-  "Return seconds to revert BUFFERS in a loop after DIR's checkout of `other'.
-Then return to `main'."
+  "Time reverting BUFFERS in a loop after DIR's checkout of `other'.
+Return (SECONDS STALE-VC): STALE-VC counts the buffers whose `vc-mode'
+the loop left naming the old branch, since `revert-buffer' keeps
+VC's cached state of the file.  Then return to `main'."
   (fastrevert-bench-vc--sh dir "git checkout -q other")
   (garbage-collect)
   (let ((start (float-time)))
     (dolist (buffer buffers)
       (with-current-buffer buffer
         (revert-buffer 'ignore-auto 'dont-ask 'preserve-modes)))
-    (prog1 (- (float-time) start)
+    (prog1 (list (- (float-time) start) (fastrevert-bench-vc--stale-vc buffers))
+      (fastrevert-bench-vc--resync buffers dir "main"))))
+
+(defun fastrevert-bench-vc--vc-floor (buffers dir)
+  "Time the stock way to bring BUFFERS' texts and `vc-mode's up to date.
+After DIR's checkout of `other', each buffer is reverted, VC's cached
+state of its file is cleared and `vc-refresh-state' runs, one buffer
+after another.  Return (SECONDS STALE-VC GIT): STALE-VC as for
+`fastrevert-bench-vc--floor', GIT the Git processes that started.
+Then return to `main'."
+  (fastrevert-bench-vc--sh dir "git checkout -q other")
+  (fastrevert-bench-vc--clear-trace)
+  (garbage-collect)
+  (let ((start (float-time)))
+    (dolist (buffer buffers)
+      (with-current-buffer buffer
+        (revert-buffer 'ignore-auto 'dont-ask 'preserve-modes)
+        (vc-file-clearprops buffer-file-name)
+        (vc-refresh-state)))
+    (prog1 (list (- (float-time) start) (fastrevert-bench-vc--stale-vc buffers)
+                 (car (fastrevert-bench-vc--count-git)))
       (fastrevert-bench-vc--resync buffers dir "main"))))
 
 (defun fastrevert-bench-vc--with-impl (impl buffers thunk)
@@ -429,7 +457,7 @@ Each is (SERIES FILES SECONDS).")
   "Run the checkout benchmark under ROOT and print its table."
   (let ((magit (fastrevert-bench-vc--magit-available-p))
         (deadline (fastrevert-bench-vc--size :stock-deadline))
-        rows)
+        rows floors)
     (dolist (count (fastrevert-bench-vc--size :checkout-counts))
       (let* ((dir (file-name-as-directory (expand-file-name (format "checkout-%d" count) root)))
              (process-environment (fastrevert-bench-vc--environment root))
@@ -440,8 +468,15 @@ Each is (SERIES FILES SECONDS).")
         (unwind-protect
             (progn
               (fastrevert-bench-vc--resync buffers dir "main")
-              (let ((floor (fastrevert-bench-vc--floor buffers dir)))
+              (pcase-let* ((`(,floor ,floor-stale) (fastrevert-bench-vc--floor buffers dir))
+                           (`(,vc-floor ,vc-floor-stale ,vc-floor-git)
+                            (fastrevert-bench-vc--vc-floor buffers dir)))
                 (push (list "floor: revert-buffer loop" count floor) fastrevert-bench-vc-results)
+                (push (list "VC floor: revert, clear VC state, vc-refresh-state" count vc-floor)
+                      fastrevert-bench-vc-results)
+                (push (list count floor floor-stale vc-floor vc-floor-stale vc-floor-git) floors)
+                (when (> vc-floor-stale 0)
+                  (fastrevert-bench--loud "the VC floor left %d vc-modes stale" vc-floor-stale))
                 (dolist (impl fastrevert-bench-vc--checkout-impls)
                   (when (and (or magit (not (eq (cadr impl) 'magit)))
                              ;; One tick of stock polling refreshes every
@@ -468,7 +503,7 @@ Each is (SERIES FILES SECONDS).")
                         (push (list (fastrevert-bench-vc--impl-name impl) count
                                     (plist-get result :vc))
                               fastrevert-bench-vc-results))
-                      (push (list count impl floor result) rows))))))
+                      (push (list count impl floor result vc-floor) rows))))))
           (fastrevert-bench--kill-buffers buffers)
           (delete-directory dir t))))
     (fastrevert-bench--heading "Checkout in a Git repository")
@@ -484,16 +519,21 @@ make the difference).  The floor is `revert-buffer' of every buffer in a loop,
 with VC on, after the same checkout; ratios are against it.  The rows are
 timed from the start of the checkout, the floor from its end: \"Git s\" is
 when the checkout's Git process ended, and \"after Git / floor\" the time
-from then until every `vc-mode' was right, against the floor.  Stock polling runs
+from then until every `vc-mode' was right, against the floor.  The floor leaves
+every `vc-mode' as it was: `revert-buffer' keeps VC's cached state of the file.
+The VC floor is what brings them right the stock way: each buffer reverted, its
+file's VC state cleared and `vc-refresh-state' run, one after another; \"vc / VC
+floor\" compares with it.  Stock polling runs
 at the smallest size only: one tick refreshes every buffer's VC state with
 four Git processes each.%s\n\n"
      deadline (if magit "" "  Magit is not installed: no Magit rows."))
     (fastrevert-bench--print-table
      '("files" "implementation" "texts s" "vc-modes s" "vc / floor" "Git s"
-       "after Git / floor" "stale text/vc" "main-thread ms" "git processes" "of them VC")
+       "after Git / floor" "vc / VC floor" "stale text/vc" "main-thread ms" "git processes"
+       "of them VC")
      (mapcar
       (lambda (row)
-        (pcase-let ((`(,count ,impl ,floor ,result) row))
+        (pcase-let ((`(,count ,impl ,floor ,result ,vc-floor) row))
           (let ((vc (plist-get result :vc)))
             (list (number-to-string count) (fastrevert-bench-vc--impl-name impl)
                   (let ((text (plist-get result :text))) (if text (format "%.2f" text) "never"))
@@ -505,18 +545,21 @@ four Git processes each.%s\n\n"
                     (if (and vc git)
                         (format "%.1fx" (/ (max 0 (- vc git)) (max floor 1e-6)))
                       "-"))
+                  (if vc (format "%.2fx" (/ vc (max vc-floor 1e-6))) "-")
                   (format "%d/%d" (plist-get result :stale-text) (plist-get result :stale-vc))
                   (format "%.0f" (plist-get result :busy-ms))
                   (number-to-string (plist-get result :git))
                   (number-to-string (plist-get result :vc-git))))))
       (nreverse rows)))
-    (fastrevert-bench--out "Floors (seconds): %s\n\n"
-                           (mapconcat (lambda (entry) (format "%d files %.2f" (nth 1 entry)
-                                                              (nth 2 entry)))
-                                      (cl-remove-if-not (lambda (entry)
-                                                          (string-prefix-p "floor" (car entry)))
-                                                        (reverse fastrevert-bench-vc-results))
-                                      ", "))))
+    (fastrevert-bench--out
+     "Floors: %s\n\n"
+     (mapconcat (lambda (entry)
+                  (pcase-let ((`(,count ,floor ,floor-stale ,vc-floor ,vc-floor-stale ,vc-git)
+                               entry))
+                    (format (concat "%d files: revert loop %.2f s (%d of %d vc-modes left stale);"
+                                    " VC floor %.2f s (%d stale, %d Git processes)")
+                            count floor floor-stale count vc-floor vc-floor-stale vc-git)))
+                (nreverse floors) "; "))))
 
 ;;;; Rebase
 

@@ -477,18 +477,18 @@ is non-nil, stop at pending input and resume as soon as Emacs is idle."
   (let ((start (float-time)))
     (unwind-protect
         (let ((fastrevert--dominating-cache (make-hash-table :test #'equal)))
+          ;; One batch setting for both halves: a garbage collection
+          ;; between them would only delay the VC refreshes.
           (save-match-data
-            (and (fastrevert--call-as-batch
-                  (lambda ()
-                    (fastrevert--work-through fastrevert--pending
+            (fastrevert--call-as-batch
+             (lambda ()
+               (and (fastrevert--work-through fastrevert--pending
                                               (fastrevert--in-batch #'fastrevert--check-buffer)
-                                              "fastrevert: reverting buffers...")))
-                 (progn
-                   (unless (or noninteractive
-                               (zerop (hash-table-count fastrevert--vc-pending)))
-                     (redisplay))
-                   (fastrevert--call-as-batch
-                    (lambda ()
+                                              "fastrevert: reverting buffers...")
+                    (progn
+                      (unless (or noninteractive
+                                  (zerop (hash-table-count fastrevert--vc-pending)))
+                        (redisplay))
                       (fastrevert-vc-call-with-batch
                        (fastrevert--queued fastrevert--vc-pending)
                        (lambda ()

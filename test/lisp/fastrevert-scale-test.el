@@ -70,6 +70,34 @@
         (should-not (local-variable-p 'case-fold-search buffer))
         (should (< gc-cons-threshold fastrevert--batch-gc-threshold))))))
 
+(ert-deftest fastrevert-scale-batch-collects-no-garbage-between-reverts-and-vc-refreshes ()
+  "A batch's reverts and its VC refreshes run under one raised GC threshold.
+Garbage the reverts make is not collected before the refreshes start:
+a collection between the two halves would only delay the refreshes."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-scale-test--with-mode
+      (let* ((file (expand-file-name "c.txt" dir))
+             (buffer (fastrevert-scale-test--visit file))
+             (after-revert nil)
+             (at-refresh nil)
+             (record (lambda (_buffer) (setq at-refresh gcs-done))))
+        (with-current-buffer buffer
+          (add-hook 'after-revert-hook
+                    (lambda ()
+                      ;; 16 MB: past the default threshold and a tenth of
+                      ;; this heap, well under a batch's threshold.
+                      (make-vector (* 2 1024 1024) nil)
+                      (setq after-revert gcs-done))
+                    nil t))
+        (advice-add 'fastrevert--refresh-vc-of :before record)
+        (unwind-protect
+            (progn
+              (fastrevert-scale-test--rewrite file)
+              (should (fastrevert-test-wait-for (lambda () at-refresh))))
+          (advice-remove 'fastrevert--refresh-vc-of record))
+        (should after-revert)
+        (should (= at-refresh after-revert))))))
+
 (ert-deftest fastrevert-scale-revert-keeps-a-case-fold-search-a-hook-sets ()
   "A value a revert hook gives `case-fold-search' stays, as in stock Emacs."
   (fastrevert-test-with-temp-dir dir
