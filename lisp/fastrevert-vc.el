@@ -45,10 +45,12 @@
 ;;
 ;; With thousands of buffers, what is left of a refresh is Lisp, and
 ;; most of it is spent making buffers for Git's output and looking for
-;; each backend's control directory above each file.  So the few
-;; functions of vc-git that wrap the commands above are answered where
-;; they start, without a buffer, and `vc-find-root' looks once per
-;; directory of the batch (see "Where the answers are given").
+;; each backend's control directory above each file or its master
+;; file beside it.  So the few functions of vc-git that wrap the
+;; commands above are answered where they start, without a buffer,
+;; `vc-find-root' looks once per directory of the batch, and the master
+;; files RCS, SCCS and SRC look for are looked up in one listing of
+;; each directory (see "Where the answers are given").
 
 ;;; Code:
 
@@ -122,8 +124,10 @@ A plist: `:repos' maps a root to its `fastrevert-vc--repo', or to
 `failed' if Git could not answer for it; `:files' maps a root to
 the root-relative names of the batch's files in it, and `:places' an
 absolute file name to its `fastrevert-vc--place'; `:roots' memoizes
-`vc-git-root' by directory; `:coding' is the coding system of Git's
-output.")
+`vc-git-root' by directory; `:listings' memoizes directory listings
+for `fastrevert-vc--surely-absent-p', and `:versions' the answers of
+`version<=' under the `:separator' and `:version-regexps' the batch
+started with; `:coding' is the coding system of Git's output.")
 
 (cl-defstruct (fastrevert-vc--place (:constructor fastrevert-vc--place-create
                                                   (root relative folder))
@@ -505,12 +509,83 @@ depends on the file's directory alone."
           (push found (cdr folder)))
         (and (cdr found) (copy-sequence (cdr found)))))))
 
+(defun fastrevert-vc--listing (directory)
+  "Return the names in DIRECTORY as a hash table, memoized for the batch.
+Return `missing' when DIRECTORY does not exist, and nil when it cannot
+be listed, is handled by a file name handler, or compares names
+without regard to case (a listing then cannot tell what is absent)."
+  (let* ((listings (plist-get fastrevert-vc--batch :listings))
+         (listing (gethash directory listings 'unknown)))
+    (if (not (eq listing 'unknown))
+        listing
+      (puthash directory
+               (and (file-name-absolute-p directory)
+                    (not (find-file-name-handler directory 'file-exists-p))
+                    (condition-case nil
+                        (let ((names (directory-files directory nil nil t))
+                              (table (make-hash-table :test #'equal)))
+                          (unless (file-name-case-insensitive-p directory)
+                            (dolist (name names table) (puthash name t table))))
+                      (file-missing 'missing)
+                      (file-error nil)))
+               listings))))
+
+(defun fastrevert-vc--surely-absent-p (file)
+  "Return non-nil if FILE is known not to exist from its directory's listing."
+  (let ((listing (fastrevert-vc--listing (file-name-directory file))))
+    (or (eq listing 'missing)
+        (and listing (not (gethash (file-name-nondirectory file) listing))))))
+
+(defun fastrevert-vc--no-master-p (template directory base)
+  "Return non-nil if no master for BASE in DIRECTORY can match TEMPLATE.
+TEMPLATE is an element of a backend's master templates: a format
+string naming a file, which is a master if it exists, or a function.
+Of the functions, only SCCS's project directory search is known: it
+finds nothing without a PROJECTDIR in the environment."
+  (cond ((stringp template)
+         (fastrevert-vc--surely-absent-p (format template directory base)))
+        ((eq template 'vc-sccs-search-project-dir) (not (getenv "PROJECTDIR")))))
+
+(defun fastrevert-vc--check-master-templates-advice (function file templates)
+  "Call FUNCTION for FILE and TEMPLATES unless no master can exist.
+FUNCTION is `vc-check-master-templates', with which the RCS, SCCS and
+SRC backends check, before Git's turn, whether they register a file.
+For a file of the batch whose every template names a file absent from
+its directory, which is listed once for the batch, return what
+FUNCTION returns when it finds no master, without looking any up."
+  (let ((directory (and fastrevert-vc--batch (stringp file)
+                        (gethash file (plist-get fastrevert-vc--batch :places))
+                        (file-name-directory file)))
+        (base (file-name-nondirectory file)))
+    (if (and directory
+             (cl-every (lambda (template) (fastrevert-vc--no-master-p template directory base))
+                       templates))
+        (mapcar #'ignore templates)
+      (funcall function file templates))))
+
+(defun fastrevert-vc--version<=-advice (function v1 v2)
+  "Call FUNCTION on the versions V1 and V2 once per batch.
+FUNCTION is `version<=', which vc-git's state check calls with the
+same two versions for every file; its answer depends on them and on
+how versions are read, which the batch notes when it starts."
+  (let ((known (and fastrevert-vc--batch (stringp v1) (stringp v2)
+                    (eq version-separator (plist-get fastrevert-vc--batch :separator))
+                    (eq version-regexp-alist (plist-get fastrevert-vc--batch :version-regexps))
+                    (plist-get fastrevert-vc--batch :versions))))
+    (if (not known)
+        (funcall function v1 v2)
+      (let* ((key (cons v1 v2))
+             (answer (gethash key known 'unknown)))
+        (if (eq answer 'unknown) (puthash key (funcall function v1 v2) known) answer)))))
+
 (defconst fastrevert-vc--advice
   '((process-file . fastrevert-vc--process-file-advice)
     (vc-git--run-command-string . fastrevert-vc--run-command-string-advice)
     (vc-git-registered . fastrevert-vc--registered-advice)
     (vc-git--rev-parse . fastrevert-vc--rev-parse-advice)
-    (vc-find-root . fastrevert-vc--find-root-advice))
+    (vc-find-root . fastrevert-vc--find-root-advice)
+    (vc-check-master-templates . fastrevert-vc--check-master-templates-advice)
+    (version<= . fastrevert-vc--version<=-advice))
   "The functions a batch answers for, each with its advice.
 The advice is innermost, so that any other advice on these functions
 still runs as it would around the stock functions.")
@@ -521,8 +596,10 @@ still runs as it would around the stock functions.")
   "Call FUNCTION with Git's answers for BUFFERS ready, and return its value.
 While FUNCTION runs, the Git commands that `vc-refresh-state' starts
 for a file of BUFFERS are answered from two Git processes per
-repository, run when the repository is first asked about, and
-`vc-find-root' looks once per directory of BUFFERS.  Buffers outside
+repository, run when the repository is first asked about,
+`vc-find-root' looks once per directory of BUFFERS, the master files
+of RCS, SCCS and SRC are looked for in one listing of each directory,
+and `version<=' compares two versions once.  Buffers outside
 Git, or other backends' commands, are not affected."
   (if (or fastrevert-vc--batch (not (memq 'Git vc-handled-backends)))
       (funcall function)
@@ -530,6 +607,10 @@ Git, or other backends' commands, are not affected."
     (let ((fastrevert-vc--batch
            (list :repos (make-hash-table :test #'equal)
                  :roots (make-hash-table :test #'equal)
+                 :listings (make-hash-table :test #'equal)
+                 :versions (make-hash-table :test #'equal)
+                 :separator version-separator
+                 :version-regexps version-regexp-alist
                  :coding (or coding-system-for-read vc-git-log-output-coding-system))))
       (let* ((places (make-hash-table :test #'equal))
              (files (fastrevert-vc--collect buffers places)))

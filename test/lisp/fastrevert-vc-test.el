@@ -347,6 +347,84 @@ Return buffers visiting its 20 files, visited with VC off."
           (advice-remove 'locate-dominating-file 'count-walks)
           (mapc #'kill-buffer buffers))))))
 
+;; RCS, SCCS and SRC come before Git in `vc-handled-backends', and each
+;; registers a file whose master file exists beside it.  A batch looks
+;; the masters up in one listing of each directory.
+(ert-deftest fastrevert-vc-batch-finds-rcs-sccs-and-src-masters-as-stock-does ()
+  (fastrevert-test-with-temp-dir dir
+    (let ((process-environment (cons "PROJECTDIR" (fastrevert-vc-test--environment dir)))
+          (masters "/\\(RCS/\\|SCCS/\\|\\.src/\\|s\\.\\)\\|,v\\'")
+          (looked nil))
+      (fastrevert-vc-test--sh
+       dir (concat "set -e\ngit init -q -b main\nmkdir plain RCS SCCS .src\n"
+                   "for f in plain/p.txt r.txt v.txt s.txt c.txt; do printf '1\\n' > $f; done\n"
+                   "git add .\ngit commit -qm base\n"
+                   ": > RCS/r.txt,v\n: > v.txt,v\n: > SCCS/s.s.txt\n: > .src/c.txt,v\n"))
+      (let* ((buffers (let ((vc-handled-backends nil))
+                        (mapcar (lambda (name) (find-file-noselect (expand-file-name name dir)))
+                                '("r.txt" "v.txt" "s.txt" "c.txt" "plain/p.txt"))))
+             (plain (last buffers))
+             (count (lambda (file)
+                      (when (and looked (string-match-p masters file)) (cl-incf (car looked))))))
+        (unwind-protect
+            (let ((stock (mapcar (lambda (buffer)
+                                   (fastrevert-vc-test--reset buffer)
+                                   (fastrevert-vc-test--refresh buffer)
+                                   (fastrevert-vc-test--state buffer))
+                                 buffers)))
+              (should (equal (mapcar (lambda (buffer) (vc-backend (buffer-file-name buffer)))
+                                     buffers)
+                             '(RCS RCS SCCS SRC Git)))
+              (mapc #'fastrevert-vc-test--reset buffers)
+              (fastrevert-vc-call-with-batch
+               buffers (lambda () (mapc #'fastrevert-vc-test--refresh buffers)))
+              (should (equal (mapcar #'fastrevert-vc-test--state buffers) stock))
+              ;; Stock looks for six masters of the file that has none;
+              ;; the batch's listings tell it there are none.
+              (advice-add 'file-exists-p :before count '((name . count-masters)))
+              (setq looked (list 0))
+              (fastrevert-vc-test--reset (car plain))
+              (fastrevert-vc-test--refresh (car plain))
+              (should (equal looked '(6)))
+              (setq looked (list 0))
+              (fastrevert-vc-test--reset (car plain))
+              (fastrevert-vc-call-with-batch
+               plain (lambda () (fastrevert-vc-test--refresh (car plain))))
+              (should (equal looked '(0)))
+              (should (equal (fastrevert-vc-test--state (car plain)) (car (last stock)))))
+          (advice-remove 'file-exists-p 'count-masters)
+          (dolist (buffer buffers)
+            (with-current-buffer buffer (set-buffer-modified-p nil))
+            (kill-buffer buffer)))))))
+
+(ert-deftest fastrevert-vc-batch-compares-versions-once-as-version-reading-says ()
+  "Within a batch `version<=' runs once per pair of versions.
+vc-git compares Git's version with a constant for every file.  A
+batch remembers the answer, but only while versions are read as
+when it started."
+  (let ((parsed 0))
+    (let ((count (lambda (&rest _) (cl-incf parsed))))
+      (advice-add 'version-to-list :before count '((name . count-parses)))
+      (unwind-protect
+          (fastrevert-test-with-temp-dir dir
+            (let* ((process-environment (fastrevert-vc-test--environment dir))
+                   (buffers (fastrevert-vc-test--visit-branches dir))
+                   (answers nil))
+              (unwind-protect
+                  (fastrevert-vc-call-with-batch
+                   buffers
+                   (lambda ()
+                     (setq parsed 0)
+                     (dotimes (_ 10) (push (version<= "1.0alpha" "1.0") answers))
+                     (should (= parsed 2))
+                     ;; Read otherwise, the same versions compare otherwise.
+                     (let ((version-regexp-alist '(("^[-._+ ]?alpha$" . 5))))
+                       (push (version<= "1.0alpha" "1.0") answers))
+                     (should (= parsed 4))))
+                (mapc #'kill-buffer buffers))
+              (should (equal answers (cons nil (make-list 10 t))))))
+        (advice-remove 'version-to-list 'count-parses)))))
+
 (ert-deftest fastrevert-vc-batch-refresh-makes-no-buffer-per-file ()
   "A batch refresh makes a few buffers per repository, none per file.
 vc-git writes each Git command's output into a new buffer, and with
