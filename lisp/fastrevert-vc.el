@@ -125,7 +125,8 @@ A plist: `:repos' maps a root to its `fastrevert-vc--repo', or to
 the root-relative names of the batch's files in it, and `:places' an
 absolute file name to its `fastrevert-vc--place'; `:roots' memoizes
 `vc-git-root' by directory; `:listings' memoizes directory listings
-for `fastrevert-vc--surely-absent-p', and `:versions' the answers of
+and `:masters' what they say for `fastrevert-vc--masters', and
+`:versions' the answers of
 `version<=' under the `:separator' and `:version-regexps' the batch
 started with; `:coding' is the coding system of Git's output.")
 
@@ -530,36 +531,66 @@ without regard to case (a listing then cannot tell what is absent)."
                       (file-error nil)))
                listings))))
 
-(defun fastrevert-vc--surely-absent-p (file)
-  "Return non-nil if FILE is known not to exist from its directory's listing."
-  (let ((listing (fastrevert-vc--listing (file-name-directory file))))
-    (or (eq listing 'missing)
-        (and listing (not (gethash (file-name-nondirectory file) listing))))))
+(defconst fastrevert-vc--master-template-regexp
+  "\\`%s\\(\\(?:[^%/]*/\\)*\\)\\([^%/]*\\)%s\\([^%/]*\\)\\'"
+  "A master template a listing can answer for.
+It names, below the file's directory, subdirectories (group 1) and a
+name made of a prefix (group 2), the file's own name and a suffix
+\(group 3).")
 
-(defun fastrevert-vc--no-master-p (template directory base)
-  "Return non-nil if no master for BASE in DIRECTORY can match TEMPLATE.
-TEMPLATE is an element of a backend's master templates: a format
-string naming a file, which is a master if it exists, or a function.
-Of the functions, only SCCS's project directory search is known: it
-finds nothing without a PROJECTDIR in the environment."
-  (cond ((stringp template)
-         (fastrevert-vc--surely-absent-p (format template directory base)))
-        ((eq template 'vc-sccs-search-project-dir) (not (getenv "PROJECTDIR")))))
+(defun fastrevert-vc--template-masters (directory template bases)
+  "Enter in BASES the names in DIRECTORY whose master TEMPLATE may find.
+Return nil when TEMPLATE cannot be answered from a listing: a template
+of another form, a function other than SCCS's project directory search
+when PROJECTDIR is set, or a directory that cannot be listed."
+  (cond
+   ((eq template 'vc-sccs-search-project-dir) (not (getenv "PROJECTDIR")))
+   ((and (stringp template) (string-match fastrevert-vc--master-template-regexp template))
+    (let* ((prefix (match-string 2 template))
+           (suffix (match-string 3 template))
+           (affixes (+ (length prefix) (length suffix)))
+           (listing (fastrevert-vc--listing (concat directory (match-string 1 template)))))
+      (cond ((eq listing 'missing) t)
+            (listing
+             (maphash (lambda (name _)
+                        (when (and (>= (length name) affixes)
+                                   (string-prefix-p prefix name)
+                                   (string-suffix-p suffix name))
+                          (puthash (substring name (length prefix) (- (length name) (length suffix)))
+                                   t bases)))
+                      listing)
+             t))))))
+
+(defun fastrevert-vc--masters (directory templates)
+  "Return the names in DIRECTORY that TEMPLATES may find a master for.
+The value, memoized for the batch, is a hash table of names without
+directory, or `unknown' when some template cannot be answered from a
+listing (see `fastrevert-vc--template-masters')."
+  (let* ((memo (plist-get fastrevert-vc--batch :masters))
+         (known (assq templates (gethash directory memo))))
+    (if known
+        (cdr known)
+      (let* ((bases (make-hash-table :test #'equal))
+             (masters (if (cl-every (lambda (template)
+                                      (fastrevert-vc--template-masters directory template bases))
+                                    templates)
+                          bases
+                        'unknown)))
+        (push (cons templates masters) (gethash directory memo))
+        masters))))
 
 (defun fastrevert-vc--check-master-templates-advice (function file templates)
   "Call FUNCTION for FILE and TEMPLATES unless no master can exist.
 FUNCTION is `vc-check-master-templates', with which the RCS, SCCS and
 SRC backends check, before Git's turn, whether they register a file.
-For a file of the batch whose every template names a file absent from
-its directory, which is listed once for the batch, return what
-FUNCTION returns when it finds no master, without looking any up."
-  (let ((directory (and fastrevert-vc--batch (stringp file)
-                        (gethash file (plist-get fastrevert-vc--batch :places))
-                        (file-name-directory file)))
-        (base (file-name-nondirectory file)))
-    (if (and directory
-             (cl-every (lambda (template) (fastrevert-vc--no-master-p template directory base))
-                       templates))
+For a file of the batch, each directory its templates name is listed
+once; when no listed name can be a master of the file, return what
+FUNCTION returns when it finds none, without looking any up."
+  (let* ((directory (and fastrevert-vc--batch (stringp file)
+                         (gethash file (plist-get fastrevert-vc--batch :places))
+                         (file-name-directory file)))
+         (masters (and directory (fastrevert-vc--masters directory templates))))
+    (if (and (hash-table-p masters) (not (gethash (file-name-nondirectory file) masters)))
         (mapcar #'ignore templates)
       (funcall function file templates))))
 
@@ -608,6 +639,7 @@ Git, or other backends' commands, are not affected."
            (list :repos (make-hash-table :test #'equal)
                  :roots (make-hash-table :test #'equal)
                  :listings (make-hash-table :test #'equal)
+                 :masters (make-hash-table :test #'equal)
                  :versions (make-hash-table :test #'equal)
                  :separator version-separator
                  :version-regexps version-regexp-alist
