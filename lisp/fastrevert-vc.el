@@ -279,7 +279,11 @@ file counted is entered in the hash table PLACES, as the key of its
                                            (list directory))
                                       folders)))
               (when folder
-                (let ((relative (file-relative-name file root)))
+                ;; Both names are expanded: below ROOT, the relative name
+                ;; is the rest, which `file-relative-name' finds slowly.
+                (let ((relative (if (string-prefix-p root file)
+                                    (substring file (length root))
+                                  (file-relative-name file root))))
                   (puthash file (fastrevert-vc--place-create root relative folder) places)
                   (push relative (gethash root files)))))))))
     files))
@@ -594,6 +598,18 @@ FUNCTION returns when it finds none, without looking any up."
         (mapcar #'ignore templates)
       (funcall function file templates))))
 
+(defun fastrevert-vc--cvs-registered-advice (function file)
+  "Call FUNCTION for FILE unless FILE's directory surely has no CVS subdirectory.
+FUNCTION is `vc-cvs-registered', which registers nothing unless
+CVS/Entries beside FILE can be read; for a file of the batch, the
+listing of its directory tells."
+  (let* ((directory (and fastrevert-vc--batch (stringp file)
+                         (gethash file (plist-get fastrevert-vc--batch :places))
+                         (file-name-directory file)))
+         (listing (and directory (fastrevert-vc--listing directory))))
+    (unless (and (hash-table-p listing) (not (gethash "CVS" listing)))
+      (funcall function file))))
+
 (defun fastrevert-vc--version<=-advice (function v1 v2)
   "Call FUNCTION on the versions V1 and V2 once per batch.
 FUNCTION is `version<=', which vc-git's state check calls with the
@@ -616,6 +632,7 @@ how versions are read, which the batch notes when it starts."
     (vc-git--rev-parse . fastrevert-vc--rev-parse-advice)
     (vc-find-root . fastrevert-vc--find-root-advice)
     (vc-check-master-templates . fastrevert-vc--check-master-templates-advice)
+    (vc-cvs-registered . fastrevert-vc--cvs-registered-advice)
     (version<= . fastrevert-vc--version<=-advice))
   "The functions a batch answers for, each with its advice.
 The advice is innermost, so that any other advice on these functions
@@ -629,8 +646,9 @@ While FUNCTION runs, the Git commands that `vc-refresh-state' starts
 for a file of BUFFERS are answered from two Git processes per
 repository, run when the repository is first asked about,
 `vc-find-root' looks once per directory of BUFFERS, the master files
-of RCS, SCCS and SRC are looked for in one listing of each directory,
-and `version<=' compares two versions once.  Buffers outside
+of RCS, SCCS and SRC and the control directory of CVS are looked for
+in one listing of each directory, and `version<=' compares two
+versions once.  Buffers outside
 Git, or other backends' commands, are not affected."
   (if (or fastrevert-vc--batch (not (memq 'Git vc-handled-backends)))
       (funcall function)

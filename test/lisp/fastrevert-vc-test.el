@@ -347,22 +347,26 @@ Return buffers visiting its 20 files, visited with VC off."
           (advice-remove 'locate-dominating-file 'count-walks)
           (mapc #'kill-buffer buffers))))))
 
-;; RCS, SCCS and SRC come before Git in `vc-handled-backends', and each
-;; registers a file whose master file exists beside it.  A batch looks
-;; the masters up in one listing of each directory.
-(ert-deftest fastrevert-vc-batch-finds-rcs-sccs-and-src-masters-as-stock-does ()
+;; RCS, CVS, SCCS and SRC come before Git in `vc-handled-backends'.
+;; RCS, SCCS and SRC register a file whose master file exists beside
+;; it, CVS one its CVS/Entries lists.  A batch looks the masters and
+;; the CVS directory up in one listing of each directory.
+(ert-deftest fastrevert-vc-batch-finds-rcs-cvs-sccs-and-src-files-as-stock-does ()
   (fastrevert-test-with-temp-dir dir
     (let ((process-environment (cons "PROJECTDIR" (fastrevert-vc-test--environment dir)))
-          (masters "/\\(RCS/\\|SCCS/\\|\\.src/\\|s\\.\\)\\|,v\\'")
+          (masters "/\\(RCS/\\|SCCS/\\|\\.src/\\|s\\.\\|CVS/Entries\\'\\)\\|,v\\'")
           (looked nil))
       (fastrevert-vc-test--sh
-       dir (concat "set -e\ngit init -q -b main\nmkdir plain RCS SCCS .src\n"
-                   "for f in plain/p.txt r.txt v.txt s.txt c.txt; do printf '1\\n' > $f; done\n"
+       dir (concat "set -e\ngit init -q -b main\nmkdir plain RCS SCCS .src cvs\n"
+                   "for f in plain/p.txt r.txt v.txt s.txt c.txt cvs/k.txt; do"
+                   " printf '1\\n' > $f; done\n"
                    "git add .\ngit commit -qm base\n"
-                   ": > RCS/r.txt,v\n: > v.txt,v\n: > SCCS/s.s.txt\n: > .src/c.txt,v\n"))
+                   ": > RCS/r.txt,v\n: > v.txt,v\n: > SCCS/s.s.txt\n: > .src/c.txt,v\n"
+                   "mkdir cvs/CVS\necho '/k.txt/1.1/Mon Jan  1 00:00:00 2024//' > cvs/CVS/Entries\n"))
       (let* ((buffers (let ((vc-handled-backends nil))
                         (mapcar (lambda (name) (find-file-noselect (expand-file-name name dir)))
-                                '("r.txt" "v.txt" "s.txt" "c.txt" "plain/p.txt"))))
+                                '("r.txt" "v.txt" "s.txt" "c.txt" "cvs/k.txt"
+                                  "plain/p.txt"))))
              (plain (last buffers))
              (count (lambda (file)
                       (when (and looked (string-match-p masters file)) (cl-incf (car looked))))))
@@ -374,18 +378,19 @@ Return buffers visiting its 20 files, visited with VC off."
                                  buffers)))
               (should (equal (mapcar (lambda (buffer) (vc-backend (buffer-file-name buffer)))
                                      buffers)
-                             '(RCS RCS SCCS SRC Git)))
+                             '(RCS RCS SCCS SRC CVS Git)))
               (mapc #'fastrevert-vc-test--reset buffers)
               (fastrevert-vc-call-with-batch
                buffers (lambda () (mapc #'fastrevert-vc-test--refresh buffers)))
               (should (equal (mapcar #'fastrevert-vc-test--state buffers) stock))
-              ;; Stock looks for six masters of the file that has none;
-              ;; the batch's listings tell it there are none.
+              ;; Stock looks for six masters and a CVS/Entries for the
+              ;; file that has none; the batch's listings tell it so.
               (advice-add 'file-exists-p :before count '((name . count-masters)))
+              (advice-add 'file-readable-p :before count '((name . count-masters)))
               (setq looked (list 0))
               (fastrevert-vc-test--reset (car plain))
               (fastrevert-vc-test--refresh (car plain))
-              (should (equal looked '(6)))
+              (should (equal looked '(7)))
               (setq looked (list 0))
               (fastrevert-vc-test--reset (car plain))
               (fastrevert-vc-call-with-batch
@@ -393,6 +398,7 @@ Return buffers visiting its 20 files, visited with VC off."
               (should (equal looked '(0)))
               (should (equal (fastrevert-vc-test--state (car plain)) (car (last stock)))))
           (advice-remove 'file-exists-p 'count-masters)
+          (advice-remove 'file-readable-p 'count-masters)
           (dolist (buffer buffers)
             (with-current-buffer buffer (set-buffer-modified-p nil))
             (kill-buffer buffer)))))))
