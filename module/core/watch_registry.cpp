@@ -143,6 +143,15 @@ void WatchRegistry::erase(WatchedPath* path) noexcept {
   destroy(path);
 }
 
+void WatchRegistry::set_baseline(WatchedPath& path, const FileSignature& signature) {
+  path.baseline = signature;
+}
+
+bool WatchRegistry::baseline_matches(const WatchedPath& path,
+                                     const FileSignature& signature) const noexcept {
+  return path.baseline == signature;
+}
+
 void WatchRegistry::destroy(WatchedPath* path) noexcept {
   path->~WatchedPath();
   ::operator delete(path);

@@ -224,6 +224,12 @@ class WatchRegistry {
   // Forgets PATH (and its target), which must have no ids left.
   void erase(WatchedPath* path) noexcept;
 
+  // Makes SIGNATURE the baseline that PATH's ids compare with.
+  void set_baseline(WatchedPath& path, const FileSignature& signature);
+  // Whether SIGNATURE equals PATH's baseline: false exactly when the watcher
+  // reports a change.
+  bool baseline_matches(const WatchedPath& path, const FileSignature& signature) const noexcept;
+
   // Calls FN on every id of PATH.  FN must not add or remove.
   template <typename Fn>
   void for_each_id(WatchedPath& path, Fn&& fn) {

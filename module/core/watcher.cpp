@@ -776,7 +776,7 @@ void Watcher::apply_sweep(SweepJob& job) {
     bool had_baseline = false;
     registry_.for_each_id(
         watched, [&](RegisteredId& node) { had_baseline = had_baseline || node.has_baseline; });
-    bool changed = had_baseline && entry.signature != watched.baseline;
+    bool changed = had_baseline && !registry_.baseline_matches(watched, entry.signature);
     bool baselined = had_baseline;
     registry_.for_each_id(watched, [&](RegisteredId& node) {
       if (!node.has_baseline) {
@@ -802,7 +802,7 @@ void Watcher::apply_sweep(SweepJob& job) {
       engine_.emit(Record{RecordKind::file_changed, node.id, 0, entry.path}, Engine::Wake::no);
       ++emitted;
     });
-    if (baselined) watched.baseline = entry.signature;
+    if (baselined) registry_.set_baseline(watched, entry.signature);
     update_link_target(watched, entry);
   }
   if (emitted > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);
