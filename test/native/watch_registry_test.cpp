@@ -2,6 +2,7 @@
 // the lookups a kernel event makes.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -27,8 +28,8 @@ std::set<std::uint64_t> ids_of(WatchRegistry& registry, WatchedPath& path) {
 WatchMode mode_of(WatchRegistry& registry, std::uint64_t id) {
   WatchedPath* path = registry.find_by_id(id);
   REQUIRE(path != nullptr);
-  RegisteredId* registered = registry.id_in(*path, id);
-  REQUIRE(registered != nullptr);
+  std::optional<RegisteredId> registered = registry.id_in(*path, id);
+  REQUIRE(registered);
   return registered->mode;
 }
 
@@ -55,7 +56,7 @@ TEST_CASE("registry: a registered name is found by name and by id, and holds its
   CHECK(registry.find_by_id(7) == path);
   CHECK(mode_of(registry, 7) == WatchMode::notify);
   CHECK(registry.find_by_id(8) == nullptr);
-  CHECK(registry.id_in(*path, 8) == nullptr);
+  CHECK_FALSE(registry.id_in(*path, 8));
   CHECK(registry.size() == 1);
   CHECK(registry.id_count() == 1);
 }
@@ -88,7 +89,9 @@ TEST_CASE(
     CHECK(registry.find_by_id(3) == nullptr);
   }
   SECTION("an id's baseline flag stays with it when the first id goes") {
-    registry.id_in(*path, 2)->has_baseline = true;
+    registry.for_each_id(*path, [](RegisteredId& registered) {
+      if (registered.id == 2) registered.has_baseline = true;
+    });
     registry.remove(*path, 1);
     CHECK(registry.id_in(*path, 2)->has_baseline);
     CHECK_FALSE(registry.id_in(*path, 3)->has_baseline);
@@ -264,4 +267,29 @@ TEST_CASE("registry: a baseline differs from a signature that differs in any one
   registry.set_baseline(*path, FileSignature{});
   CHECK(registry.baseline_matches(*path, FileSignature{}));
   CHECK_FALSE(registry.baseline_matches(*path, recorded));
+}
+
+TEST_CASE("registry: each id keeps its mode and baseline flag, the first one's too",
+          "[registry]") {
+  WatchRegistry registry;
+  WatchedPath* path = registry.add(1, "/d/f", WatchMode::poll).first;
+  CHECK(registry.has_id_with_mode(*path, WatchMode::poll));
+  CHECK_FALSE(registry.has_id_with_mode(*path, WatchMode::notify));
+  registry.add(2, "/d/f", WatchMode::notify);
+  CHECK(registry.has_id_with_mode(*path, WatchMode::notify));
+  CHECK_FALSE(registry.id_in(*path, 1)->has_baseline);
+
+  registry.for_each_id(*path, [](RegisteredId& registered) {
+    if (registered.id == 1) registered.has_baseline = true;
+  });
+  CHECK(registry.id_in(*path, 1)->has_baseline);
+  CHECK(registry.id_in(*path, 1)->mode == WatchMode::poll);
+  CHECK_FALSE(registry.id_in(*path, 2)->has_baseline);
+
+  // The first id going leaves only the notifying one.
+  registry.remove(*path, 1);
+  CHECK_FALSE(registry.has_id_with_mode(*path, WatchMode::poll));
+  CHECK(registry.has_id_with_mode(*path, WatchMode::notify));
+  registry.remove(*path, 2);
+  CHECK_FALSE(registry.has_id_with_mode(*path, WatchMode::notify));
 }
