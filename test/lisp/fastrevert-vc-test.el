@@ -265,7 +265,7 @@ buffer is killed afterwards."
   (let ((buffers (mapcar #'find-file-noselect files)))
     (should (fastrevert-test-wait-for
              (lambda () (and (cl-every (lambda (buffer)
-                                         (buffer-local-value 'fastrevert--watching buffer))
+                                         (fastrevert--watching-p buffer))
                                        buffers)
                              (fastrevert-vc-test--settled-p)))))
     buffers))
@@ -597,7 +597,7 @@ buffer current and leave its VC state as it was mid-operation."
             (let ((buffer (find-file-noselect (expand-file-name "f.txt" dir))))
               (fastrevert-vc-test--sh dir "printf 'new\\n' > f.txt")
               (should (fastrevert-test-wait-for
-                       (lambda () (buffer-local-value 'fastrevert--watching buffer)) 30))
+                       (lambda () (fastrevert--watching-p buffer)) 30))
               (fastrevert--mod-test-watch-fault 'stat-delay-ms 0)
               (should (fastrevert-test-wait-for #'fastrevert-vc-test--settled-p))
               (should (equal (fastrevert-vc-test--text buffer) "old\n"))
