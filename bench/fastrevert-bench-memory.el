@@ -24,7 +24,7 @@
 (require 'fastrevert-bench)
 
 (declare-function fastrevert-mode "fastrevert" (&optional arg))
-(defvar fastrevert--watching)
+(declare-function fastrevert--watching-p "fastrevert-watch" (buffer))
 (defvar fastrevert--revert-timer)
 (defvar fastrevert--pending)
 
@@ -79,7 +79,7 @@ the resident set size and live Lisp bytes before and after."
          (global-auto-revert-mode 1)
          (fastrevert-bench-memory--wait
           (lambda ()
-            (and (cl-every (lambda (buffer) (buffer-local-value 'fastrevert--watching buffer))
+            (and (cl-every #'fastrevert--watching-p
                            buffers)
                  (not fastrevert--revert-timer)
                  (zerop (hash-table-count fastrevert--pending)))))))

@@ -27,6 +27,7 @@
 
 (declare-function fastrevert-mode "fastrevert" (&optional arg))
 (declare-function fastrevert--refresh-vc-of "fastrevert" (buffer))
+(declare-function fastrevert--watching-p "fastrevert-watch" (buffer))
 (defvar fastrevert-mode)
 (defvar fastrevert--main-thread-seconds)
 (defvar fastrevert--revert-timer)
@@ -75,7 +76,7 @@ for notification, and everything is turned off again afterwards."
   (let ((deadline (+ (float-time) 120)))
     (while (and (< (float-time) deadline)
                 (not (and (cl-every (lambda (buffer)
-                                      (buffer-local-value 'fastrevert--watching buffer))
+                                      (fastrevert--watching-p buffer))
                                     buffers)
                           (not fastrevert--revert-timer)
                           (zerop (hash-table-count fastrevert--pending))
@@ -121,7 +122,7 @@ of 0.1 s in which the engine polls the files in the background."
                             times))))))
            (list :times (nreverse times) :triple triple :incomplete 0
                  :watched (cl-count-if (lambda (buffer)
-                                         (buffer-local-value 'fastrevert--watching buffer))
+                                         (fastrevert--watching-p buffer))
                                        buffers))))))))
 
 ;;;; Three kinds of change

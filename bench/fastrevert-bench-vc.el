@@ -37,6 +37,7 @@
 
 (declare-function fastrevert-mode "fastrevert" (&optional arg))
 (declare-function fastrevert-vc-call-with-batch "fastrevert-vc" (buffers function))
+(declare-function fastrevert--watching-p "fastrevert-watch" (buffer))
 (declare-function magit-checkout "magit-branch" (revision &optional args))
 (declare-function magit-auto-revert-mode "magit-autorevert" (&optional arg))
 (defvar fastrevert-mode)
@@ -325,10 +326,7 @@ Auto-Revert mode) or `magit' (`magit-auto-revert-mode')."
             (if (eq engine 'fastrevert)
                 (let ((deadline (+ (float-time) 300)))
                   (while (and (< (float-time) deadline)
-                              (not (and (cl-every (lambda (buffer)
-                                                    (buffer-local-value 'fastrevert--watching
-                                                                        buffer))
-                                                  buffers)
+                              (not (and (cl-every #'fastrevert--watching-p buffers)
                                         (fastrevert-bench-vc--settled-p))))
                     (accept-process-output nil 0.01)))
               (auto-revert-buffers))

@@ -45,10 +45,12 @@
 ;;
 ;; With thousands of buffers, what is left of a refresh is Lisp, and
 ;; most of it is spent making buffers for Git's output and looking for
-;; each backend's control directory above each file.  So the few
-;; functions of vc-git that wrap the commands above are answered where
-;; they start, without a buffer, and `vc-find-root' looks once per
-;; directory of the batch (see "Where the answers are given").
+;; each backend's control directory above each file or its master
+;; file beside it.  So the few functions of vc-git that wrap the
+;; commands above are answered where they start, without a buffer,
+;; `vc-find-root' looks once per directory of the batch, and the master
+;; files RCS, SCCS and SRC look for are looked up in one listing of
+;; each directory (see "Where the answers are given").
 
 ;;; Code:
 
@@ -122,8 +124,11 @@ A plist: `:repos' maps a root to its `fastrevert-vc--repo', or to
 `failed' if Git could not answer for it; `:files' maps a root to
 the root-relative names of the batch's files in it, and `:places' an
 absolute file name to its `fastrevert-vc--place'; `:roots' memoizes
-`vc-git-root' by directory; `:coding' is the coding system of Git's
-output.")
+`vc-git-root' by directory; `:listings' memoizes directory listings
+and `:masters' what they say for `fastrevert-vc--masters', and
+`:versions' the answers of
+`version<=' under the `:separator' and `:version-regexps' the batch
+started with; `:coding' is the coding system of Git's output.")
 
 (cl-defstruct (fastrevert-vc--place (:constructor fastrevert-vc--place-create
                                                   (root relative folder))
@@ -274,7 +279,11 @@ file counted is entered in the hash table PLACES, as the key of its
                                            (list directory))
                                       folders)))
               (when folder
-                (let ((relative (file-relative-name file root)))
+                ;; Both names are expanded: below ROOT, the relative name
+                ;; is the rest, which `file-relative-name' finds slowly.
+                (let ((relative (if (string-prefix-p root file)
+                                    (substring file (length root))
+                                  (file-relative-name file root))))
                   (puthash file (fastrevert-vc--place-create root relative folder) places)
                   (push relative (gethash root files)))))))))
     files))
@@ -505,12 +514,126 @@ depends on the file's directory alone."
           (push found (cdr folder)))
         (and (cdr found) (copy-sequence (cdr found)))))))
 
+(defun fastrevert-vc--listing (directory)
+  "Return the names in DIRECTORY as a hash table, memoized for the batch.
+Return `missing' when DIRECTORY does not exist, and nil when it cannot
+be listed, is handled by a file name handler, or compares names
+without regard to case (a listing then cannot tell what is absent)."
+  (let* ((listings (plist-get fastrevert-vc--batch :listings))
+         (listing (gethash directory listings 'unknown)))
+    (if (not (eq listing 'unknown))
+        listing
+      (puthash directory
+               (and (file-name-absolute-p directory)
+                    (not (find-file-name-handler directory 'file-exists-p))
+                    (condition-case nil
+                        (let ((names (directory-files directory nil nil t))
+                              (table (make-hash-table :test #'equal)))
+                          (unless (file-name-case-insensitive-p directory)
+                            (dolist (name names table) (puthash name t table))))
+                      (file-missing 'missing)
+                      (file-error nil)))
+               listings))))
+
+(defconst fastrevert-vc--master-template-regexp
+  "\\`%s\\(\\(?:[^%/]*/\\)*\\)\\([^%/]*\\)%s\\([^%/]*\\)\\'"
+  "A master template a listing can answer for.
+It names, below the file's directory, subdirectories (group 1) and a
+name made of a prefix (group 2), the file's own name and a suffix
+\(group 3).")
+
+(defun fastrevert-vc--template-masters (directory template bases)
+  "Enter in BASES the names in DIRECTORY whose master TEMPLATE may find.
+Return nil when TEMPLATE cannot be answered from a listing: a template
+of another form, a function other than SCCS's project directory search
+when PROJECTDIR is set, or a directory that cannot be listed."
+  (cond
+   ((eq template 'vc-sccs-search-project-dir) (not (getenv "PROJECTDIR")))
+   ((and (stringp template) (string-match fastrevert-vc--master-template-regexp template))
+    (let* ((prefix (match-string 2 template))
+           (suffix (match-string 3 template))
+           (affixes (+ (length prefix) (length suffix)))
+           (listing (fastrevert-vc--listing (concat directory (match-string 1 template)))))
+      (cond ((eq listing 'missing) t)
+            (listing
+             (maphash (lambda (name _)
+                        (when (and (>= (length name) affixes)
+                                   (string-prefix-p prefix name)
+                                   (string-suffix-p suffix name))
+                          (puthash (substring name (length prefix) (- (length name) (length suffix)))
+                                   t bases)))
+                      listing)
+             t))))))
+
+(defun fastrevert-vc--masters (directory templates)
+  "Return the names in DIRECTORY that TEMPLATES may find a master for.
+The value, memoized for the batch, is a hash table of names without
+directory, or `unknown' when some template cannot be answered from a
+listing (see `fastrevert-vc--template-masters')."
+  (let* ((memo (plist-get fastrevert-vc--batch :masters))
+         (known (assq templates (gethash directory memo))))
+    (if known
+        (cdr known)
+      (let* ((bases (make-hash-table :test #'equal))
+             (masters (if (cl-every (lambda (template)
+                                      (fastrevert-vc--template-masters directory template bases))
+                                    templates)
+                          bases
+                        'unknown)))
+        (push (cons templates masters) (gethash directory memo))
+        masters))))
+
+(defun fastrevert-vc--check-master-templates-advice (function file templates)
+  "Call FUNCTION for FILE and TEMPLATES unless no master can exist.
+FUNCTION is `vc-check-master-templates', with which the RCS, SCCS and
+SRC backends check, before Git's turn, whether they register a file.
+For a file of the batch, each directory its templates name is listed
+once; when no listed name can be a master of the file, return what
+FUNCTION returns when it finds none, without looking any up."
+  (let* ((directory (and fastrevert-vc--batch (stringp file)
+                         (gethash file (plist-get fastrevert-vc--batch :places))
+                         (file-name-directory file)))
+         (masters (and directory (fastrevert-vc--masters directory templates))))
+    (if (and (hash-table-p masters) (not (gethash (file-name-nondirectory file) masters)))
+        (mapcar #'ignore templates)
+      (funcall function file templates))))
+
+(defun fastrevert-vc--cvs-registered-advice (function file)
+  "Call FUNCTION for FILE unless FILE's directory surely has no CVS subdirectory.
+FUNCTION is `vc-cvs-registered', which registers nothing unless
+CVS/Entries beside FILE can be read; for a file of the batch, the
+listing of its directory tells."
+  (let* ((directory (and fastrevert-vc--batch (stringp file)
+                         (gethash file (plist-get fastrevert-vc--batch :places))
+                         (file-name-directory file)))
+         (listing (and directory (fastrevert-vc--listing directory))))
+    (unless (and (hash-table-p listing) (not (gethash "CVS" listing)))
+      (funcall function file))))
+
+(defun fastrevert-vc--version<=-advice (function v1 v2)
+  "Call FUNCTION on the versions V1 and V2 once per batch.
+FUNCTION is `version<=', which vc-git's state check calls with the
+same two versions for every file; its answer depends on them and on
+how versions are read, which the batch notes when it starts."
+  (let ((known (and fastrevert-vc--batch (stringp v1) (stringp v2)
+                    (eq version-separator (plist-get fastrevert-vc--batch :separator))
+                    (eq version-regexp-alist (plist-get fastrevert-vc--batch :version-regexps))
+                    (plist-get fastrevert-vc--batch :versions))))
+    (if (not known)
+        (funcall function v1 v2)
+      (let* ((key (cons v1 v2))
+             (answer (gethash key known 'unknown)))
+        (if (eq answer 'unknown) (puthash key (funcall function v1 v2) known) answer)))))
+
 (defconst fastrevert-vc--advice
   '((process-file . fastrevert-vc--process-file-advice)
     (vc-git--run-command-string . fastrevert-vc--run-command-string-advice)
     (vc-git-registered . fastrevert-vc--registered-advice)
     (vc-git--rev-parse . fastrevert-vc--rev-parse-advice)
-    (vc-find-root . fastrevert-vc--find-root-advice))
+    (vc-find-root . fastrevert-vc--find-root-advice)
+    (vc-check-master-templates . fastrevert-vc--check-master-templates-advice)
+    (vc-cvs-registered . fastrevert-vc--cvs-registered-advice)
+    (version<= . fastrevert-vc--version<=-advice))
   "The functions a batch answers for, each with its advice.
 The advice is innermost, so that any other advice on these functions
 still runs as it would around the stock functions.")
@@ -521,8 +644,11 @@ still runs as it would around the stock functions.")
   "Call FUNCTION with Git's answers for BUFFERS ready, and return its value.
 While FUNCTION runs, the Git commands that `vc-refresh-state' starts
 for a file of BUFFERS are answered from two Git processes per
-repository, run when the repository is first asked about, and
-`vc-find-root' looks once per directory of BUFFERS.  Buffers outside
+repository, run when the repository is first asked about,
+`vc-find-root' looks once per directory of BUFFERS, the master files
+of RCS, SCCS and SRC and the control directory of CVS are looked for
+in one listing of each directory, and `version<=' compares two
+versions once.  Buffers outside
 Git, or other backends' commands, are not affected."
   (if (or fastrevert-vc--batch (not (memq 'Git vc-handled-backends)))
       (funcall function)
@@ -530,6 +656,11 @@ Git, or other backends' commands, are not affected."
     (let ((fastrevert-vc--batch
            (list :repos (make-hash-table :test #'equal)
                  :roots (make-hash-table :test #'equal)
+                 :listings (make-hash-table :test #'equal)
+                 :masters (make-hash-table :test #'equal)
+                 :versions (make-hash-table :test #'equal)
+                 :separator version-separator
+                 :version-regexps version-regexp-alist
                  :coding (or coding-system-for-read vc-git-log-output-coding-system))))
       (let* ((places (make-hash-table :test #'equal))
              (files (fastrevert-vc--collect buffers places)))

@@ -35,6 +35,7 @@
 ;;
 ;;   fastrevert-engine.el   the module, the engine, its records, waits
 ;;   fastrevert-vc.el       the VC state of a batch of buffers
+;;   fastrevert-watch.el    the buffers the engine watches files for
 ;;   fastrevert-decode.el   a child's bytes to text in a buffer
 ;;   fastrevert-child.el    starting a child as stock Emacs starts it
 ;;   fastrevert-process.el  `fastrevert-make-process' and companions
@@ -94,6 +95,7 @@ spent handling engine results; and those of the VC batches (see
 (require 'cl-lib)
 (require 'vc-hooks)
 (require 'fastrevert-vc)
+(require 'fastrevert-watch)
 
 (declare-function fastrevert--mod-watch-add "fastrevert-module" (id file mode &optional contents))
 (declare-function fastrevert--mod-watch-remove "fastrevert-module" (id))
@@ -115,12 +117,6 @@ ten settle delays."
 ;; the one the background native compiler runs.
 (defvar fastrevert-mode)
 
-(defvar fastrevert--next-id 0
-  "The last watch id handed to the engine.")
-
-(defvar fastrevert--buffer-by-id (make-hash-table :test #'eql)
-  "Map from watch id to the buffer it was registered for.")
-
 (defvar fastrevert--stock-buffers nil
   "Auto-reverted buffers the engine cannot watch, left to stock polling.
 These are remote buffers and non-file buffers that do not support
@@ -138,18 +134,11 @@ notification.")
 (defvar fastrevert--bypass nil
   "Non-nil while stock auto-revert functions must run unadvised.")
 
-(defvar-local fastrevert--watching nil
-  "Non-nil once the engine reports every change to this buffer's file.")
-
 (defvar-local fastrevert--polled nil
   "Non-nil if the engine polls this buffer's file instead of being notified.
 Stock auto-revert has no notification watch for such a file, so that
 every check of the buffer asks its stale predicate.  Local only when
 non-nil: a local binding costs memory in each of many buffers.")
-
-(defun fastrevert--descriptor-p (descriptor)
-  "Return non-nil if DESCRIPTOR is a watch held by the engine."
-  (eq (car-safe descriptor) 'fastrevert))
 
 (defun fastrevert--target ()
   "Return what the engine should watch for the current buffer, or nil.
@@ -180,11 +169,11 @@ the stock machinery."
 
 (defun fastrevert--register (target)
   "Watch TARGET in the engine on behalf of the current buffer."
-  (let ((id (setq fastrevert--next-id (1+ fastrevert--next-id)))
+  (let ((id (fastrevert--next-id))
         (mode (fastrevert--watch-mode)))
     (fastrevert--mod-watch-add id (fastrevert--encode-file-name target)
                                mode (not buffer-file-name))
-    (puthash id (current-buffer) fastrevert--buffer-by-id)
+    (fastrevert--file-buffer id (current-buffer))
     ;; The engine answers with `file-watched' once it has taken its first
     ;; look; the buffer is checked then (see `fastrevert--on-file-changed'),
     ;; which covers a change made since the file was read.  As with a new
@@ -200,11 +189,10 @@ the stock machinery."
   "Stop the engine watching for the current buffer."
   (let ((descriptor auto-revert-notify-watch-descriptor))
     (when (fastrevert--descriptor-p descriptor)
-      (remhash (cdr descriptor) fastrevert--buffer-by-id)
+      (fastrevert--release-id (cdr descriptor))
       (fastrevert--mod-watch-remove (cdr descriptor))
       (setq auto-revert-notify-watch-descriptor nil
             auto-revert-notify-modified-p nil)
-      (kill-local-variable 'fastrevert--watching)
       (kill-local-variable 'fastrevert--polled))))
 
 (defun fastrevert--adopt-current-buffer ()
@@ -237,16 +225,17 @@ A buffer no longer under auto-revert is released."
 When CODE is `fastrevert--watched-check-held', a VCS operation is
 changing the file's repository, and the check waits for the
 `file-changed' record that comes when it ends.  DATA is the file."
-  (let ((buffer (gethash id fastrevert--buffer-by-id)))
-    (when (buffer-live-p buffer)
-      (with-current-buffer buffer (setq fastrevert--watching t))))
+  (let ((buffer (fastrevert--buffer-of id)))
+    (when buffer
+      (setcar (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)
+              'fastrevert-watched)))
   (unless (eql code fastrevert--watched-check-held)
     (fastrevert--on-file-changed id code data)))
 
 (defun fastrevert--on-file-changed (id _code _data)
   "Note that the file watched under ID may have changed."
-  (let ((buffer (gethash id fastrevert--buffer-by-id)))
-    (when (buffer-live-p buffer)
+  (let ((buffer (fastrevert--buffer-of id)))
+    (when buffer
       (with-current-buffer buffer
         (setq auto-revert-notify-modified-p t))
       (fastrevert--queue buffer))))
@@ -516,13 +505,11 @@ is non-nil, stop at pending input and resume as soon as Emacs is idle."
 Stock polling does this on every tick when `auto-revert-check-vc-info'
 is non-nil, since a commit or checkout can change the state without
 changing the file; this does the same at `auto-revert-interval'."
-  (let ((start (float-time))
-        (buffers nil))
-    (maphash (lambda (_id buffer)
-               (when (and (buffer-live-p buffer) (buffer-local-value 'buffer-file-name buffer))
-                 (push buffer buffers)))
-             fastrevert--buffer-by-id)
-    (fastrevert--refresh-vc-of-all buffers t)
+  (let ((start (float-time)))
+    (fastrevert--refresh-vc-of-all
+     (cl-remove-if-not (lambda (buffer) (buffer-local-value 'buffer-file-name buffer))
+                       (fastrevert--watched-buffer-list))
+     t)
     (setq fastrevert--main-thread-seconds
           (+ fastrevert--main-thread-seconds (- (float-time) start)))))
 
@@ -836,7 +823,7 @@ runs `fastrevert--poll-stock-buffers'."
   (remove-hook 'kill-buffer-hook #'fastrevert--unregister)
   (setf (alist-get 'file-changed fastrevert--record-handlers nil t) nil)
   (setf (alist-get 'file-watched fastrevert--record-handlers nil t) nil)
-  (clrhash fastrevert--buffer-by-id)
+  (fastrevert--forget-watched-buffers)
   (clrhash fastrevert--pending)
   (clrhash fastrevert--vc-pending)
   (clrhash fastrevert--held)
@@ -885,7 +872,7 @@ that `unload-feature' goes on to remove the rest."
   ;; Each library goes before the ones it needs; the engine's goes last,
   ;; once no process is left to tell of its end.
   (dolist (feature '(fastrevert-report fastrevert-call fastrevert-process fastrevert-child
-                     fastrevert-decode fastrevert-compile fastrevert-engine))
+                     fastrevert-decode fastrevert-compile fastrevert-watch fastrevert-engine))
     (when (featurep feature) (unload-feature feature t)))
   nil)
 

@@ -31,14 +31,23 @@ WatchedPath* WatchRegistry::find_by_id(std::uint64_t id) const noexcept {
   return it == more_ids_.end() ? nullptr : it->second;
 }
 
-RegisteredId* WatchRegistry::id_in(WatchedPath& path, std::uint64_t id) {
-  if (!path.has_ids) return nullptr;
-  if (path.first_id.id == id) return &path.first_id;
-  if (!path.more_ids) return nullptr;
-  for (RegisteredId& more : more_ids_of_.at(&path)) {
-    if (more.id == id) return &more;
+std::optional<RegisteredId> WatchRegistry::id_in(const WatchedPath& path, std::uint64_t id) const {
+  if (!path.has_ids) return std::nullopt;
+  if (path.first_id == id) return first_id_of(path);
+  if (!path.more_ids) return std::nullopt;
+  for (const RegisteredId& more : more_ids_of_.at(&path)) {
+    if (more.id == id) return more;
   }
-  return nullptr;
+  return std::nullopt;
+}
+
+bool WatchRegistry::has_id_with_mode(const WatchedPath& path, WatchMode mode) const {
+  if (!path.has_ids) return false;
+  if (first_id_of(path).mode == mode) return true;
+  if (!path.more_ids) return false;
+  const auto& more = more_ids_of_.at(&path);
+  return std::any_of(more.begin(), more.end(),
+                     [mode](const RegisteredId& registered) { return registered.mode == mode; });
 }
 
 const std::string& WatchRegistry::join(std::string_view dir, std::string_view name) const {
@@ -63,7 +72,7 @@ std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_v
   RegisteredId registered{id, mode, false};
   if (WatchedPath* existing = find(path)) {
     if (!existing->has_ids) {
-      existing->first_id = registered;
+      set_first_id(*existing, registered);
       by_first_id_.insert(existing);
       existing->has_ids = true;
       return {existing, false};
@@ -83,7 +92,7 @@ std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_v
   auto* entry = new (memory) WatchedPath();
   entry->name_length = static_cast<std::uint32_t>(path.size());
   std::memcpy(reinterpret_cast<char*>(entry + 1), path.data(), path.size());
-  entry->first_id = registered;
+  set_first_id(*entry, registered);
   entry->has_ids = true;
   try {
     by_name_.insert(entry);
@@ -103,7 +112,7 @@ std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_v
 
 void WatchRegistry::remove(WatchedPath& path, std::uint64_t id) noexcept {
   if (!path.has_ids) return;
-  if (path.first_id.id != id) {
+  if (path.first_id != id) {
     if (!path.more_ids) return;
     auto more_it = more_ids_of_.find(&path);
     auto& more = more_it->second;
@@ -127,9 +136,9 @@ void WatchRegistry::remove(WatchedPath& path, std::uint64_t id) noexcept {
   // held one more element a moment ago.
   auto more_it = more_ids_of_.find(&path);
   auto& more = more_it->second;
-  path.first_id = more.front();
+  set_first_id(path, more.front());
   more.erase(more.begin());
-  more_ids_.erase(path.first_id.id);
+  more_ids_.erase(path.first_id);
   if (more.empty()) {
     more_ids_of_.erase(more_it);
     path.more_ids = false;
@@ -141,6 +150,38 @@ void WatchRegistry::erase(WatchedPath* path) noexcept {
   set_target(*path, nullptr);
   by_name_.erase(path);
   destroy(path);
+}
+
+void WatchRegistry::set_baseline(WatchedPath& path, const FileSignature& signature) {
+  FileKind kind{signature.device, signature.mode, signature.exists};
+  auto [it, inserted] = kind_numbers_.emplace(kind, static_cast<std::uint32_t>(kinds_.size()));
+  if (inserted) {
+    try {
+      if (kinds_.size() == UINT32_MAX) throw std::bad_alloc();
+      kinds_.push_back(kind);
+    } catch (...) {
+      kind_numbers_.erase(it);
+      throw;
+    }
+  }
+  path.baseline_kind = it->second;
+  path.baseline_inode = signature.inode;
+  path.baseline_size = signature.size;
+  path.baseline_mtime_ns = signature.mtime_ns;
+  path.baseline_ctime_ns = signature.ctime_ns;
+}
+
+bool WatchRegistry::baseline_matches(const WatchedPath& path,
+                                     const FileSignature& signature) const noexcept {
+  // A block's baseline_kind is 0 until its first baseline, and kinds_ may
+  // still be empty then; no id compares before that baseline, but a kind
+  // that was never recorded matches nothing anyway.
+  if (path.baseline_kind >= kinds_.size()) return false;
+  return kinds_[path.baseline_kind] ==
+             FileKind{signature.device, signature.mode, signature.exists} &&
+         path.baseline_inode == static_cast<std::uint64_t>(signature.inode) &&
+         path.baseline_size == signature.size && path.baseline_mtime_ns == signature.mtime_ns &&
+         path.baseline_ctime_ns == signature.ctime_ns;
 }
 
 void WatchRegistry::destroy(WatchedPath* path) noexcept {

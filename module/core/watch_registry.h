@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -61,8 +62,9 @@ std::pair<std::string_view, std::string_view> split_path(std::string_view path) 
 
 // A hash table of elements it does not own, chained through the member NEXT
 // of each element.  KEY_OF gives an element's key; HASH hashes a key.  The
-// bucket array doubles when the elements outnumber the buckets and halves
-// when they fall to an eighth, so it costs one to two pointers per element.
+// bucket array doubles when the elements outnumber twice the buckets and
+// halves when they fall to an eighth of them, so it costs half a pointer to
+// one pointer per element, and a lookup follows one or two links on average.
 template <typename Element, typename Key, Element* Element::*Next, typename KeyOf,
           typename Hash = std::hash<Key>>
 class IntrusiveTable {
@@ -77,7 +79,7 @@ class IntrusiveTable {
 
   // Links ELEMENT, whose key must not be in the table yet.
   void insert(Element* element) {
-    if (size_ + 1 > buckets_.size())
+    if (size_ + 1 > 2 * buckets_.size())
       resize(std::max<std::size_t>(kMinBuckets, 2 * buckets_.size()));
     Element*& head = buckets_[index_of(KeyOf{}(*element))];
     element->*Next = head;
@@ -152,16 +154,25 @@ struct RegisteredId {
 };
 
 // One registered name, shared by every id that registered it.  Made only by
-// WatchRegistry, as one block with the name's bytes after it.  What only a
+// WatchRegistry, as one block with the name's bytes after it, and
+// value-initialized there, so that the bit-fields start false.  What only a
 // few names have (more than one id, a symlink target) is kept aside by the
-// registry, so that the block holds no pointer for it.
+// registry, so that the block holds no pointer for it.  The fields are
+// ordered so that the block has no padding but its tail.
 struct WatchedPath {
   WatchedPath* next_by_name = nullptr;
   WatchedPath* next_by_first_id = nullptr;
-  RegisteredId first_id;
+  // The first id; its mode and baseline flag are the bit-fields below.
+  std::uint64_t first_id = 0;
   // The signature every id with a baseline compares with: each sweep
-  // updates all of them alike, so one copy serves them all.
-  FileSignature baseline;
+  // updates all of them alike, so one copy serves them all.  Whether the
+  // file exists, its device and its mode are the registry's kind number
+  // baseline_kind (see WatchRegistry::set_baseline).
+  std::uint64_t baseline_inode = 0;
+  std::int64_t baseline_size = 0;
+  std::int64_t baseline_mtime_ns = 0;
+  std::int64_t baseline_ctime_ns = 0;
+  std::uint32_t baseline_kind = 0;
   // Distinguishes this entry from an earlier one for the same name, so a
   // sweep started before a remove and re-add cannot update the new one.  It
   // wraps only after four billion new names, far more than a sweep lasts.
@@ -171,24 +182,28 @@ struct WatchedPath {
   // baseline its baseline.  Compared modulo 2^32 (see sweep_is_usable), as a
   // sweep is never four billion sweeps old.
   std::uint32_t first_usable_sweep = 0;
-  std::uint32_t notify_registrations = 0;
-  std::uint32_t poll_registrations = 0;
   std::uint32_t name_length = 0;
+  // The first id's registration: whether it polls, and whether it has taken
+  // the baseline (RegisteredId's mode and has_baseline).
+  bool first_id_polls : 1;
+  bool first_id_has_baseline : 1;
   // Whether first_id is an id (false only between the last remove and
   // erase), whether there are more ids, and whether the name was a symlink
   // with a resolved target on the last sweep (WatchRegistry::target_of).
-  bool has_ids = false;
-  bool more_ids = false;
-  bool has_target = false;
+  bool has_ids : 1;
+  bool more_ids : 1;
+  bool has_target : 1;
   // A symlink whose target could not be resolved is polled: no directory
   // watch can see its target appear.
-  bool link_unresolved = false;
+  bool link_unresolved : 1;
   // Registered with contents: the directory itself is watched as well.
-  bool contents = false;
-  bool has_kernel_interest = false;
-  bool stat_pending = false;
-  bool stat_in_flight = false;
-  bool polled = false;
+  bool contents : 1;
+  // Whether an id watches by notification, so that the name counts among
+  // the interests of its directory's kernel watch (and its target's).
+  bool has_kernel_interest : 1;
+  bool stat_pending : 1;
+  bool stat_in_flight : 1;
+  bool polled : 1;
 
   std::string_view name() const noexcept {
     return {reinterpret_cast<const char*>(this + 1), name_length};
@@ -198,6 +213,9 @@ struct WatchedPath {
     return static_cast<std::int32_t>(static_cast<std::uint32_t>(number) - first_usable_sweep) >= 0;
   }
 };
+// The fields take 74 bytes on a 64-bit system; a field added must pay for
+// itself, since every watched file has this block.
+static_assert(sizeof(WatchedPath) <= 80, "a watched file's block grew");
 
 class WatchRegistry {
  public:
@@ -209,8 +227,10 @@ class WatchRegistry {
   WatchedPath* find(std::string_view path) const noexcept { return by_name_.find(path); }
   // The name ID is registered for, or null.
   WatchedPath* find_by_id(std::uint64_t id) const noexcept;
-  // The registration of ID, one of PATH's; null if it is not.
-  RegisteredId* id_in(WatchedPath& path, std::uint64_t id);
+  // The registration of ID if it is one of PATH's ids.
+  std::optional<RegisteredId> id_in(const WatchedPath& path, std::uint64_t id) const;
+  // Whether any of PATH's ids is registered with MODE.
+  bool has_id_with_mode(const WatchedPath& path, WatchMode mode) const;
   // The registered name that DIR and NAME, split as split_path splits, came
   // from; null when none.
   WatchedPath* find_in(std::string_view dir, std::string_view name) const;
@@ -224,11 +244,20 @@ class WatchRegistry {
   // Forgets PATH (and its target), which must have no ids left.
   void erase(WatchedPath* path) noexcept;
 
-  // Calls FN on every id of PATH.  FN must not add or remove.
+  // Makes SIGNATURE the baseline that PATH's ids compare with.
+  void set_baseline(WatchedPath& path, const FileSignature& signature);
+  // Whether SIGNATURE equals PATH's baseline: false exactly when the watcher
+  // reports a change.
+  bool baseline_matches(const WatchedPath& path, const FileSignature& signature) const noexcept;
+
+  // Calls FN on every id of PATH.  FN may set an id's has_baseline, and
+  // must not add or remove.
   template <typename Fn>
   void for_each_id(WatchedPath& path, Fn&& fn) {
     if (!path.has_ids) return;
-    fn(path.first_id);
+    RegisteredId first = first_id_of(path);
+    fn(first);
+    path.first_id_has_baseline = first.has_baseline;
     if (!path.more_ids) return;
     for (RegisteredId& more : more_ids_of_.at(&path)) fn(more);
   }
@@ -256,7 +285,25 @@ class WatchRegistry {
     std::string_view operator()(const WatchedPath& path) const noexcept { return path.name(); }
   };
   struct FirstIdOf {
-    std::uint64_t operator()(const WatchedPath& path) const noexcept { return path.first_id.id; }
+    std::uint64_t operator()(const WatchedPath& path) const noexcept { return path.first_id; }
+  };
+  // What a signature says besides the inode, the size and the times.  Few
+  // distinct ones occur (a device per file system, a handful of modes), so
+  // each is kept once, in kinds_, and a baseline holds its number: four
+  // bytes where the values themselves take sixteen in every block.
+  struct FileKind {
+    dev_t device;
+    mode_t mode;
+    bool exists;
+    bool operator==(const FileKind& other) const noexcept {
+      return device == other.device && mode == other.mode && exists == other.exists;
+    }
+  };
+  struct FileKindHash {
+    std::size_t operator()(const FileKind& kind) const noexcept {
+      return std::hash<std::uint64_t>{}(static_cast<std::uint64_t>(kind.device) * 31 +
+                                        static_cast<std::uint64_t>(kind.mode) * 2 + kind.exists);
+    }
   };
   // The table keeps an id's low bits, which a plain id would fill badly if
   // ids came in strides; multiplying spreads every bit into them.
@@ -268,6 +315,15 @@ class WatchRegistry {
   };
 
   static void destroy(WatchedPath* path) noexcept;
+  static RegisteredId first_id_of(const WatchedPath& path) noexcept {
+    return {path.first_id, path.first_id_polls ? WatchMode::poll : WatchMode::notify,
+            path.first_id_has_baseline};
+  }
+  static void set_first_id(WatchedPath& path, const RegisteredId& registered) noexcept {
+    path.first_id = registered.id;
+    path.first_id_polls = registered.mode == WatchMode::poll;
+    path.first_id_has_baseline = registered.has_baseline;
+  }
   // The name that split_path splits into DIR and NAME, in joined_.
   const std::string& join(std::string_view dir, std::string_view name) const;
 
@@ -280,6 +336,10 @@ class WatchRegistry {
   // Each symlink's target, and the symlinks of each target.
   std::unordered_map<const WatchedPath*, std::string> targets_;
   std::unordered_map<std::string, std::vector<WatchedPath*>> links_;
+  // Every kind a baseline has had, in the order first seen, and the number
+  // of each.  They are never forgotten: there are too few to matter.
+  std::vector<FileKind> kinds_;
+  std::unordered_map<FileKind, std::uint32_t, FileKindHash> kind_numbers_;
   // A directory and a name are joined here, so that a kernel event
   // allocates nothing once the longest name has been seen.
   mutable std::string joined_;

@@ -152,11 +152,8 @@ void Watcher::add(std::uint64_t id, std::string path, WatchMode mode, bool conte
     watched.contents = true;
   }
   watched.first_usable_sweep = static_cast<std::uint32_t>(next_sweep_number_);
-  if (mode == WatchMode::notify) {
-    if (++watched.notify_registrations == 1) add_kernel_interest(watched);
-  } else {
-    ++watched.poll_registrations;
-  }
+  // The first id to watch by notification asks for the kernel's watches.
+  if (mode == WatchMode::notify && !watched.has_kernel_interest) add_kernel_interest(watched);
 
   refresh_coverage(watched);
   // The baseline is taken off the loop like every other stat; until it
@@ -173,10 +170,9 @@ void Watcher::remove(std::uint64_t id) {
   registry_.remove(watched, id);
   hold_.forget(id);
 
-  if (mode == WatchMode::notify) {
-    if (--watched.notify_registrations == 0) drop_kernel_interest(watched);
-  } else {
-    --watched.poll_registrations;
+  // The last id that watched by notification gives the kernel's watches up.
+  if (mode == WatchMode::notify && !registry_.has_id_with_mode(watched, WatchMode::notify)) {
+    drop_kernel_interest(watched);
   }
   if (!watched.has_ids) {
     // A sweep still in flight for this name finds no entry (or a newer
@@ -421,12 +417,14 @@ void Watcher::refresh_coverage(WatchedPath& watched) {
   std::string_view path = watched.name();
   auto [own_dir, own_name] = split_path(path);
   const std::string* target = registry_.target_of(watched);
-  bool kernel_covers = watched.notify_registrations > 0 && !own_name.empty() &&
+  // An entry has kernel interest exactly while one of its ids watches by
+  // notification.
+  bool kernel_covers = watched.has_kernel_interest && !own_name.empty() &&
                        !watched.link_unresolved && watched_dir(own_dir) &&
                        (!target || watched_dir(split_path(*target).first)) &&
                        (!watched.contents || watched_dir(path));
-  bool should_poll =
-      watched.poll_registrations > 0 || (watched.notify_registrations > 0 && !kernel_covers);
+  bool should_poll = registry_.has_id_with_mode(watched, WatchMode::poll) ||
+                     (watched.has_kernel_interest && !kernel_covers);
   if (should_poll != watched.polled) {
     watched.polled = should_poll;
     if (should_poll) {
@@ -776,7 +774,7 @@ void Watcher::apply_sweep(SweepJob& job) {
     bool had_baseline = false;
     registry_.for_each_id(
         watched, [&](RegisteredId& node) { had_baseline = had_baseline || node.has_baseline; });
-    bool changed = had_baseline && entry.signature != watched.baseline;
+    bool changed = had_baseline && !registry_.baseline_matches(watched, entry.signature);
     bool baselined = had_baseline;
     registry_.for_each_id(watched, [&](RegisteredId& node) {
       if (!node.has_baseline) {
@@ -802,7 +800,7 @@ void Watcher::apply_sweep(SweepJob& job) {
       engine_.emit(Record{RecordKind::file_changed, node.id, 0, entry.path}, Engine::Wake::no);
       ++emitted;
     });
-    if (baselined) watched.baseline = entry.signature;
+    if (baselined) registry_.set_baseline(watched, entry.signature);
     update_link_target(watched, entry);
   }
   if (emitted > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);

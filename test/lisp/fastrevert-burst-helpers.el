@@ -51,7 +51,7 @@ Return the number of buffers still stale when the deadline passes."
             ;; initial checks of the new buffers finish.
             (should (fastrevert-test-wait-for
                      (lambda () (and (cl-every (lambda (buffer)
-                                                 (buffer-local-value 'fastrevert--watching buffer))
+                                                 (fastrevert--watching-p buffer))
                                                buffers)
                                      (not fastrevert--revert-timer)
                                      (zerop (hash-table-count fastrevert--pending))))

@@ -91,7 +91,7 @@ Return the buffer once the engine reports every change to FILE."
 
 (defun fastrevert-revert-test--watching-p (buffer)
   "Wait until the engine watches for BUFFER; return non-nil if in time."
-  (fastrevert-test-wait-for (lambda () (buffer-local-value 'fastrevert--watching buffer))))
+  (fastrevert-test-wait-for (lambda () (fastrevert--watching-p buffer))))
 
 (defun fastrevert-revert-test--settled ()
   "Wait until fastrevert has nothing pending; return non-nil if in time."
@@ -614,13 +614,14 @@ Return PREDICATE's value, or nil on timeout."
     (fastrevert-revert-test--with-mode
       (let* ((buffer (fastrevert-revert-test--visit (expand-file-name "killed.txt" dir) "k\n"))
              (id (cdr (buffer-local-value 'auto-revert-notify-watch-descriptor buffer))))
-        (should (eq (gethash id fastrevert--buffer-by-id) buffer))
+        (should (eq (fastrevert--buffer-of id) buffer))
         (should (fastrevert-test-wait-for
                  (lambda () (= (plist-get (fastrevert-stats) :watches) 1))))
         (should-not (memq #'auto-revert-notify-rm-watch
                           (buffer-local-value 'kill-buffer-hook buffer)))
         (kill-buffer buffer)
-        (should-not (gethash id fastrevert--buffer-by-id))
+        (should-not (fastrevert--buffer-of id))
+        (should-not (memq buffer (append fastrevert--watched-buffers nil)))
         (should (fastrevert-test-wait-for
                  (lambda () (= (plist-get (fastrevert-stats) :watches) 0))))))))
 
@@ -666,6 +667,22 @@ Return PREDICATE's value, or nil on timeout."
           (auto-revert-mode -1)
           (setq buffer-file-name nil))
         (kill-buffer buffer)))))
+
+(ert-deftest fastrevert-revert-watched-buffer-has-no-local-variable-a-stock-watch-lacks ()
+  "An engine watch binds no variable locally that a stock watch leaves global.
+A local binding costs memory in each of many watched buffers."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((buffer (fastrevert-revert-test--visit (expand-file-name "locals.txt" dir) "l\n"))
+             (names (lambda ()
+                      (mapcar (lambda (binding) (if (consp binding) (car binding) binding))
+                              (buffer-local-variables buffer))))
+             (with-engine (funcall names)))
+        (fastrevert-mode -1)
+        (let ((descriptor (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
+          (should descriptor)
+          (should-not (fastrevert--descriptor-p descriptor)))
+        (should-not (cl-set-difference with-engine (funcall names)))))))
 
 (ert-deftest fastrevert-revert-mode-off-restores-stock-watches ()
   (fastrevert-test-with-temp-dir dir

@@ -509,7 +509,7 @@ instead of hanging the suite."
              (global-auto-revert-mode 1)
              (setq ,buffer (find-file-noselect ,file))
              (should (fastrevert-test-wait-for
-                      (lambda () (buffer-local-value 'fastrevert--watching ,buffer))))
+                      (lambda () (fastrevert--watching-p ,buffer))))
              ,@body)
          (when (buffer-live-p ,buffer) (kill-buffer ,buffer))
          (unless global-auto-revert-mode-was (global-auto-revert-mode -1))
@@ -543,7 +543,7 @@ instead of hanging the suite."
       (should (eq (fastrevert-process-status (plist-get state :process)) 'signal)))
     (fastrevert--engine-ensure)
     (should (fastrevert-test-wait-for
-             (lambda () (buffer-local-value 'fastrevert--watching buffer))))
+             (lambda () (fastrevert--watching-p buffer))))
     (fastrevert-robust-test--reverts-to-two buffer file)))
 
 ;;;; 7. Invalid coding systems

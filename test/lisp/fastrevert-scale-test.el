@@ -34,7 +34,7 @@
   (let ((buffer (find-file-noselect file)))
     (with-current-buffer buffer (auto-revert-mode 1))
     (should (fastrevert-test-wait-for
-             (lambda () (buffer-local-value 'fastrevert--watching buffer))))
+             (lambda () (fastrevert--watching-p buffer))))
     (should (fastrevert-test-wait-for
              (lambda () (and (not fastrevert--revert-timer)
                              (zerop (hash-table-count fastrevert--pending))))))

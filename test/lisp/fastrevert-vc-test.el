@@ -265,7 +265,7 @@ buffer is killed afterwards."
   (let ((buffers (mapcar #'find-file-noselect files)))
     (should (fastrevert-test-wait-for
              (lambda () (and (cl-every (lambda (buffer)
-                                         (buffer-local-value 'fastrevert--watching buffer))
+                                         (fastrevert--watching-p buffer))
                                        buffers)
                              (fastrevert-vc-test--settled-p)))))
     buffers))
@@ -346,6 +346,90 @@ Return buffers visiting its 20 files, visited with VC off."
               (should (equal walks '(6))))
           (advice-remove 'locate-dominating-file 'count-walks)
           (mapc #'kill-buffer buffers))))))
+
+;; RCS, CVS, SCCS and SRC come before Git in `vc-handled-backends'.
+;; RCS, SCCS and SRC register a file whose master file exists beside
+;; it, CVS one its CVS/Entries lists.  A batch looks the masters and
+;; the CVS directory up in one listing of each directory.
+(ert-deftest fastrevert-vc-batch-finds-rcs-cvs-sccs-and-src-files-as-stock-does ()
+  (fastrevert-test-with-temp-dir dir
+    (let ((process-environment (cons "PROJECTDIR" (fastrevert-vc-test--environment dir)))
+          (masters "/\\(RCS/\\|SCCS/\\|\\.src/\\|s\\.\\|CVS/Entries\\'\\)\\|,v\\'")
+          (looked nil))
+      (fastrevert-vc-test--sh
+       dir (concat "set -e\ngit init -q -b main\nmkdir plain RCS SCCS .src cvs\n"
+                   "for f in plain/p.txt r.txt v.txt s.txt c.txt cvs/k.txt; do"
+                   " printf '1\\n' > $f; done\n"
+                   "git add .\ngit commit -qm base\n"
+                   ": > RCS/r.txt,v\n: > v.txt,v\n: > SCCS/s.s.txt\n: > .src/c.txt,v\n"
+                   "mkdir cvs/CVS\necho '/k.txt/1.1/Mon Jan  1 00:00:00 2024//' > cvs/CVS/Entries\n"))
+      (let* ((buffers (let ((vc-handled-backends nil))
+                        (mapcar (lambda (name) (find-file-noselect (expand-file-name name dir)))
+                                '("r.txt" "v.txt" "s.txt" "c.txt" "cvs/k.txt"
+                                  "plain/p.txt"))))
+             (plain (last buffers))
+             (count (lambda (file)
+                      (when (and looked (string-match-p masters file)) (cl-incf (car looked))))))
+        (unwind-protect
+            (let ((stock (mapcar (lambda (buffer)
+                                   (fastrevert-vc-test--reset buffer)
+                                   (fastrevert-vc-test--refresh buffer)
+                                   (fastrevert-vc-test--state buffer))
+                                 buffers)))
+              (should (equal (mapcar (lambda (buffer) (vc-backend (buffer-file-name buffer)))
+                                     buffers)
+                             '(RCS RCS SCCS SRC CVS Git)))
+              (mapc #'fastrevert-vc-test--reset buffers)
+              (fastrevert-vc-call-with-batch
+               buffers (lambda () (mapc #'fastrevert-vc-test--refresh buffers)))
+              (should (equal (mapcar #'fastrevert-vc-test--state buffers) stock))
+              ;; Stock looks for six masters and a CVS/Entries for the
+              ;; file that has none; the batch's listings tell it so.
+              (advice-add 'file-exists-p :before count '((name . count-masters)))
+              (advice-add 'file-readable-p :before count '((name . count-masters)))
+              (setq looked (list 0))
+              (fastrevert-vc-test--reset (car plain))
+              (fastrevert-vc-test--refresh (car plain))
+              (should (equal looked '(7)))
+              (setq looked (list 0))
+              (fastrevert-vc-test--reset (car plain))
+              (fastrevert-vc-call-with-batch
+               plain (lambda () (fastrevert-vc-test--refresh (car plain))))
+              (should (equal looked '(0)))
+              (should (equal (fastrevert-vc-test--state (car plain)) (car (last stock)))))
+          (advice-remove 'file-exists-p 'count-masters)
+          (advice-remove 'file-readable-p 'count-masters)
+          (dolist (buffer buffers)
+            (with-current-buffer buffer (set-buffer-modified-p nil))
+            (kill-buffer buffer)))))))
+
+(ert-deftest fastrevert-vc-batch-compares-versions-once-as-version-reading-says ()
+  "Within a batch `version<=' runs once per pair of versions.
+vc-git compares Git's version with a constant for every file.  A
+batch remembers the answer, but only while versions are read as
+when it started."
+  (let ((parsed 0))
+    (let ((count (lambda (&rest _) (cl-incf parsed))))
+      (advice-add 'version-to-list :before count '((name . count-parses)))
+      (unwind-protect
+          (fastrevert-test-with-temp-dir dir
+            (let* ((process-environment (fastrevert-vc-test--environment dir))
+                   (buffers (fastrevert-vc-test--visit-branches dir))
+                   (answers nil))
+              (unwind-protect
+                  (fastrevert-vc-call-with-batch
+                   buffers
+                   (lambda ()
+                     (setq parsed 0)
+                     (dotimes (_ 10) (push (version<= "1.0alpha" "1.0") answers))
+                     (should (= parsed 2))
+                     ;; Read otherwise, the same versions compare otherwise.
+                     (let ((version-regexp-alist '(("^[-._+ ]?alpha$" . 5))))
+                       (push (version<= "1.0alpha" "1.0") answers))
+                     (should (= parsed 4))))
+                (mapc #'kill-buffer buffers))
+              (should (equal answers (cons nil (make-list 10 t))))))
+        (advice-remove 'version-to-list 'count-parses)))))
 
 (ert-deftest fastrevert-vc-batch-refresh-makes-no-buffer-per-file ()
   "A batch refresh makes a few buffers per repository, none per file.
@@ -513,7 +597,7 @@ buffer current and leave its VC state as it was mid-operation."
             (let ((buffer (find-file-noselect (expand-file-name "f.txt" dir))))
               (fastrevert-vc-test--sh dir "printf 'new\\n' > f.txt")
               (should (fastrevert-test-wait-for
-                       (lambda () (buffer-local-value 'fastrevert--watching buffer)) 30))
+                       (lambda () (fastrevert--watching-p buffer)) 30))
               (fastrevert--mod-test-watch-fault 'stat-delay-ms 0)
               (should (fastrevert-test-wait-for #'fastrevert-vc-test--settled-p))
               (should (equal (fastrevert-vc-test--text buffer) "old\n"))

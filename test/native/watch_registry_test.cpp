@@ -2,6 +2,7 @@
 // the lookups a kernel event makes.
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "catch_compat.h"
 #include "core/watch_registry.h"
 
+using fastrevert::FileSignature;
 using fastrevert::RegisteredId;
 using fastrevert::split_path;
 using fastrevert::WatchedPath;
@@ -26,8 +28,8 @@ std::set<std::uint64_t> ids_of(WatchRegistry& registry, WatchedPath& path) {
 WatchMode mode_of(WatchRegistry& registry, std::uint64_t id) {
   WatchedPath* path = registry.find_by_id(id);
   REQUIRE(path != nullptr);
-  RegisteredId* registered = registry.id_in(*path, id);
-  REQUIRE(registered != nullptr);
+  std::optional<RegisteredId> registered = registry.id_in(*path, id);
+  REQUIRE(registered);
   return registered->mode;
 }
 
@@ -54,7 +56,7 @@ TEST_CASE("registry: a registered name is found by name and by id, and holds its
   CHECK(registry.find_by_id(7) == path);
   CHECK(mode_of(registry, 7) == WatchMode::notify);
   CHECK(registry.find_by_id(8) == nullptr);
-  CHECK(registry.id_in(*path, 8) == nullptr);
+  CHECK_FALSE(registry.id_in(*path, 8));
   CHECK(registry.size() == 1);
   CHECK(registry.id_count() == 1);
 }
@@ -87,7 +89,9 @@ TEST_CASE(
     CHECK(registry.find_by_id(3) == nullptr);
   }
   SECTION("an id's baseline flag stays with it when the first id goes") {
-    registry.id_in(*path, 2)->has_baseline = true;
+    registry.for_each_id(*path, [](RegisteredId& registered) {
+      if (registered.id == 2) registered.has_baseline = true;
+    });
     registry.remove(*path, 1);
     CHECK(registry.id_in(*path, 2)->has_baseline);
     CHECK_FALSE(registry.id_in(*path, 3)->has_baseline);
@@ -210,4 +214,82 @@ TEST_CASE("registry: sweep numbers are compared modulo 2^32, so the stored low b
   CHECK(path->sweep_is_usable(0x1FFFFFFFFull));
   CHECK(path->sweep_is_usable(0x200000000ull));
   CHECK(path->sweep_is_usable(0x200000005ull));
+}
+
+TEST_CASE("registry: a baseline differs from a signature that differs in any one field",
+          "[registry]") {
+  WatchRegistry registry;
+  WatchedPath* path = registry.add(1, "/d/f", WatchMode::notify).first;
+  WatchedPath* other = registry.add(2, "/d/g", WatchMode::notify).first;
+  FileSignature recorded;
+  recorded.exists = true;
+  recorded.device = 0x10302;
+  recorded.inode = 4242;
+  recorded.size = 100;
+  recorded.mtime_ns = 1700000000123456789;
+  recorded.ctime_ns = 1700000000987654321;
+  recorded.mode = 0100644;
+  registry.set_baseline(*path, recorded);
+  CHECK(registry.baseline_matches(*path, recorded));
+
+  // Each variant changes one field only, as a chmod in the same clock tick as
+  // the last write changes only the mode, or a file copied over from another
+  // file system with the same times changes only the device.
+  auto differs = [&](auto change) {
+    FileSignature changed = recorded;
+    change(changed);
+    return !registry.baseline_matches(*path, changed);
+  };
+  CHECK(differs([](FileSignature& s) { s.exists = false; }));
+  CHECK(differs([](FileSignature& s) { s.device = 0x10303; }));
+  CHECK(differs([](FileSignature& s) { s.device = ~dev_t{0}; }));
+  CHECK(differs([](FileSignature& s) { s.inode = 4243; }));
+  CHECK(differs([](FileSignature& s) { s.inode = ino_t{4242} | (ino_t{1} << 40); }));
+  CHECK(differs([](FileSignature& s) { s.size = 101; }));
+  CHECK(differs([](FileSignature& s) { s.size = off_t{100} | (off_t{1} << 40); }));
+  CHECK(differs([](FileSignature& s) { s.mtime_ns += 1; }));
+  CHECK(differs([](FileSignature& s) { s.ctime_ns += 1; }));
+  CHECK(differs([](FileSignature& s) { s.mode = 0100600; }));
+  CHECK(differs([](FileSignature& s) { s.mode = 0120644; }));
+
+  // Another name's baseline, with another device and mode, changes nothing
+  // for this one, and the two stay apart.
+  FileSignature elsewhere = recorded;
+  elsewhere.device = 0x803;
+  elsewhere.mode = 0100755;
+  registry.set_baseline(*other, elsewhere);
+  CHECK(registry.baseline_matches(*path, recorded));
+  CHECK(registry.baseline_matches(*other, elsewhere));
+  CHECK_FALSE(registry.baseline_matches(*path, elsewhere));
+  CHECK_FALSE(registry.baseline_matches(*other, recorded));
+
+  // A file that is gone has a baseline too, and its coming back differs.
+  registry.set_baseline(*path, FileSignature{});
+  CHECK(registry.baseline_matches(*path, FileSignature{}));
+  CHECK_FALSE(registry.baseline_matches(*path, recorded));
+}
+
+TEST_CASE("registry: each id keeps its mode and baseline flag, the first one's too",
+          "[registry]") {
+  WatchRegistry registry;
+  WatchedPath* path = registry.add(1, "/d/f", WatchMode::poll).first;
+  CHECK(registry.has_id_with_mode(*path, WatchMode::poll));
+  CHECK_FALSE(registry.has_id_with_mode(*path, WatchMode::notify));
+  registry.add(2, "/d/f", WatchMode::notify);
+  CHECK(registry.has_id_with_mode(*path, WatchMode::notify));
+  CHECK_FALSE(registry.id_in(*path, 1)->has_baseline);
+
+  registry.for_each_id(*path, [](RegisteredId& registered) {
+    if (registered.id == 1) registered.has_baseline = true;
+  });
+  CHECK(registry.id_in(*path, 1)->has_baseline);
+  CHECK(registry.id_in(*path, 1)->mode == WatchMode::poll);
+  CHECK_FALSE(registry.id_in(*path, 2)->has_baseline);
+
+  // The first id going leaves only the notifying one.
+  registry.remove(*path, 1);
+  CHECK_FALSE(registry.has_id_with_mode(*path, WatchMode::poll));
+  CHECK(registry.has_id_with_mode(*path, WatchMode::notify));
+  registry.remove(*path, 2);
+  CHECK_FALSE(registry.has_id_with_mode(*path, WatchMode::notify));
 }
