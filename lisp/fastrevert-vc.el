@@ -49,8 +49,9 @@
 ;; file beside it.  So the few functions of vc-git that wrap the
 ;; commands above are answered where they start, without a buffer,
 ;; `vc-find-root' looks once per directory of the batch, and the master
-;; files RCS, SCCS and SRC look for are looked up in one listing of
-;; each directory (see "Where the answers are given").
+;; files RCS, SCCS and SRC look for, and the directory CVS looks for,
+;; are looked up in one listing of each directory (see "Where the
+;; answers are given").
 
 ;;; Code:
 
@@ -125,10 +126,10 @@ A plist: `:repos' maps a root to its `fastrevert-vc--repo', or to
 the root-relative names of the batch's files in it, and `:places' an
 absolute file name to its `fastrevert-vc--place'; `:roots' memoizes
 `vc-git-root' by directory; `:listings' memoizes directory listings
-and `:masters' what they say for `fastrevert-vc--masters', and
-`:versions' the answers of
-`version<=' under the `:separator' and `:version-regexps' the batch
-started with; `:coding' is the coding system of Git's output.")
+and `:masters' what they say for `fastrevert-vc--masters';
+`:versions' memoizes the answers of `version<=' under the
+`:separator' and `:version-regexps' the batch started with; `:coding'
+is the coding system of Git's output.")
 
 (cl-defstruct (fastrevert-vc--place (:constructor fastrevert-vc--place-create
                                                   (root relative folder))
@@ -648,8 +649,8 @@ repository, run when the repository is first asked about,
 `vc-find-root' looks once per directory of BUFFERS, the master files
 of RCS, SCCS and SRC and the control directory of CVS are looked for
 in one listing of each directory, and `version<=' compares two
-versions once.  Buffers outside
-Git, or other backends' commands, are not affected."
+versions once.  Buffers outside Git, or other backends' commands, are
+not affected."
   (if (or fastrevert-vc--batch (not (memq 'Git vc-handled-backends)))
       (funcall function)
     (require 'vc-git)
