@@ -310,11 +310,17 @@ if this is the first time the repository is asked about."
   (let ((root (fastrevert-vc--root-of directory)))
     (and root (fastrevert-vc--repo-of-root root))))
 
+(defun fastrevert-vc--place-of (file)
+  "Return the `fastrevert-vc--place' of FILE, an absolute name, or nil.
+Only a file of the running batch has one."
+  (and fastrevert-vc--batch (stringp file)
+       (gethash file (plist-get fastrevert-vc--batch :places))))
+
 (defun fastrevert-vc--answers-for (file)
   "Return (REPO . RELATIVE) for FILE, an absolute name, or nil.
 FILE must be a file of the batch; REPO answers for its repository, and
 RELATIVE is FILE relative to the repository's root."
-  (let ((place (gethash file (plist-get fastrevert-vc--batch :places))))
+  (let ((place (fastrevert-vc--place-of file)))
     (and place
          (let ((repo (fastrevert-vc--repo-of-root (fastrevert-vc--place-root place))))
            (and repo (cons repo (fastrevert-vc--place-relative place)))))))
@@ -325,7 +331,7 @@ NAME must be a file of the batch, in the repository Git finds from
 `default-directory'; see `fastrevert-vc--answers-for'.  Return nil
 otherwise."
   (let* ((file (expand-file-name name))
-         (place (gethash file (plist-get fastrevert-vc--batch :places))))
+         (place (fastrevert-vc--place-of file)))
     (and place
          (equal (fastrevert-vc--place-root place) (fastrevert-vc--root-of default-directory))
          (fastrevert-vc--answers-for file))))
@@ -455,12 +461,9 @@ and the name of FILE relative to `default-directory' when FILE is
 non-nil, and returns the output if Git succeeded."
   (let* ((command (cons "--no-pager" args))
          (answer (and (fastrevert-vc--usable-p)
-                      (if (null file)
-                          (fastrevert-vc--repository-answer command nil)
-                        (let ((question (fastrevert-vc--file-command command)))
-                          (when-let ((place (and question (stringp file)
-                                                 (fastrevert-vc--file-in file))))
-                            (fastrevert-vc--file-answer question (car place) (cdr place))))))))
+                      (cond ((null file) (fastrevert-vc--repository-answer command nil))
+                            ((stringp file)
+                             (fastrevert-vc--answer (append command (list file)) nil))))))
     (if (not answer)
         (apply function file args)
       (fastrevert-vc--count :vc-answered)
@@ -504,8 +507,7 @@ that shape the answer stay the same."
 FUNCTION is `vc-find-root', which every backend's `registered' check
 calls in turn; for a file that is not a directory, what it finds
 depends on the file's directory alone."
-  (let ((place (and fastrevert-vc--batch (stringp file) (stringp witness)
-                    (gethash file (plist-get fastrevert-vc--batch :places)))))
+  (let ((place (and (stringp witness) (fastrevert-vc--place-of file))))
     (if (not place)
         (funcall function file witness)
       (let* ((folder (fastrevert-vc--place-folder place))
@@ -561,7 +563,8 @@ when PROJECTDIR is set, or a directory that cannot be listed."
                         (when (and (>= (length name) affixes)
                                    (string-prefix-p prefix name)
                                    (string-suffix-p suffix name))
-                          (puthash (substring name (length prefix) (- (length name) (length suffix)))
+                          (puthash (substring name (length prefix)
+                                              (- (length name) (length suffix)))
                                    t bases)))
                       listing)
              t))))))
@@ -591,10 +594,9 @@ SRC backends check, before Git's turn, whether they register a file.
 For a file of the batch, each directory its templates name is listed
 once; when no listed name can be a master of the file, return what
 FUNCTION returns when it finds none, without looking any up."
-  (let* ((directory (and fastrevert-vc--batch (stringp file)
-                         (gethash file (plist-get fastrevert-vc--batch :places))
-                         (file-name-directory file)))
-         (masters (and directory (fastrevert-vc--masters directory templates))))
+  (let* ((place (fastrevert-vc--place-of file))
+         (masters (and place (fastrevert-vc--masters
+                              (car (fastrevert-vc--place-folder place)) templates))))
     (if (and (hash-table-p masters) (not (gethash (file-name-nondirectory file) masters)))
         (mapcar #'ignore templates)
       (funcall function file templates))))
@@ -604,10 +606,8 @@ FUNCTION returns when it finds none, without looking any up."
 FUNCTION is `vc-cvs-registered', which registers nothing unless
 CVS/Entries beside FILE can be read; for a file of the batch, the
 listing of its directory tells."
-  (let* ((directory (and fastrevert-vc--batch (stringp file)
-                         (gethash file (plist-get fastrevert-vc--batch :places))
-                         (file-name-directory file)))
-         (listing (and directory (fastrevert-vc--listing directory))))
+  (let* ((place (fastrevert-vc--place-of file))
+         (listing (and place (fastrevert-vc--listing (car (fastrevert-vc--place-folder place))))))
     (unless (and (hash-table-p listing) (not (gethash "CVS" listing)))
       (funcall function file))))
 
