@@ -265,22 +265,28 @@ void Watcher::shutdown() {
 // excluded directories (auto-revert-notify-exclude-dir-regexp) in poll mode,
 // and inotify cannot see remote changes there in any case.
 
+template <typename Visit>
+bool Watcher::any_interest_dir(const WatchedPath& watched, Visit visit) const {
+  if (visit(split_path(watched.name()).first)) return true;
+  if (watched.contents && visit(watched.name())) return true;
+  const std::string* target = registry_.target_of(watched);
+  return target != nullptr && visit(split_path(*target).first);
+}
+
 void Watcher::add_kernel_interest(WatchedPath& watched) {
   watched.has_kernel_interest = true;
-  add_interest(split_path(watched.name()).first);
-  if (watched.contents) add_interest(watched.name());
-  if (const std::string* target = registry_.target_of(watched)) {
-    add_interest(split_path(*target).first);
-  }
+  any_interest_dir(watched, [this](std::string_view dir) {
+    add_interest(dir);
+    return false;
+  });
 }
 
 void Watcher::drop_kernel_interest(WatchedPath& watched) {
   watched.has_kernel_interest = false;
-  drop_interest(split_path(watched.name()).first);
-  if (watched.contents) drop_interest(watched.name());
-  if (const std::string* target = registry_.target_of(watched)) {
-    drop_interest(split_path(*target).first);
-  }
+  any_interest_dir(watched, [this](std::string_view dir) {
+    drop_interest(dir);
+    return false;
+  });
 }
 
 void Watcher::add_interest(std::string_view dir) {
@@ -397,11 +403,7 @@ void Watcher::restat_paths_in(const std::unordered_set<std::string>& dirs) {
     return dirs.count(key) != 0;
   };
   registry_.for_each([&](WatchedPath& watched) {
-    if (!watched.has_kernel_interest) return;
-    const std::string* target = registry_.target_of(watched);
-    if (seen_through(split_path(watched.name()).first) ||
-        (watched.contents && seen_through(watched.name())) ||
-        (target && seen_through(split_path(*target).first))) {
+    if (watched.has_kernel_interest && any_interest_dir(watched, seen_through)) {
       request_stat(watched);
       refresh_coverage(watched);
     }
@@ -415,14 +417,12 @@ void Watcher::refresh_coverage(WatchedPath& watched) {
     return it != dirs_.end() && it->second.wd >= 0;
   };
   std::string_view path = watched.name();
-  auto [own_dir, own_name] = split_path(path);
-  const std::string* target = registry_.target_of(watched);
   // An entry has kernel interest exactly while one of its ids watches by
-  // notification.
-  bool kernel_covers = watched.has_kernel_interest && !own_name.empty() &&
-                       !watched.link_unresolved && watched_dir(own_dir) &&
-                       (!target || watched_dir(split_path(*target).first)) &&
-                       (!watched.contents || watched_dir(path));
+  // notification; the kernel covers it when every directory it needs is
+  // watched.
+  bool kernel_covers =
+      watched.has_kernel_interest && !split_path(path).second.empty() && !watched.link_unresolved &&
+      !any_interest_dir(watched, [&](std::string_view dir) { return !watched_dir(dir); });
   bool should_poll = registry_.has_id_with_mode(watched, WatchMode::poll) ||
                      (watched.has_kernel_interest && !kernel_covers);
   if (should_poll != watched.polled) {

@@ -165,6 +165,12 @@ class Watcher : public Service {
   static void guarded(uv_poll_t* handle, int status, int events) noexcept;
   void recover() noexcept;
 
+  // Calls VISIT on each directory whose kernel watch a name with kernel
+  // interest needs: its own directory, the name itself when registered with
+  // its contents, and its symlink target's directory.  Stops at the first
+  // VISIT that returns true, and returns whether one did.
+  template <typename Visit>
+  bool any_interest_dir(const WatchedPath& watched, Visit visit) const;
   void add_kernel_interest(WatchedPath& watched);
   void drop_kernel_interest(WatchedPath& watched);
   // Counts one more (or one fewer) registered name needing DIR watched, and
