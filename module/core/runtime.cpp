@@ -25,7 +25,6 @@ Runtime::Stopped Runtime::stop(std::chrono::milliseconds timeout) {
   // running one.  The engine keeps the nursery until it shuts down and kills
   // the children left in it.
   std::shared_ptr<Engine> stopping = std::move(engine_);
-  engine_.reset();
   handoff_.reset();
   if (!stopping->stop_within(timeout)) {
     abandoned_.push_back(std::move(stopping));
