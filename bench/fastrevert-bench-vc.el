@@ -271,27 +271,15 @@ stays so."
                      (equal (fastrevert-bench-vc--mode-line buffer) " Git-other"))
                    buffers))
 
-(defun fastrevert-bench-vc--floor (buffers dir)
+(defun fastrevert-bench-vc--floor (buffers dir &optional refresh-vc)
   "Time reverting BUFFERS in a loop after DIR's checkout of `other'.
-Return (SECONDS STALE-VC): STALE-VC counts the buffers whose `vc-mode'
-the loop left naming the old branch, since `revert-buffer' keeps
-VC's cached state of the file.  Then return to `main'."
-  (fastrevert-bench-vc--sh dir "git checkout -q other")
-  (garbage-collect)
-  (let ((start (float-time)))
-    (dolist (buffer buffers)
-      (with-current-buffer buffer
-        (revert-buffer 'ignore-auto 'dont-ask 'preserve-modes)))
-    (prog1 (list (- (float-time) start) (fastrevert-bench-vc--stale-vc buffers))
-      (fastrevert-bench-vc--resync buffers dir "main"))))
-
-(defun fastrevert-bench-vc--vc-floor (buffers dir)
-  "Time the stock way to bring BUFFERS' texts and `vc-mode's up to date.
-After DIR's checkout of `other', each buffer is reverted, VC's cached
-state of its file is cleared and `vc-refresh-state' runs, one buffer
-after another.  Return (SECONDS STALE-VC GIT): STALE-VC as for
-`fastrevert-bench-vc--floor', GIT the Git processes that started.
-Then return to `main'."
+With REFRESH-VC, each revert is followed by the stock way to bring the
+buffer's `vc-mode' up to date: VC's cached state of its file is
+cleared and `vc-refresh-state' runs.  Return (SECONDS STALE-VC GIT):
+STALE-VC counts the buffers whose `vc-mode' still names the old
+branch (without REFRESH-VC, all of them: `revert-buffer' keeps VC's
+cached state of the file), GIT the Git processes that started.  Then
+return to `main'."
   (fastrevert-bench-vc--sh dir "git checkout -q other")
   (fastrevert-bench-vc--clear-trace)
   (garbage-collect)
@@ -299,8 +287,9 @@ Then return to `main'."
     (dolist (buffer buffers)
       (with-current-buffer buffer
         (revert-buffer 'ignore-auto 'dont-ask 'preserve-modes)
-        (vc-file-clearprops buffer-file-name)
-        (vc-refresh-state)))
+        (when refresh-vc
+          (vc-file-clearprops buffer-file-name)
+          (vc-refresh-state))))
     (prog1 (list (- (float-time) start) (fastrevert-bench-vc--stale-vc buffers)
                  (car (fastrevert-bench-vc--count-git)))
       (fastrevert-bench-vc--resync buffers dir "main"))))
@@ -466,9 +455,9 @@ Each is (SERIES FILES SECONDS).")
         (unwind-protect
             (progn
               (fastrevert-bench-vc--resync buffers dir "main")
-              (pcase-let* ((`(,floor ,floor-stale) (fastrevert-bench-vc--floor buffers dir))
+              (pcase-let* ((`(,floor ,floor-stale ,_) (fastrevert-bench-vc--floor buffers dir))
                            (`(,vc-floor ,vc-floor-stale ,vc-floor-git)
-                            (fastrevert-bench-vc--vc-floor buffers dir)))
+                            (fastrevert-bench-vc--floor buffers dir t)))
                 (push (list "floor: revert-buffer loop" count floor) fastrevert-bench-vc-results)
                 (push (list "VC floor: revert, clear VC state, vc-refresh-state" count vc-floor)
                       fastrevert-bench-vc-results)
