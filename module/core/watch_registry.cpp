@@ -18,11 +18,94 @@ std::pair<std::string_view, std::string_view> split_path(std::string_view path) 
   return {path.substr(0, slash), path.substr(slash + 1)};
 }
 
+namespace {
+
+// Where a name's directory part ends: just after its last slash, or at 0.
+std::size_t prefix_length(std::string_view path) noexcept {
+  std::size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? 0 : slash + 1;
+}
+
+}  // namespace
+
 WatchRegistry::~WatchRegistry() {
   std::vector<WatchedPath*> all;
   all.reserve(by_name_.size());
   by_name_.for_each([&](WatchedPath& path) { all.push_back(&path); });
   for (WatchedPath* path : all) destroy(path);
+  for (NamePrefix* prefix : prefixes_) {
+    if (prefix) ::operator delete(prefix);
+  }
+}
+
+WatchedPath* WatchRegistry::find_parts(std::string_view prefix,
+                                       std::string_view base) const noexcept {
+  const NamePrefix* found = by_text_.find(prefix);
+  return found ? by_name_.find({found->number, base}) : nullptr;
+}
+
+WatchedPath* WatchRegistry::find(std::string_view path) const noexcept {
+  std::size_t length = prefix_length(path);
+  return find_parts(path.substr(0, length), path.substr(length));
+}
+
+std::string WatchRegistry::name_of(const WatchedPath& path) const {
+  std::string name(prefixes_[path.prefix_number]->text());
+  name += path.base();
+  return name;
+}
+
+std::string_view WatchRegistry::dir_of(const WatchedPath& path) const noexcept {
+  // As split_path: "." without a slash, "/" when the only slash is the
+  // first byte, and otherwise the text before the last slash.
+  std::string_view prefix = prefixes_[path.prefix_number]->text();
+  if (prefix.empty()) return ".";
+  if (prefix.size() == 1) return prefix;
+  return prefix.substr(0, prefix.size() - 1);
+}
+
+NamePrefix* WatchRegistry::use_prefix(std::string_view text) {
+  if (NamePrefix* found = by_text_.find(text)) {
+    ++found->users;
+    return found;
+  }
+  if (free_prefix_numbers_.empty()) {
+    if (prefixes_.size() >= UINT32_MAX) throw std::bad_alloc();
+    prefixes_.push_back(nullptr);
+    // Every number may be free at once: room for all of them keeps
+    // release_prefix from allocating.
+    try {
+      free_prefix_numbers_.reserve(prefixes_.capacity());
+    } catch (...) {
+      prefixes_.pop_back();
+      throw;
+    }
+    free_prefix_numbers_.push_back(static_cast<std::uint32_t>(prefixes_.size() - 1));
+  }
+  void* memory = ::operator new(sizeof(NamePrefix) + text.size());
+  auto* prefix = new (memory) NamePrefix();
+  prefix->length = text.size();
+  std::memcpy(reinterpret_cast<char*>(prefix + 1), text.data(), text.size());
+  try {
+    by_text_.insert(prefix);
+  } catch (...) {
+    ::operator delete(prefix);
+    throw;
+  }
+  prefix->number = free_prefix_numbers_.back();
+  free_prefix_numbers_.pop_back();
+  prefixes_[prefix->number] = prefix;
+  prefix->users = 1;
+  return prefix;
+}
+
+void WatchRegistry::release_prefix(NamePrefix* prefix) noexcept {
+  if (--prefix->users != 0) return;
+  by_text_.erase(prefix);
+  prefixes_[prefix->number] = nullptr;
+  // Within the capacity use_prefix reserved: it cannot fail.
+  free_prefix_numbers_.push_back(prefix->number);
+  ::operator delete(prefix);
 }
 
 WatchedPath* WatchRegistry::find_by_id(std::uint64_t id) const noexcept {
@@ -60,11 +143,16 @@ const std::string& WatchRegistry::join(std::string_view dir, std::string_view na
 }
 
 WatchedPath* WatchRegistry::find_in(std::string_view dir, std::string_view name) const {
-  // split_path gives "." for a name without a slash, as for "./name".
+  // split_path gives "." for a name without a slash, as for "./name", and
+  // "/" for a name in the root; every other directory is its directory part
+  // without the slash.
   if (dir == ".") {
-    if (WatchedPath* path = find(name)) return path;
+    if (WatchedPath* path = find_parts({}, name)) return path;
   }
-  return find(join(dir, name));
+  if (dir == "/") return find_parts(dir, name);
+  joined_.assign(dir);
+  joined_ += '/';
+  return find_parts(joined_, name);
 }
 
 std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_view path,
@@ -88,16 +176,27 @@ std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_v
     return {existing, false};
   }
   if (path.size() > UINT32_MAX) throw std::bad_alloc();
-  void* memory = ::operator new(sizeof(WatchedPath) + path.size());
-  auto* entry = new (memory) WatchedPath();
-  entry->name_length = static_cast<std::uint32_t>(path.size());
-  std::memcpy(reinterpret_cast<char*>(entry + 1), path.data(), path.size());
+  std::size_t length = prefix_length(path);
+  std::string_view base = path.substr(length);
+  NamePrefix* prefix = use_prefix(path.substr(0, length));
+  WatchedPath* entry;
+  try {
+    void* memory = ::operator new(sizeof(WatchedPath) + base.size());
+    entry = new (memory) WatchedPath();
+  } catch (...) {
+    release_prefix(prefix);
+    throw;
+  }
+  entry->prefix_number = prefix->number;
+  entry->base_length = static_cast<std::uint32_t>(base.size());
+  std::memcpy(reinterpret_cast<char*>(entry + 1), base.data(), base.size());
   set_first_id(*entry, registered);
   entry->has_ids = true;
   try {
     by_name_.insert(entry);
   } catch (...) {
     destroy(entry);
+    release_prefix(prefix);
     throw;
   }
   try {
@@ -105,6 +204,7 @@ std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_v
   } catch (...) {
     by_name_.erase(entry);
     destroy(entry);
+    release_prefix(prefix);
     throw;
   }
   return {entry, true};
@@ -149,7 +249,9 @@ void WatchRegistry::remove(WatchedPath& path, std::uint64_t id) noexcept {
 void WatchRegistry::erase(WatchedPath* path) noexcept {
   set_target(*path, nullptr);
   by_name_.erase(path);
+  NamePrefix* prefix = prefixes_[path->prefix_number];
   destroy(path);
+  release_prefix(prefix);
 }
 
 void WatchRegistry::set_baseline(WatchedPath& path, const FileSignature& signature) {

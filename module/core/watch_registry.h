@@ -3,14 +3,17 @@
 //
 // What a watched file costs is mostly this registry, and a user may watch
 // tens of thousands of files, so it is laid out to cost little more than the
-// name itself.  Each name has one block (WatchedPath) that holds the name's
-// bytes after its fields, its first id, and the baseline shared by its ids.
-// Two hash tables find the blocks, by name and by first id; both link their
-// elements through a pointer inside the element, so neither allocates per
-// element.  The directory index needs no table of its own: a kernel event
-// names a directory and an entry of it, and the registered name it concerns
-// is the two joined, found by name.  Only what few names have is kept in maps
-// aside: the ids beyond a name's first, and symlink targets with their links.
+// name itself.  A name is kept in two parts: its directory part (the text up
+// to and including its last slash), kept once for every name that shares it,
+// and the rest, in the name's own block (WatchedPath) after its fields, with
+// its first id and the baseline shared by its ids.  Hash tables find the
+// blocks, by directory part and rest and by first id, and the directory
+// parts by their text; each links its elements through a pointer inside the
+// element, so none allocates per element.  A kernel event names a directory
+// and an entry of it, which are the two parts of the name it concerns, so
+// the event finds the name without joining them.  Only what few names have
+// is kept in maps aside: the ids beyond a name's first, and symlink targets
+// with their links.
 //
 // Engine thread only.
 #pragma once
@@ -153,12 +156,29 @@ struct RegisteredId {
   bool has_baseline = false;
 };
 
+// The directory part of registered names: a name's text up to and including
+// its last slash, empty for a name without one, so that the part and the
+// rest joined give the name back byte for byte.  Made only by WatchRegistry,
+// as one block with the text after it, and shared by every name in it.
+struct NamePrefix {
+  NamePrefix* next_by_text = nullptr;
+  // The names that have this part, and the part's number in the registry.
+  std::uint32_t users = 0;
+  std::uint32_t number = 0;
+  std::size_t length = 0;
+
+  std::string_view text() const noexcept {
+    return {reinterpret_cast<const char*>(this + 1), length};
+  }
+};
+
 // One registered name, shared by every id that registered it.  Made only by
-// WatchRegistry, as one block with the name's bytes after it, and
-// value-initialized there, so that the bit-fields start false.  What only a
-// few names have (more than one id, a symlink target) is kept aside by the
-// registry, so that the block holds no pointer for it.  The fields are
-// ordered so that the block has no padding but its tail.
+// WatchRegistry, as one block with the bytes of the name after its directory
+// part (WatchRegistry::name_of gives the whole), and value-initialized there,
+// so that the bit-fields start false.  What only a few names have (more than
+// one id, a symlink target) is kept aside by the registry, so that the block
+// holds no pointer for it.  The fields are ordered so that the block has no
+// padding but its tail.
 struct WatchedPath {
   WatchedPath* next_by_name = nullptr;
   WatchedPath* next_by_first_id = nullptr;
@@ -182,7 +202,9 @@ struct WatchedPath {
   // baseline its baseline.  Compared modulo 2^32 (see sweep_is_usable), as a
   // sweep is never four billion sweeps old.
   std::uint32_t first_usable_sweep = 0;
-  std::uint32_t name_length = 0;
+  // The name's directory part, by its number, and the length of the rest.
+  std::uint32_t prefix_number = 0;
+  std::uint32_t base_length = 0;
   // The first id's registration: whether it polls, and whether it has taken
   // the baseline (RegisteredId's mode and has_baseline).
   bool first_id_polls : 1;
@@ -205,15 +227,16 @@ struct WatchedPath {
   bool stat_in_flight : 1;
   bool polled : 1;
 
-  std::string_view name() const noexcept {
-    return {reinterpret_cast<const char*>(this + 1), name_length};
+  // The name after its directory part: split_path's second half.
+  std::string_view base() const noexcept {
+    return {reinterpret_cast<const char*>(this + 1), base_length};
   }
   // Whether the results of sweep NUMBER can give an id its baseline.
   bool sweep_is_usable(std::uint64_t number) const noexcept {
     return static_cast<std::int32_t>(static_cast<std::uint32_t>(number) - first_usable_sweep) >= 0;
   }
 };
-// The fields take 74 bytes on a 64-bit system; a field added must pay for
+// The fields take 78 bytes on a 64-bit system; a field added must pay for
 // itself, since every watched file has this block.
 static_assert(sizeof(WatchedPath) <= 80, "a watched file's block grew");
 
@@ -224,7 +247,7 @@ class WatchRegistry {
   WatchRegistry(const WatchRegistry&) = delete;
   WatchRegistry& operator=(const WatchRegistry&) = delete;
 
-  WatchedPath* find(std::string_view path) const noexcept { return by_name_.find(path); }
+  WatchedPath* find(std::string_view path) const noexcept;
   // The name ID is registered for, or null.
   WatchedPath* find_by_id(std::uint64_t id) const noexcept;
   // The registration of ID if it is one of PATH's ids.
@@ -234,6 +257,10 @@ class WatchRegistry {
   // The registered name that DIR and NAME, split as split_path splits, came
   // from; null when none.
   WatchedPath* find_in(std::string_view dir, std::string_view name) const;
+
+  // PATH's whole name, and its directory as split_path gives it.
+  std::string name_of(const WatchedPath& path) const;
+  std::string_view dir_of(const WatchedPath& path) const noexcept;
 
   // Registers ID, which must not be registered, for PATH.  Returns the
   // name's entry and whether it is new; a new one has no other fields set.
@@ -278,11 +305,33 @@ class WatchRegistry {
   const std::vector<WatchedPath*>* links_to(std::string_view dir, std::string_view name) const;
 
   std::size_t size() const noexcept { return by_name_.size(); }
+  // How many distinct directory parts the names have.
+  std::size_t prefix_count() const noexcept { return by_text_.size(); }
   std::size_t id_count() const noexcept { return by_first_id_.size() + more_ids_.size(); }
 
  private:
+  // A name as the table by name knows it: its directory part's number and
+  // the rest.
+  struct NameKey {
+    std::uint32_t prefix_number;
+    std::string_view base;
+    bool operator==(const NameKey& other) const noexcept {
+      return prefix_number == other.prefix_number && base == other.base;
+    }
+  };
   struct NameOf {
-    std::string_view operator()(const WatchedPath& path) const noexcept { return path.name(); }
+    NameKey operator()(const WatchedPath& path) const noexcept {
+      return {path.prefix_number, path.base()};
+    }
+  };
+  struct NameHash {
+    std::size_t operator()(const NameKey& key) const noexcept {
+      return std::hash<std::string_view>{}(key.base) ^
+             static_cast<std::size_t>(key.prefix_number * 0x9E3779B97F4A7C15ull);
+    }
+  };
+  struct TextOf {
+    std::string_view operator()(const NamePrefix& prefix) const noexcept { return prefix.text(); }
   };
   struct FirstIdOf {
     std::uint64_t operator()(const WatchedPath& path) const noexcept { return path.first_id; }
@@ -315,6 +364,12 @@ class WatchRegistry {
   };
 
   static void destroy(WatchedPath* path) noexcept;
+  // The name in the directory part PREFIX (its text) with the rest BASE.
+  WatchedPath* find_parts(std::string_view prefix, std::string_view base) const noexcept;
+  // The directory part with text PREFIX, made if new, with one more user.
+  NamePrefix* use_prefix(std::string_view prefix);
+  // Drops a user of PREFIX, and PREFIX with its last user.
+  void release_prefix(NamePrefix* prefix) noexcept;
   static RegisteredId first_id_of(const WatchedPath& path) noexcept {
     return {path.first_id, path.first_id_polls ? WatchMode::poll : WatchMode::notify,
             path.first_id_has_baseline};
@@ -327,7 +382,12 @@ class WatchRegistry {
   // The name that split_path splits into DIR and NAME, in joined_.
   const std::string& join(std::string_view dir, std::string_view name) const;
 
-  IntrusiveTable<WatchedPath, std::string_view, &WatchedPath::next_by_name, NameOf> by_name_;
+  IntrusiveTable<WatchedPath, NameKey, &WatchedPath::next_by_name, NameOf, NameHash> by_name_;
+  IntrusiveTable<NamePrefix, std::string_view, &NamePrefix::next_by_text, TextOf> by_text_;
+  // Every directory part by its number, with null for a number free again,
+  // and the free numbers.
+  std::vector<NamePrefix*> prefixes_;
+  std::vector<std::uint32_t> free_prefix_numbers_;
   IntrusiveTable<WatchedPath, std::uint64_t, &WatchedPath::next_by_first_id, FirstIdOf, IdHash>
       by_first_id_;
   // The ids beyond each name's first, and the name of each.
@@ -340,8 +400,9 @@ class WatchRegistry {
   // of each.  They are never forgotten: there are too few to matter.
   std::vector<FileKind> kinds_;
   std::unordered_map<FileKind, std::uint32_t, FileKindHash> kind_numbers_;
-  // A directory and a name are joined here, so that a kernel event
-  // allocates nothing once the longest name has been seen.
+  // A directory and a name, or a directory and its slash, are joined here,
+  // so that a kernel event allocates nothing once the longest name has been
+  // seen.
   mutable std::string joined_;
 };
 

@@ -148,7 +148,7 @@ void Watcher::add(std::uint64_t id, std::string path, WatchMode mode, bool conte
     watched.contents = contents;
   } else if (contents && !watched.contents) {
     // A name first registered as a plain file now matters as a directory.
-    if (watched.has_kernel_interest) add_interest(watched.name());
+    if (watched.has_kernel_interest) add_interest(registry_.name_of(watched));
     watched.contents = true;
   }
   watched.first_usable_sweep = static_cast<std::uint32_t>(next_sweep_number_);
@@ -178,7 +178,7 @@ void Watcher::remove(std::uint64_t id) {
     // A sweep still in flight for this name finds no entry (or a newer
     // incarnation) and drops its result.
     if (watched.polled) {
-      polled_paths_.erase(std::string(watched.name()));
+      polled_paths_.erase(registry_.name_of(watched));
       engine_.stats().polled_files.store(polled_paths_.size(), std::memory_order_relaxed);
     }
     registry_.erase(&watched);
@@ -267,8 +267,8 @@ void Watcher::shutdown() {
 
 template <typename Visit>
 bool Watcher::any_interest_dir(const WatchedPath& watched, Visit visit) const {
-  if (visit(split_path(watched.name()).first)) return true;
-  if (watched.contents && visit(watched.name())) return true;
+  if (visit(registry_.dir_of(watched))) return true;
+  if (watched.contents && visit(registry_.name_of(watched))) return true;
   const std::string* target = registry_.target_of(watched);
   return target != nullptr && visit(split_path(*target).first);
 }
@@ -416,21 +416,20 @@ void Watcher::refresh_coverage(WatchedPath& watched) {
     auto it = dirs_.find(std::string(dir));
     return it != dirs_.end() && it->second.wd >= 0;
   };
-  std::string_view path = watched.name();
   // An entry has kernel interest exactly while one of its ids watches by
   // notification; the kernel covers it when every directory it needs is
   // watched.
   bool kernel_covers =
-      watched.has_kernel_interest && !split_path(path).second.empty() && !watched.link_unresolved &&
+      watched.has_kernel_interest && !watched.base().empty() && !watched.link_unresolved &&
       !any_interest_dir(watched, [&](std::string_view dir) { return !watched_dir(dir); });
   bool should_poll = registry_.has_id_with_mode(watched, WatchMode::poll) ||
                      (watched.has_kernel_interest && !kernel_covers);
   if (should_poll != watched.polled) {
     watched.polled = should_poll;
     if (should_poll) {
-      polled_paths_.insert(std::string(path));
+      polled_paths_.insert(registry_.name_of(watched));
     } else {
-      polled_paths_.erase(std::string(path));
+      polled_paths_.erase(registry_.name_of(watched));
     }
     engine_.stats().polled_files.store(polled_paths_.size(), std::memory_order_relaxed);
   }
@@ -584,7 +583,7 @@ void Watcher::mark_all_pending() {
 void Watcher::request_stat(WatchedPath& watched) {
   if (watched.stat_pending) return;
   watched.stat_pending = true;
-  pending_paths_.emplace_back(watched.name());
+  pending_paths_.push_back(registry_.name_of(watched));
 }
 
 // One flush timer serves every directory rather than one per directory: a
@@ -873,7 +872,7 @@ std::size_t Watcher::emit_changes(const std::unordered_set<std::uint64_t>& ids) 
   for (std::uint64_t id : ids) {
     WatchedPath* watched = registry_.find_by_id(id);
     if (!watched) continue;
-    engine_.emit(Record{RecordKind::file_changed, id, 0, std::string(watched->name())},
+    engine_.emit(Record{RecordKind::file_changed, id, 0, registry_.name_of(*watched)},
                  Engine::Wake::no);
     ++emitted;
   }

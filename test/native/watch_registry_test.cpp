@@ -50,7 +50,7 @@ TEST_CASE("registry: a registered name is found by name and by id, and holds its
   std::string name = "/home/user/project/src/a file with spaces and \xc3\xa9.txt";
   auto [path, inserted] = registry.add(7, name, WatchMode::notify);
   CHECK(inserted);
-  CHECK(path->name() == name);
+  CHECK(registry.name_of(*path) == name);
   CHECK(registry.find(name) == path);
   CHECK(registry.find("/home/user/project/src/other.txt") == nullptr);
   CHECK(registry.find_by_id(7) == path);
@@ -135,7 +135,7 @@ TEST_CASE("registry: ten thousand names and ids stay found as the tables grow an
   CHECK(visited == 10000);
   for (int i = 0; i < 10000; ++i) {
     REQUIRE(registry.find(name_of(i)) != nullptr);
-    REQUIRE(registry.find_by_id(i)->name() == name_of(i));
+    REQUIRE(registry.name_of(*registry.find_by_id(i)) == name_of(i));
   }
   // Removing all but every hundredth shrinks the tables; the rest stay found.
   for (int i = 0; i < 10000; ++i) {
@@ -157,8 +157,10 @@ TEST_CASE(
   WatchedPath* relative = registry.add(3, "bare", WatchMode::notify).first;
   WatchedPath* doubled = registry.add(4, "/a//d", WatchMode::notify).first;
   for (WatchedPath* path : {nested, in_root, relative, doubled}) {
-    auto [dir, name] = split_path(path->name());
+    std::string whole = registry.name_of(*path);
+    auto [dir, name] = split_path(whole);
     CHECK(registry.find_in(dir, name) == path);
+    CHECK(registry.dir_of(*path) == dir);
   }
   CHECK(split_path("/a/b/c.txt") ==
         std::make_pair(std::string_view("/a/b"), std::string_view("c.txt")));
@@ -166,6 +168,55 @@ TEST_CASE(
   CHECK(split_path("bare") == std::make_pair(std::string_view("."), std::string_view("bare")));
   CHECK(registry.find_in("/a/b", "other") == nullptr);
   CHECK(registry.find_in("/a", "b") == nullptr);
+}
+
+TEST_CASE(
+    "registry: names that differ only in how their directory is written stay apart, byte for byte",
+    "[registry]") {
+  WatchRegistry registry;
+  // One last component under directory parts a dot or a slash apart, and
+  // names whose last component is empty or whose directory part is.
+  std::vector<std::string> names = {"bare",  "./bare", "/bare", "//bare", "/a/b", "/a/b/",
+                                    "/a//b", "a/b",    "/",     "",       "/a/",  "/a"};
+  std::uint64_t id = 1;
+  std::vector<WatchedPath*> paths;
+  for (const std::string& name : names) {
+    auto [path, inserted] = registry.add(id++, name, WatchMode::poll);
+    CHECK(inserted);
+    paths.push_back(path);
+  }
+  REQUIRE(registry.size() == names.size());
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    CHECK(registry.name_of(*paths[i]) == names[i]);
+    CHECK(registry.find(names[i]) == paths[i]);
+    CHECK(registry.dir_of(*paths[i]) == split_path(names[i]).first);
+    CHECK(paths[i]->base() == split_path(names[i]).second);
+  }
+}
+
+TEST_CASE("registry: the names of one directory keep its text once, until the last of them goes",
+          "[registry]") {
+  WatchRegistry registry;
+  for (int i = 0; i < 100; ++i) {
+    registry.add(i, "/project/src/file" + std::to_string(i) + ".c", WatchMode::notify);
+  }
+  CHECK(registry.prefix_count() == 1);
+  registry.add(100, "/project/include/file.h", WatchMode::notify);
+  CHECK(registry.prefix_count() == 2);
+  for (int i = 0; i < 99; ++i) unregister(registry, i);
+  CHECK(registry.prefix_count() == 2);
+  WatchedPath* last = registry.find("/project/src/file99.c");
+  REQUIRE(last != nullptr);
+  CHECK(registry.find_in("/project/src", "file99.c") == last);
+  unregister(registry, 99);
+  CHECK(registry.prefix_count() == 1);
+  CHECK(registry.find_in("/project/src", "file99.c") == nullptr);
+  // The directory comes back with a new name, under a number used before.
+  WatchedPath* again = registry.add(101, "/project/src/new.c", WatchMode::notify).first;
+  CHECK(registry.prefix_count() == 2);
+  CHECK(registry.name_of(*again) == "/project/src/new.c");
+  CHECK(registry.find_in("/project/src", "new.c") == again);
+  CHECK(registry.name_of(*registry.find_by_id(100)) == "/project/include/file.h");
 }
 
 TEST_CASE("registry: symlinks are found through their target until it changes or they are erased",
