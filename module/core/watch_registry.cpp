@@ -232,8 +232,8 @@ void WatchRegistry::remove(WatchedPath& path, std::uint64_t id) noexcept {
     path.has_ids = false;
     return;
   }
-  // The next id becomes the first.  Linking it cannot allocate: the table
-  // held one more element a moment ago.
+  // The next id becomes the first.  Adding it back cannot grow the table,
+  // which held one more element a moment ago and shrinks only to a quarter.
   auto more_it = more_ids_of_.find(&path);
   auto& more = more_it->second;
   set_first_id(path, more.front());

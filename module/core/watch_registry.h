@@ -6,14 +6,13 @@
 // name itself.  A name is kept in two parts: its directory part (the text up
 // to and including its last slash), kept once for every name that shares it,
 // and the rest, in the name's own block (WatchedPath) after its fields, with
-// its first id and the baseline shared by its ids.  Hash tables find the
-// blocks, by directory part and rest and by first id, and the directory
-// parts by their text; each links its elements through a pointer inside the
-// element, so none allocates per element.  A kernel event names a directory
-// and an entry of it, which are the two parts of the name it concerns, so
-// the event finds the name without joining them.  Only what few names have
-// is kept in maps aside: the ids beyond a name's first, and symlink targets
-// with their links.
+// its first id and the baseline shared by its ids.  Hash tables of pointers
+// find the blocks, by directory part and rest and by first id, and the
+// directory parts by their text; none allocates per element.  A kernel event
+// names a directory and an entry of it, which are the two parts of the name
+// it concerns, so the event finds the name without joining them.  Only what
+// few names have is kept in maps aside: the ids beyond a name's first, and
+// symlink targets with their links.
 //
 // Engine thread only.
 #pragma once
@@ -63,46 +62,54 @@ struct FileSignature {
 // "/a" and "b", "/b" gives "/" and "b", and "b" gives "." and "b".
 std::pair<std::string_view, std::string_view> split_path(std::string_view path) noexcept;
 
-// A hash table of elements it does not own, chained through the member NEXT
-// of each element.  KEY_OF gives an element's key; HASH hashes a key.  The
-// bucket array doubles when the elements outnumber twice the buckets and
-// halves when they fall to an eighth of them, so it costs half a pointer to
-// one pointer per element, and a lookup follows one or two links on average.
-template <typename Element, typename Key, Element* Element::*Next, typename KeyOf,
-          typename Hash = std::hash<Key>>
-class IntrusiveTable {
+// A hash table of pointers to elements it does not own, with open
+// addressing: the slots hold the pointers themselves, so an element needs no
+// link of its own, and a collision takes the next free slot.  KEY_OF gives
+// an element's key; HASH hashes a key.  The slots double when the elements
+// would fill more than three quarters of them and halve when they fill less
+// than an eighth, so the table costs 10 to 21 bytes per element, about what
+// a chained table's link and bucket cost, and a lookup reads one to three
+// slots on average.
+template <typename Element, typename Key, typename KeyOf, typename Hash = std::hash<Key>>
+class PointerTable {
  public:
   Element* find(const Key& key) const noexcept {
-    if (buckets_.empty()) return nullptr;
-    for (Element* element = buckets_[index_of(key)]; element; element = element->*Next) {
+    if (slots_.empty()) return nullptr;
+    for (std::size_t index = home_of(key);; index = next(index)) {
+      Element* element = slots_[index];
+      if (!element) return nullptr;
       if (KeyOf{}(*element) == key) return element;
     }
-    return nullptr;
   }
 
-  // Links ELEMENT, whose key must not be in the table yet.
+  // Adds ELEMENT, whose key must not be in the table yet.
   void insert(Element* element) {
-    if (size_ + 1 > 2 * buckets_.size())
-      resize(std::max<std::size_t>(kMinBuckets, 2 * buckets_.size()));
-    Element*& head = buckets_[index_of(KeyOf{}(*element))];
-    element->*Next = head;
-    head = element;
+    if (4 * (size_ + 1) > 3 * slots_.size())
+      resize(std::max<std::size_t>(kMinSlots, 2 * slots_.size()));
+    place(element);
     ++size_;
   }
 
-  // Unlinks ELEMENT, which must be in the table.
+  // Takes ELEMENT, which must be in the table, out of it.
   void erase(Element* element) noexcept {
-    for (Element** link = &buckets_[index_of(KeyOf{}(*element))]; *link; link = &((*link)->*Next)) {
-      if (*link != element) continue;
-      *link = element->*Next;
-      element->*Next = nullptr;
-      --size_;
-      break;
+    std::size_t hole = home_of(KeyOf{}(*element));
+    while (slots_[hole] != element) hole = next(hole);
+    // Each later element of the run moves back into the hole unless that
+    // would put it before its home slot, where a lookup starts.
+    for (std::size_t index = next(hole); slots_[index]; index = next(index)) {
+      std::size_t home = home_of(KeyOf{}(*slots_[index]));
+      bool home_after_hole =
+          hole <= index ? hole < home && home <= index : hole < home || home <= index;
+      if (home_after_hole) continue;
+      slots_[hole] = slots_[index];
+      hole = index;
     }
-    if (buckets_.size() > kMinBuckets && size_ < buckets_.size() / 8) {
+    slots_[hole] = nullptr;
+    --size_;
+    if (slots_.size() > kMinSlots && size_ < slots_.size() / 8) {
       // Shrinking is an optimization: without memory for it, keep the table.
       try {
-        resize(buckets_.size() / 2);
+        resize(slots_.size() / 2);
       } catch (...) {
       }
     }
@@ -111,39 +118,34 @@ class IntrusiveTable {
   // Calls FN on every element.  FN must not insert or erase.
   template <typename Fn>
   void for_each(Fn&& fn) const {
-    for (Element* head : buckets_) {
-      for (Element* element = head; element;) {
-        Element* next = element->*Next;
-        fn(*element);
-        element = next;
-      }
+    for (Element* element : slots_) {
+      if (element) fn(*element);
     }
   }
 
   std::size_t size() const noexcept { return size_; }
 
  private:
-  static constexpr std::size_t kMinBuckets = 16;
+  static constexpr std::size_t kMinSlots = 16;
 
-  std::size_t index_of(const Key& key) const noexcept {
-    return Hash{}(key) & (buckets_.size() - 1);
+  std::size_t home_of(const Key& key) const noexcept { return Hash{}(key) & (slots_.size() - 1); }
+  std::size_t next(std::size_t index) const noexcept { return (index + 1) & (slots_.size() - 1); }
+
+  void place(Element* element) noexcept {
+    std::size_t index = home_of(KeyOf{}(*element));
+    while (slots_[index]) index = next(index);
+    slots_[index] = element;
   }
 
-  void resize(std::size_t bucket_count) {
-    std::vector<Element*> old(bucket_count, nullptr);
-    old.swap(buckets_);
-    for (Element* head : old) {
-      for (Element* element = head; element;) {
-        Element* next = element->*Next;
-        Element*& new_head = buckets_[index_of(KeyOf{}(*element))];
-        element->*Next = new_head;
-        new_head = element;
-        element = next;
-      }
+  void resize(std::size_t slot_count) {
+    std::vector<Element*> old(slot_count, nullptr);
+    old.swap(slots_);
+    for (Element* element : old) {
+      if (element) place(element);
     }
   }
 
-  std::vector<Element*> buckets_;
+  std::vector<Element*> slots_;
   std::size_t size_ = 0;
 };
 
@@ -161,7 +163,6 @@ struct RegisteredId {
 // rest joined give the name back byte for byte.  Made only by WatchRegistry,
 // as one block with the text after it, and shared by every name in it.
 struct NamePrefix {
-  NamePrefix* next_by_text = nullptr;
   // The names that have this part, and the part's number in the registry.
   std::uint32_t users = 0;
   std::uint32_t number = 0;
@@ -180,8 +181,6 @@ struct NamePrefix {
 // holds no pointer for it.  The fields are ordered so that the block has no
 // padding but its tail.
 struct WatchedPath {
-  WatchedPath* next_by_name = nullptr;
-  WatchedPath* next_by_first_id = nullptr;
   // The first id; its mode and baseline flag are the bit-fields below.
   std::uint64_t first_id = 0;
   // The signature every id with a baseline compares with: each sweep
@@ -236,9 +235,9 @@ struct WatchedPath {
     return static_cast<std::int32_t>(static_cast<std::uint32_t>(number) - first_usable_sweep) >= 0;
   }
 };
-// The fields take 78 bytes on a 64-bit system; a field added must pay for
+// The fields take 62 bytes on a 64-bit system; a field added must pay for
 // itself, since every watched file has this block.
-static_assert(sizeof(WatchedPath) <= 80, "a watched file's block grew");
+static_assert(sizeof(WatchedPath) <= 64, "a watched file's block grew");
 
 class WatchRegistry {
  public:
@@ -382,14 +381,13 @@ class WatchRegistry {
   // The name that split_path splits into DIR and NAME, in joined_.
   const std::string& join(std::string_view dir, std::string_view name) const;
 
-  IntrusiveTable<WatchedPath, NameKey, &WatchedPath::next_by_name, NameOf, NameHash> by_name_;
-  IntrusiveTable<NamePrefix, std::string_view, &NamePrefix::next_by_text, TextOf> by_text_;
+  PointerTable<WatchedPath, NameKey, NameOf, NameHash> by_name_;
+  PointerTable<NamePrefix, std::string_view, TextOf> by_text_;
   // Every directory part by its number, with null for a number free again,
   // and the free numbers.
   std::vector<NamePrefix*> prefixes_;
   std::vector<std::uint32_t> free_prefix_numbers_;
-  IntrusiveTable<WatchedPath, std::uint64_t, &WatchedPath::next_by_first_id, FirstIdOf, IdHash>
-      by_first_id_;
+  PointerTable<WatchedPath, std::uint64_t, FirstIdOf, IdHash> by_first_id_;
   // The ids beyond each name's first, and the name of each.
   std::unordered_map<const WatchedPath*, std::vector<RegisteredId>> more_ids_of_;
   std::unordered_map<std::uint64_t, WatchedPath*> more_ids_;

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -145,6 +146,51 @@ TEST_CASE("registry: ten thousand names and ids stay found as the tables grow an
   for (int i = 0; i < 10000; ++i) {
     CHECK((registry.find(name_of(i)) != nullptr) == (i % 100 == 0));
     CHECK((registry.find_by_id(i) != nullptr) == (i % 100 == 0));
+  }
+}
+
+namespace {
+
+struct Item {
+  int key;
+};
+struct KeyOfItem {
+  int operator()(const Item& item) const noexcept { return item.key; }
+};
+// Sends every key to one of the last four slots of the smallest table, so
+// that runs collide, wrap around the end and cross one another.
+struct CrowdingHash {
+  std::size_t operator()(int key) const noexcept { return 12 + key % 4; }
+};
+
+}  // namespace
+
+TEST_CASE("registry: a pointer table finds exactly its elements through colliding runs that wrap",
+          "[registry]") {
+  fastrevert::PointerTable<Item, int, KeyOfItem, CrowdingHash> table;
+  std::vector<Item> items(12);
+  for (int key = 0; key < 12; ++key) items[key].key = key;
+  std::set<int> present;
+  auto check_all = [&] {
+    CHECK(table.size() == present.size());
+    for (const Item& item : items) {
+      CHECK((table.find(item.key) == &item) == (present.count(item.key) != 0));
+    }
+    CHECK(table.find(99) == nullptr);
+  };
+  // Twelve elements fit the smallest table.  Toggling keys in a fixed
+  // pseudo-random order puts every kind of element at the wrap, and erases
+  // from every place in a run.
+  std::mt19937 random(20261201);
+  for (int step = 0; step < 3000; ++step) {
+    int key = static_cast<int>(random() % items.size());
+    if (present.erase(key) != 0) {
+      table.erase(&items[key]);
+    } else {
+      present.insert(key);
+      table.insert(&items[key]);
+    }
+    check_all();
   }
 }
 
