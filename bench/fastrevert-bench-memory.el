@@ -13,9 +13,9 @@
 ;; Turning a variant on costs some memory once, whatever the number of
 ;; files: fastrevert loads its Lisp and its module (with the libraries
 ;; the module pulls in) and starts its engine thread, with its stack
-;; and malloc arena, and either variant makes a kernel watch and a
-;; table per directory.  Stock's Lisp, `autorevert' and `filenotify',
-;; is loaded before anything is measured, since this file needs it.  So
+;; and malloc arena, and either variant makes a kernel watch per
+;; directory.  Stock's Lisp, `autorevert' and `filenotify', is loaded
+;; before anything is measured, since this file needs it.  So
 ;; that those one-off costs do not pass for a per-file cost, the child
 ;; covers the files in two steps and measures after each: first every
 ;; fifth buffer, which spans all ten directories, then the rest.  The
