@@ -246,9 +246,17 @@ Return a `fastrevert-vc--repo', or nil if Git could not answer."
          (root (gethash directory roots 'unknown)))
     (if (not (eq root 'unknown))
         root
-      (puthash directory (let ((root (vc-git-root directory)))
+      (puthash directory (let ((root (fastrevert-vc--git-root directory)))
                            (and root (file-name-as-directory (expand-file-name root))))
                roots))))
+
+(defun fastrevert-vc--git-root (directory)
+  "Return the answer of `vc-git-root' for DIRECTORY.
+Until vc-git is loaded, a DIRECTORY with no `.git' above it gets nil
+without loading it, as stock's check of a file outside Git does."
+  (when (or (featurep 'vc-git) (vc-find-root directory ".git"))
+    (require 'vc-git)
+    (vc-git-root directory)))
 
 (defun fastrevert-vc--lexical-p (directory root)
   "Return non-nil if DIRECTORY inside ROOT reaches it through no symlink.
@@ -653,7 +661,6 @@ versions once.  Buffers outside Git, or other backends' commands, are
 not affected."
   (if (or fastrevert-vc--batch (not (memq 'Git vc-handled-backends)))
       (funcall function)
-    (require 'vc-git)
     (let ((fastrevert-vc--batch
            (list :repos (make-hash-table :test #'equal)
                  :roots (make-hash-table :test #'equal)
@@ -661,14 +668,16 @@ not affected."
                  :masters (make-hash-table :test #'equal)
                  :versions (make-hash-table :test #'equal)
                  :separator version-separator
-                 :version-regexps version-regexp-alist
-                 :coding (or coding-system-for-read vc-git-log-output-coding-system))))
+                 :version-regexps version-regexp-alist)))
       (let* ((places (make-hash-table :test #'equal))
              (files (fastrevert-vc--collect buffers places)))
         (if (zerop (hash-table-count files))
             (funcall function)
-          (setq fastrevert-vc--batch (nconc fastrevert-vc--batch (list :files files
-                                                                       :places places)))
+          (setq fastrevert-vc--batch
+                (nconc fastrevert-vc--batch
+                       (list :files files :places places
+                             :coding (or coding-system-for-read
+                                         vc-git-log-output-coding-system))))
           (pcase-dolist (`(,symbol . ,advice) fastrevert-vc--advice)
             (when (fboundp symbol)
               (advice-add symbol :around advice '((depth . 100)))))

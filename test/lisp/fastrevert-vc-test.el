@@ -431,6 +431,32 @@ when it started."
               (should (equal answers (cons nil (make-list 10 t))))))
         (advice-remove 'version-to-list 'count-parses)))))
 
+(ert-deftest fastrevert-vc-batch-outside-git-does-not-load-vc-git-as-stock-does-not ()
+  "A batch of files in no Git work tree leaves vc-git unloaded, as stock does.
+Stock's `vc-refresh-state' loads vc-git only for a file below a
+`.git'; a batch that loaded it anyway would cost every user outside
+Git its code and data."
+  (fastrevert-test-with-temp-dir dir
+    (should-not (locate-dominating-file dir ".git"))
+    (let ((result
+           (fastrevert-test-batch-emacs
+            (list fastrevert-test-lisp-directory)
+            `(let* ((file (expand-file-name "plain.txt" ,dir))
+                    (buffer (progn (write-region "text\n" nil file)
+                                   (require 'fastrevert)
+                                   (find-file-noselect file)))
+                    (stock (featurep 'vc-git))
+                    (batch (fastrevert-vc-call-with-batch
+                            (list buffer)
+                            (lambda ()
+                              (with-current-buffer buffer (vc-refresh-state))
+                              (featurep 'vc-git)))))
+               (prin1 (list :stock stock :batch batch :backend
+                            (with-current-buffer buffer (vc-backend buffer-file-name))))))))
+      ;; The last line is the child's answer; messages may come before it.
+      (should (equal (cons (car result) (car (last (split-string (cdr result) "\n" t))))
+                     (cons 0 (prin1-to-string '(:stock nil :batch nil :backend nil))))))))
+
 (ert-deftest fastrevert-vc-batch-refresh-makes-no-buffer-per-file ()
   "A batch refresh makes a few buffers per repository, none per file.
 vc-git writes each Git command's output into a new buffer, and with
