@@ -67,9 +67,10 @@ std::pair<std::string_view, std::string_view> split_path(std::string_view path) 
 // link of its own, and a collision takes the next free slot.  KEY_OF gives
 // an element's key; HASH hashes a key.  The slots double when the elements
 // would fill more than three quarters of them and halve when they fill less
-// than an eighth, so the table costs 10 to 21 bytes per element, about what
-// a chained table's link and bucket cost, and a lookup reads one to three
-// slots on average.
+// than an eighth, so as it grows the table costs 10 to 21 bytes per element,
+// about what a chained table's link and bucket cost.  A lookup that finds
+// its element reads one to three slots on average, one that does not up to
+// about eight.
 template <typename Element, typename Key, typename KeyOf, typename Hash = std::hash<Key>>
 class PointerTable {
  public:
