@@ -143,16 +143,12 @@ const std::string& WatchRegistry::join(std::string_view dir, std::string_view na
 }
 
 WatchedPath* WatchRegistry::find_in(std::string_view dir, std::string_view name) const {
-  // split_path gives "." for a name without a slash, as for "./name", and
-  // "/" for a name in the root; every other directory is its directory part
-  // without the slash.
+  // split_path gives "." for a name without a slash, as for "./name".  The
+  // directory joined to an empty name is the directory part.
   if (dir == ".") {
     if (WatchedPath* path = find_parts({}, name)) return path;
   }
-  if (dir == "/") return find_parts(dir, name);
-  joined_.assign(dir);
-  joined_ += '/';
-  return find_parts(joined_, name);
+  return find_parts(join(dir, {}), name);
 }
 
 std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_view path,

@@ -399,9 +399,9 @@ class WatchRegistry {
   // of each.  They are never forgotten: there are too few to matter.
   std::vector<FileKind> kinds_;
   std::unordered_map<FileKind, std::uint32_t, FileKindHash> kind_numbers_;
-  // A directory and a name, or a directory and its slash, are joined here,
-  // so that a kernel event allocates nothing once the longest name has been
-  // seen.
+  // A directory and a name, or a directory and an empty name (its directory
+  // part), are joined here, so that a kernel event allocates nothing once the
+  // longest name has been seen.
   mutable std::string joined_;
 };
 
