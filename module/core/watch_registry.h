@@ -10,9 +10,9 @@
 // find the blocks, by directory part and rest and by first id, and the
 // directory parts by their text; none allocates per element.  A kernel event
 // names a directory and an entry of it, which are the two parts of the name
-// it concerns, so the event finds the name without joining them.  Only what
-// few names have is kept in maps aside: the ids beyond a name's first, and
-// symlink targets with their links.
+// it concerns, so the event finds the name by them, never building it whole.
+// Only what few names have is kept in maps aside: the ids beyond a name's
+// first, and symlink targets with their links.
 //
 // Engine thread only.
 #pragma once
