@@ -686,12 +686,16 @@ This is the function of `auto-revert-timer' while `fastrevert-mode' is on."
 Except on a tick of stock polling, the call reaches the engine's
 buffers too (see `fastrevert--covered-buffers'), and checks before it
 returns each one owed a check.  Those that input kept it from reaching
-are checked as soon as Emacs is idle."
+are checked as soon as Emacs is idle.  The whole call, a caller's
+filter of the buffers included (Magit has one), runs in the setting of
+a batch (see `fastrevert--call-as-batch'): with many buffers, frequent
+garbage collections would cost more than the checks."
   (if (or fastrevert--bypass (not fastrevert-mode) fastrevert--polling-tick)
       (funcall function)
     (fastrevert--apply-changed-settings)
     (prog1 (let ((fastrevert--checking-now t))
-             (fastrevert--call-deferring-vc function))
+             (fastrevert--call-as-batch
+              (lambda () (fastrevert--call-deferring-vc function))))
       (dolist (buffer auto-revert-remaining-buffers)
         (when (and (buffer-live-p buffer)
                    (fastrevert--descriptor-p

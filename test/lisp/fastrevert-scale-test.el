@@ -98,6 +98,31 @@ a collection between the two halves would only delay the refreshes."
         (should after-revert)
         (should (= at-refresh after-revert))))))
 
+(ert-deftest fastrevert-scale-auto-revert-buffers-call-and-its-filter-collect-no-garbage ()
+  "A call of `auto-revert-buffers' runs under a batch's GC threshold.
+Magit calls it after each Git command, narrowing its buffers with a
+filter that runs on every one of them: that filter, and the checks,
+must not collect garbage on the way, as a batch does not."
+  (fastrevert-test-with-temp-dir dir
+    (let* ((seen nil)
+           ;; Innermost, where Magit's filter sits.
+           (filter (lambda (function)
+                     (let ((before gcs-done))
+                       ;; 16 MB: past the default threshold, well under a batch's.
+                       (make-vector (* 2 1024 1024) nil)
+                       (prog1 (funcall function)
+                         (setq seen (list gc-cons-threshold before gcs-done)))))))
+      (advice-add 'auto-revert-buffers :around filter '((depth . 100)))
+      (unwind-protect
+          (fastrevert-scale-test--with-mode
+            (fastrevert-scale-test--visit (expand-file-name "d.txt" dir))
+            (auto-revert-buffers)
+            (pcase-let ((`(,threshold ,before ,after) seen))
+              (should (>= threshold fastrevert--batch-gc-threshold))
+              (should (= before after)))
+            (should (< gc-cons-threshold fastrevert--batch-gc-threshold)))
+        (advice-remove 'auto-revert-buffers filter)))))
+
 (ert-deftest fastrevert-scale-revert-keeps-a-case-fold-search-a-hook-sets ()
   "A value a revert hook gives `case-fold-search' stays, as in stock Emacs."
   (fastrevert-test-with-temp-dir dir
