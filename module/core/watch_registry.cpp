@@ -40,8 +40,7 @@ WatchRegistry::~WatchRegistry() {
 
 WatchedPath* WatchRegistry::find_parts(std::string_view prefix,
                                        std::string_view base) const noexcept {
-  const NamePrefix* found = by_text_.find(prefix);
-  return found ? by_name_.find({found->number, base}) : nullptr;
+  return find_under(by_text_.find(prefix), base);
 }
 
 WatchedPath* WatchRegistry::find(std::string_view path) const noexcept {
@@ -64,10 +63,10 @@ std::string_view WatchRegistry::dir_of(const WatchedPath& path) const noexcept {
   return prefix.substr(0, prefix.size() - 1);
 }
 
-NamePrefix* WatchRegistry::use_prefix(std::string_view text) {
-  if (NamePrefix* found = by_text_.find(text)) {
-    ++found->users;
-    return found;
+NamePrefix* WatchRegistry::use_prefix(NamePrefix* known, std::string_view text) {
+  if (known) {
+    ++known->users;
+    return known;
   }
   if (free_prefix_numbers_.empty()) {
     if (prefixes_.size() >= UINT32_MAX) throw std::bad_alloc();
@@ -154,7 +153,12 @@ WatchedPath* WatchRegistry::find_in(std::string_view dir, std::string_view name)
 std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_view path,
                                                  WatchMode mode) {
   RegisteredId registered{id, mode, false};
-  if (WatchedPath* existing = find(path)) {
+  std::size_t length = prefix_length(path);
+  std::string_view prefix_text = path.substr(0, length);
+  std::string_view base = path.substr(length);
+  // The directory part is looked up once, for the name and for its share.
+  NamePrefix* known = by_text_.find(prefix_text);
+  if (WatchedPath* existing = find_under(known, base)) {
     if (!existing->has_ids) {
       set_first_id(*existing, registered);
       by_first_id_.insert(existing);
@@ -172,9 +176,7 @@ std::pair<WatchedPath*, bool> WatchRegistry::add(std::uint64_t id, std::string_v
     return {existing, false};
   }
   if (path.size() > UINT32_MAX) throw std::bad_alloc();
-  std::size_t length = prefix_length(path);
-  std::string_view base = path.substr(length);
-  NamePrefix* prefix = use_prefix(path.substr(0, length));
+  NamePrefix* prefix = use_prefix(known, prefix_text);
   WatchedPath* entry;
   try {
     void* memory = ::operator new(sizeof(WatchedPath) + base.size());

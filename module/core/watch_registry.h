@@ -366,8 +366,13 @@ class WatchRegistry {
   static void destroy(WatchedPath* path) noexcept;
   // The name in the directory part PREFIX (its text) with the rest BASE.
   WatchedPath* find_parts(std::string_view prefix, std::string_view base) const noexcept;
-  // The directory part with text PREFIX, made if new, with one more user.
-  NamePrefix* use_prefix(std::string_view prefix);
+  // The name in the directory part PREFIX, if kept, with the rest BASE.
+  WatchedPath* find_under(const NamePrefix* prefix, std::string_view base) const noexcept {
+    return prefix ? by_name_.find({prefix->number, base}) : nullptr;
+  }
+  // The directory part with text PREFIX, with one more user: KNOWN, when
+  // it is already kept (what by_text_ finds for PREFIX), or else a new one.
+  NamePrefix* use_prefix(NamePrefix* known, std::string_view prefix);
   // Drops a user of PREFIX, and PREFIX with its last user.
   void release_prefix(NamePrefix* prefix) noexcept;
   static RegisteredId first_id_of(const WatchedPath& path) noexcept {
