@@ -117,6 +117,7 @@ must not collect garbage on the way, as a batch does not."
           (fastrevert-scale-test--with-mode
             (fastrevert-scale-test--visit (expand-file-name "d.txt" dir))
             (auto-revert-buffers)
+            (should seen)
             (pcase-let ((`(,threshold ,before ,after) seen))
               (should (>= threshold fastrevert--batch-gc-threshold))
               (should (= before after)))
