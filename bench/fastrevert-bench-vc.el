@@ -327,12 +327,26 @@ Auto-Revert mode) or `magit' (`magit-auto-revert-mode')."
         (when (eq engine 'fastrevert) (fastrevert-mode -1))
         (fastrevert-bench--set-custom 'auto-revert-use-notify old-notify)))))
 
+(defun fastrevert-bench-vc--follow-magit-process (on-exit)
+  "Follow the Git process a Magit command left running, if any.
+Magit 4 runs some commands' Git asynchronously and refreshes, reverting
+buffers, from the process's sentinel: the sentinel's time counts as the
+main thread's, and ON-EXIT is called as it starts on the ended process."
+  (let ((process (bound-and-true-p magit-this-process)))
+    (when (process-live-p process)
+      (add-function :around (process-sentinel process) #'fastrevert-bench-vc--time-handler)
+      (add-function :before (process-sentinel process)
+                    (lambda (process _event)
+                      (unless (process-live-p process)
+                        (funcall on-exit)))))))
+
 (defun fastrevert-bench-vc--checkout-once (impl buffers dir deadline)
   "Check out `other' in DIR under IMPL and time BUFFERS catching up.
 Give up after DEADLINE seconds.  Return a plist: :text and :vc
 \(seconds until every text and every `vc-mode' matched, nil if not
 within DEADLINE), :git-seconds (until the checkout's Git process
-ended), :stale-text, :stale-vc, :busy-ms (main thread), :git and
+ended, or, when Magit runs it asynchronously, until its sentinel ran),
+:stale-text, :stale-vc, :busy-ms (main thread), :git and
 :vc-git (processes)."
   (let* ((expected (let ((table (make-hash-table :test #'eq)))
                      (dolist (buffer buffers table)
@@ -365,12 +379,13 @@ ended), :stale-text, :stale-vc, :busy-ms (main thread), :git and
                            (setq text-at (float-time))))
                        '((name . fastrevert-bench-vc-texts)))
            (unwind-protect
-               (progn
+               ;; Magit's refresh, run from a process sentinel with Magit
+               ;; 4, works in the directory the command started from.
+               (let ((default-directory dir))
                  (setq start (float-time))
                  (if (eq (cadr impl) 'magit)
-                     (let ((default-directory dir)
-                           (begin (float-time)))
-                       ;; Magit runs `git checkout' synchronously, then
+                     (let ((begin (float-time)))
+                       ;; Magit 3 runs `git checkout' synchronously, then
                        ;; refreshes (and reverts) before the command returns.
                        (advice-add 'process-file :around
                                    (lambda (function &rest args)
@@ -381,17 +396,20 @@ ended), :stale-text, :stale-vc, :busy-ms (main thread), :git and
                        (unwind-protect (magit-checkout "other")
                          (advice-remove 'process-file 'fastrevert-bench-vc-git-end))
                        (setq fastrevert-bench-vc--busy
-                             (+ fastrevert-bench-vc--busy (- (float-time) begin))))
+                             (+ fastrevert-bench-vc--busy (- (float-time) begin)))
+                       (fastrevert-bench-vc--follow-magit-process
+                        (lambda () (setq git-end (float-time)))))
                    (setq git-end (fastrevert-bench-vc--sh-while-running
                                   dir "git checkout -q other")))
                  (let ((end (+ start deadline)))
                    (while (and (< (float-time) end)
-                               (not (and vc-at (fastrevert-bench-vc--settled-p))))
+                               (not (and vc-at git-end (fastrevert-bench-vc--settled-p))))
                      (unless text-at
                        (when (funcall text-done) (setq text-at (float-time))))
                      (when (and text-at (not vc-at) (funcall vc-done))
                        (setq vc-at (float-time)))
-                     (unless vc-at (read-event nil nil 0.01)))))
+                     (unless (and vc-at git-end (fastrevert-bench-vc--settled-p))
+                       (read-event nil nil 0.01)))))
              (advice-remove 'fastrevert-vc-call-with-batch 'fastrevert-bench-vc-texts)))
          (let ((git (fastrevert-bench-vc--count-git)))
            (setq result
@@ -498,21 +516,22 @@ Each is (SERIES FILES SECONDS).")
      "Every file of a repository (10 directories) is visited; another branch, which
 changes every file, is checked out by `git checkout' from outside Emacs, or by
 `magit-checkout' under `magit-auto-revert-mode'.  Seconds until every buffer's
-text matches its file and until every `vc-mode' names the new branch (\"never\"
-when not within %d s, with the stale counts), the main thread's time in timers,
-file-notify events, fastrevert's wake-ups and the Magit command itself, and Git
-processes Emacs started (all of them, and those of VC refreshes; Magit's own
-make the difference).  The floor is `revert-buffer' of every buffer in a loop,
-with VC on, after the same checkout; ratios are against it.  The rows are
-timed from the start of the checkout, the floor from its end: \"Git s\" is
-when the checkout's Git process ended, and \"after Git / floor\" the time
-from then until every `vc-mode' was right, against the floor.  The floor leaves
-every `vc-mode' as it was: `revert-buffer' keeps VC's cached state of the file.
-The VC floor is what brings them right the stock way: each buffer reverted, its
-file's VC state cleared and `vc-refresh-state' run, one after another; \"vc / VC
-floor\" compares with it.  Stock polling runs
-at the smallest size only: one tick refreshes every buffer's VC state with
-four Git processes each.%s\n\n"
+text matches its file and until every `vc-mode' names the new branch
+(\"never\" when not within %d s, with the stale counts), the main thread's
+time in timers, file-notify events, fastrevert's wake-ups and the Magit
+command itself (with its process sentinel where Magit runs Git asynchronously,
+as Magit 4 does), and Git processes Emacs started (all of them, and those of
+VC refreshes; Magit's own make the difference).  The floor is `revert-buffer'
+of every buffer in a loop, with VC on, after the same checkout; ratios are
+against it.  The rows are timed from the start of the checkout, the floor from
+its end: \"Git s\" is when the checkout's Git process ended (with Magit 4,
+when Emacs ran its sentinel), and \"after Git / floor\" the time from then
+until every `vc-mode' was right, against the floor.  The floor leaves every
+`vc-mode' as it was: `revert-buffer' keeps VC's cached state of the file.  The
+VC floor is what brings them right the stock way: each buffer reverted, its
+file's VC state cleared and `vc-refresh-state' run, one after another; \"vc /
+VC floor\" compares with it.  Stock polling runs at the smallest size only: one
+tick refreshes every buffer's VC state with four Git processes each.%s\n\n"
      deadline (if magit "" "  Magit is not installed: no Magit rows."))
     (fastrevert-bench--print-table
      '("files" "implementation" "texts s" "vc-modes s" "vc / floor" "Git s"
