@@ -94,7 +94,7 @@ run `make' in the fastrevert source tree or M-x fastrevert-module-compile"
 ;; module/core/child.h).  They change together with it.
 
 (defconst fastrevert--record-kinds
-  [echo notice file-changed file-watched process-output process-exit process-error]
+  [echo notice file-changed file-watched process-output process-exit process-error vc-changed]
   "The kinds of engine records, each at the index of its `RecordKind' value.
 The module hands a record's kind to Lisp as this symbol.")
 
@@ -102,6 +102,15 @@ The module hands a record's kind to Lisp as this symbol.")
   "The code of a `file-watched' record whose first check waits.
 The file's repository is in a VCS operation; a `file-changed' record
 for it follows when the operation ends.")
+
+(defconst fastrevert--vc-changed-head 1
+  "The bit of a `vc-changed' record's code for a moved HEAD.
+HEAD, the branch it names, or Mercurial's branch or bookmarks changed.")
+
+(defconst fastrevert--vc-changed-index 2
+  "The bit of a `vc-changed' record's code for a changed index.
+Git's index or Mercurial's dirstate changed; these are watched only
+while `auto-revert-check-vc-info' is non-nil.")
 
 (defconst fastrevert--output-stdout-bytes 1
   "The code of a `process-output' record whose data is standard output.")

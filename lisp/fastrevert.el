@@ -102,6 +102,7 @@ spent handling engine results; and those of the VC batches (see
 (declare-function fastrevert--mod-watch-configure "fastrevert-module"
                   (poll-interval settle-delay safety-poll))
 (declare-function fastrevert--mod-watch-hold-limit "fastrevert-module" (limit))
+(declare-function fastrevert--mod-watch-vc-info "fastrevert-module" (with-index))
 
 (defcustom fastrevert-settle-delay 0.03
   "Seconds a changed file must stay quiet before its buffer is checked.
@@ -243,32 +244,75 @@ changing the file's repository, and the check waits for the
 (defun fastrevert--queue (buffer)
   "Check BUFFER for reverting soon."
   (puthash buffer t fastrevert--pending)
+  (fastrevert--schedule-check))
+
+(defun fastrevert--schedule-check ()
+  "Check the pending buffers and refresh the VC state of others, soon."
   (unless fastrevert--revert-timer
     (setq fastrevert--revert-timer
           (run-at-time 0 nil #'fastrevert--revert-pending))))
 
+(defvar fastrevert--vc-pending (make-hash-table :test #'eq)
+  "Buffers whose VC state is still to be refreshed.
+They were reverted, or their repository's HEAD, branch or index
+changed (see `fastrevert--on-vc-changed').")
+
+(defconst fastrevert--vc-follow-up-seconds 10.0
+  "How long after a revert's VC refresh a move of HEAD refreshes it again.
+Git moves HEAD only after it has written the work tree and the index,
+so a buffer reverted in between gets the old branch in its mode line.
+When `auto-revert-check-vc-info' is nil, stock refreshes VC state only
+after a revert; a move of HEAD this soon after one is taken as the
+end of the operation that the revert saw, and refreshes it once more.")
+
+(defvar fastrevert--vc-refreshed-at (make-hash-table :test #'eq :weakness 'key)
+  "When each buffer's VC state was last refreshed after a revert.")
+
+(defun fastrevert--on-vc-changed (id _code _data)
+  "Queue the VC refresh of the buffer watched under ID.
+The engine reports that the control files of the buffer's repository
+changed: HEAD or its branch moved, or the index changed (watched only
+while `auto-revert-check-vc-info' is non-nil).  With that option
+non-nil in the buffer, its VC state is refreshed, as stock refreshes
+it at every tick of polling; otherwise only if a revert refreshed it
+in the last `fastrevert--vc-follow-up-seconds', as the end of the
+operation that the revert saw."
+  (let ((buffer (fastrevert--buffer-of id)))
+    (when (and buffer
+               (buffer-local-value 'buffer-file-name buffer)
+               (or (buffer-local-value 'auto-revert-check-vc-info buffer)
+                   (let ((refreshed (gethash buffer fastrevert--vc-refreshed-at)))
+                     (and refreshed
+                          (< (- (float-time) refreshed) fastrevert--vc-follow-up-seconds)))))
+      (puthash buffer t fastrevert--vc-pending)
+      (fastrevert--schedule-check))))
+
 (defun fastrevert--take-pending (queue)
-  "Return the live buffers of QUEUE, visible ones first, and empty it."
-  (let (visible hidden)
+  "Return the live buffers of QUEUE, visible ones first, and empty it.
+The value is (COUNT . BUFFERS), COUNT being how many are visible."
+  (let (visible hidden (count 0))
     (maphash (lambda (buffer _)
                (when (buffer-live-p buffer)
-                 (if (get-buffer-window buffer 'visible)
-                     (push buffer visible)
-                   (push buffer hidden))))
+                 (if (not (get-buffer-window buffer 'visible))
+                     (push buffer hidden)
+                   (push buffer visible)
+                   (setq count (1+ count)))))
              queue)
     (clrhash queue)
-    (nconc visible hidden)))
+    (cons count (nconc visible hidden))))
 
 (defun fastrevert--note-revert ()
   "Record that the buffer being checked was reverted."
   (setq fastrevert--reverted t))
 
-(defvar fastrevert--vc-pending (make-hash-table :test #'eq)
-  "Reverted buffers whose VC state is still to be refreshed.")
+(defun fastrevert--note-revert-refresh (buffer)
+  "Note that BUFFER's VC state is refreshed after a revert, now."
+  (puthash buffer (float-time) fastrevert--vc-refreshed-at))
 
 (defun fastrevert--defer-vc-refresh ()
   "Queue the current buffer's VC refresh for after the batch's reverts.
 Stands in for `vc-refresh-state' while the stock handler runs."
+  (fastrevert--note-revert-refresh (current-buffer))
   (puthash (current-buffer) t fastrevert--vc-pending))
 
 (defun fastrevert--check-buffer (buffer)
@@ -320,7 +364,9 @@ together before it returns, with the Git processes of one batch."
       (unwind-protect
           (let ((fastrevert--deferring-vc t))
             (cl-letf (((symbol-function 'vc-refresh-state)
-                       (lambda () (puthash (current-buffer) t queue))))
+                       (lambda ()
+                         (fastrevert--note-revert-refresh (current-buffer))
+                         (puthash (current-buffer) t queue))))
               (funcall function)))
         (when (> (hash-table-count queue) 0)
           (fastrevert--refresh-vc-of-all (fastrevert--queued queue)))))))
@@ -361,10 +407,13 @@ of one directory share an entry."
 (defun fastrevert--work-through (queue function message)
   "Call FUNCTION on the live buffers of QUEUE, visible ones first.
 QUEUE is a hash table whose keys are buffers; each buffer leaves it as
-it is handled.  When `auto-revert-stop-on-user-input' is non-nil, stop
-at pending input.  Show progress with MESSAGE past 50 buffers.  Return
-non-nil if QUEUE was emptied."
-  (let* ((buffers (fastrevert--take-pending queue))
+it is handled.  Once the visible ones are done, Emacs redisplays them
+before it goes on to the others.  When `auto-revert-stop-on-user-input'
+is non-nil, stop at pending input.  Show progress with MESSAGE past 50
+buffers.  Return non-nil if QUEUE was emptied."
+  (let* ((taken (fastrevert--take-pending queue))
+         (visible (car taken))
+         (buffers (cdr taken))
          (total (length buffers))
          (reporter (and (> total 50) (make-progress-reporter message 0 total)))
          (done 0))
@@ -376,6 +425,8 @@ non-nil if QUEUE was emptied."
               (with-demoted-errors "fastrevert: %S"
                 (funcall function buffer))))
           (setq done (1+ done))
+          (when (and (= done visible) buffers (not noninteractive))
+            (redisplay))
           (when reporter (progress-reporter-update reporter done)))
       ;; Whatever was not reached, by input or by an error, stays queued.
       (dolist (buffer buffers) (puthash buffer t queue)))
@@ -457,11 +508,13 @@ Emacs's hash tables never shrink: a queue would keep a checkout's room."
     queue))
 
 (defun fastrevert--revert-pending ()
-  "Check every pending buffer, then refresh the reverted ones' VC state.
-Visible buffers go first, and Emacs redisplays the new texts before
-the VC refreshes start, which share their Git processes (see
-`fastrevert-vc-call-with-batch').  When `auto-revert-stop-on-user-input'
-is non-nil, stop at pending input and resume as soon as Emacs is idle."
+  "Check every pending buffer, then refresh the VC state of the others due.
+Those are the reverted buffers and those whose repository changed (see
+`fastrevert--on-vc-changed').  Visible buffers go first, and Emacs
+redisplays the new texts before the VC refreshes start, which share
+their Git processes (see `fastrevert-vc-call-with-batch').  When
+`auto-revert-stop-on-user-input' is non-nil, stop at pending input and
+resume as soon as Emacs is idle."
   (setq fastrevert--revert-timer nil)
   (let ((start (float-time)))
     (unwind-protect
@@ -494,33 +547,6 @@ is non-nil, stop at pending input and resume as soon as Emacs is idle."
               (run-with-idle-timer 0 nil #'fastrevert--revert-pending)))
       (setq fastrevert--main-thread-seconds
             (+ fastrevert--main-thread-seconds (- (float-time) start))))))
-
-;;;;; VC state
-
-(defvar fastrevert--vc-timer nil
-  "Timer refreshing the VC state of watched buffers, or nil.")
-
-(defun fastrevert--refresh-vc ()
-  "Refresh the VC state of every buffer the engine watches for a file.
-Stock polling does this on every tick when `auto-revert-check-vc-info'
-is non-nil, since a commit or checkout can change the state without
-changing the file; this does the same at `auto-revert-interval'."
-  (let ((start (float-time)))
-    (fastrevert--refresh-vc-of-all
-     (cl-remove-if-not (lambda (buffer) (buffer-local-value 'buffer-file-name buffer))
-                       (fastrevert--watched-buffer-list))
-     t)
-    (setq fastrevert--main-thread-seconds
-          (+ fastrevert--main-thread-seconds (- (float-time) start)))))
-
-(defun fastrevert--update-vc-timer ()
-  "Run `fastrevert--refresh-vc' periodically exactly when it is asked for."
-  (when (timerp fastrevert--vc-timer)
-    (cancel-timer fastrevert--vc-timer))
-  (setq fastrevert--vc-timer
-        (and fastrevert-mode auto-revert-check-vc-info
-             (run-with-timer auto-revert-interval auto-revert-interval
-                             #'fastrevert--refresh-vc))))
 
 ;;;;; Advice on the stock machinery
 
@@ -626,7 +652,8 @@ buffer it covers (see `fastrevert--covered-buffers')."
   "Pass the current intervals to the engine."
   (fastrevert--mod-watch-configure auto-revert-interval fastrevert-settle-delay
                                    (not auto-revert-avoid-polling))
-  (fastrevert--mod-watch-hold-limit fastrevert-vc-hold-limit))
+  (fastrevert--mod-watch-hold-limit fastrevert-vc-hold-limit)
+  (fastrevert--mod-watch-vc-info auto-revert-check-vc-info))
 
 (defvar fastrevert--reconfigure-timer nil
   "Timer that applies changed settings, or nil.")
@@ -642,7 +669,6 @@ buffer it covers (see `fastrevert--covered-buffers')."
   (setq fastrevert--reconfigure-timer nil)
   (when fastrevert-mode
     (fastrevert--configure-engine)
-    (fastrevert--update-vc-timer)
     (dolist (buffer (buffer-list))
       (with-current-buffer buffer
         (when (fastrevert--descriptor-p auto-revert-notify-watch-descriptor)
@@ -784,6 +810,7 @@ runs `fastrevert--poll-stock-buffers'."
   (fastrevert--configure-engine)
   (setf (alist-get 'file-changed fastrevert--record-handlers) #'fastrevert--on-file-changed)
   (setf (alist-get 'file-watched fastrevert--record-handlers) #'fastrevert--on-file-watched)
+  (setf (alist-get 'vc-changed fastrevert--record-handlers) #'fastrevert--on-vc-changed)
   (pcase-dolist (`(,symbol . ,advice) fastrevert--advice)
     (advice-add symbol :around advice))
   (advice-add 'auto-revert--global-add-current-buffer :after #'fastrevert--adopt-current-buffer)
@@ -800,7 +827,6 @@ runs `fastrevert--poll-stock-buffers'."
   (dolist (buffer (buffer-list))
     (with-current-buffer buffer
       (fastrevert--adopt-current-buffer)))
-  (fastrevert--update-vc-timer)
   (auto-revert-set-timer)
   ;; Replacing the stock watches drops the notifications they had queued;
   ;; one check now covers every change made before the engine's watches.
@@ -827,17 +853,18 @@ runs `fastrevert--poll-stock-buffers'."
   (remove-hook 'kill-buffer-hook #'fastrevert--unregister)
   (setf (alist-get 'file-changed fastrevert--record-handlers nil t) nil)
   (setf (alist-get 'file-watched fastrevert--record-handlers nil t) nil)
+  (setf (alist-get 'vc-changed fastrevert--record-handlers nil t) nil)
   (fastrevert--forget-watched-buffers)
   (clrhash fastrevert--pending)
   (clrhash fastrevert--vc-pending)
   (clrhash fastrevert--held)
+  (clrhash fastrevert--vc-refreshed-at)
   (setq fastrevert--stock-buffers nil)
   (dolist (timer (list fastrevert--revert-timer fastrevert--reconfigure-timer
-                       fastrevert--vc-timer fastrevert--release-timer))
+                       fastrevert--release-timer))
     (when (timerp timer) (cancel-timer timer)))
   (setq fastrevert--revert-timer nil
         fastrevert--reconfigure-timer nil
-        fastrevert--vc-timer nil
         fastrevert--release-timer nil)
   ;; Stock auto-revert adds its file-notify watches as it polls; one pass
   ;; now restores them and the timer at once.

@@ -46,6 +46,8 @@ const char* record_kind_name(RecordKind kind) noexcept {
       return "process-exit";
     case RecordKind::process_error:
       return "process-error";
+    case RecordKind::vc_changed:
+      return "vc-changed";
   }
   return "unknown";
 }

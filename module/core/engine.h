@@ -39,6 +39,9 @@ enum class RecordKind : std::uint8_t {
   process_output,  // id: the process id; code: 1 stdout, 2 stderr; data: bytes.
   process_exit,    // id: the process id; code, data: how it ended (see process_table.h).
   process_error,   // id: the process id; data: why the engine gave the process up.
+  vc_changed,      // id: a watched file's id; code: what changed in its repository's
+                   // control files, a bit per ControlRole (1 HEAD or its branch,
+                   // 2 the index); data: the repository's control directory.
 };
 
 // The symbol Lisp knows KIND by.  `fastrevert--record-kinds' lists these

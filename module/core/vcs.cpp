@@ -1,5 +1,6 @@
 #include "core/vcs.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -12,30 +13,84 @@ namespace fastrevert {
 
 namespace {
 
+// Git's lock files end so; a command creates one beside each file it is
+// about to replace and renames it over that file when done.
+constexpr std::string_view kLockSuffix = ".lock";
+
+// Refs are usually a handful of branches; a repository with a great many
+// loose ones is looked into only this far for their locks.
+constexpr int kMaxRefEntries = 4096;
+
+// What HEAD names in a repository whose refs are in the reftable format,
+// where HEAD itself is only kept for older Git to recognize the directory.
+constexpr std::string_view kReftableHead = "refs/heads/.invalid";
+
 bool entry_exists(const std::string& path) {
   struct stat status;
   // lstat: Mercurial's wlock is a symlink to a name that does not exist.
   return lstat(path.c_str(), &status) == 0;
 }
 
-// The directory a ".git" file names ("gitdir: PATH"), as Git reads it: a
-// relative PATH is relative to the file's directory.  Empty if FILE does not
-// say.
-std::string read_gitdir_file(const std::string& dir, const std::string& file) {
+// The first 4 KiB of FILE, or empty if it cannot be read.  The files read
+// here (".git" files, "commondir", HEAD) are a line long.
+std::string read_small_file(const std::string& file) {
   int fd = open(file.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return {};
   std::array<char, 4096> buffer;
   ssize_t length = read(fd, buffer.data(), buffer.size());
   close(fd);
   if (length <= 0) return {};
-  std::string text(buffer.data(), static_cast<std::size_t>(length));
+  return std::string(buffer.data(), static_cast<std::size_t>(length));
+}
+
+// TEXT's first line, without its line end.
+std::string first_line(std::string_view text) {
+  std::string_view line = text.substr(0, text.find('\n'));
+  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+  return std::string(line);
+}
+
+// PATH as Git reads a directory named in a file of DIR: relative to DIR.
+std::string relative_to(const std::string& dir, std::string path) {
+  if (!path.empty() && path.front() != '/') path = (dir == "/" ? "" : dir) + "/" + path;
+  return path;
+}
+
+// The directory a ".git" file names ("gitdir: PATH"), as Git reads it: a
+// relative PATH is relative to the file's directory.  Empty if FILE does not
+// say.
+std::string read_gitdir_file(const std::string& dir, const std::string& file) {
+  std::string text = read_small_file(file);
   const std::string prefix = "gitdir: ";
   if (text.compare(0, prefix.size(), prefix) != 0) return {};
-  std::string path = text.substr(prefix.size());
-  while (!path.empty() && (path.back() == '\n' || path.back() == '\r')) path.pop_back();
-  if (path.empty()) return {};
-  if (path.front() != '/') path = (dir == "/" ? "" : dir) + "/" + path;
-  return path;
+  return relative_to(dir, first_line(std::string_view(text).substr(prefix.size())));
+}
+
+bool ends_with(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() &&
+         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Whether DIR or a directory below it holds a lock file, looking at no more
+// than *BUDGET entries in all.
+bool lock_below(const std::string& dir, int* budget) {
+  DIR* stream = opendir(dir.c_str());
+  if (!stream) return false;
+  bool found = false;
+  while (!found && *budget > 0) {
+    dirent* entry = readdir(stream);
+    if (!entry) break;
+    --*budget;
+    std::string_view name = entry->d_name;
+    if (name == "." || name == "..") continue;
+    if (ends_with(name, kLockSuffix)) {
+      found = true;
+    } else if (entry->d_type == DT_DIR || entry->d_type == DT_UNKNOWN) {
+      found = lock_below(dir + "/" + entry->d_name, budget);
+    }
+  }
+  closedir(stream);
+  return found;
 }
 
 // The control directory of a repository whose top is DIR itself, or empty.
@@ -62,23 +117,87 @@ std::string parent_of(const std::string& dir) {
   return dir.substr(0, slash);
 }
 
-bool is_mercurial(const std::string& control_dir) {
-  return control_dir.size() >= 4 && control_dir.compare(control_dir.size() - 4, 4, "/.hg") == 0;
+}  // namespace
+
+bool is_lock_name(std::string_view name) noexcept {
+  return ends_with(name, kLockSuffix) || name == "wlock" || name == "lock";
 }
 
-}  // namespace
+bool is_mercurial(const std::string& control_dir) noexcept {
+  return ends_with(control_dir, "/.hg");
+}
+
+std::string git_common_dir(const std::string& control_dir) {
+  std::string named = first_line(read_small_file(control_dir + "/commondir"));
+  return named.empty() ? control_dir : relative_to(control_dir, std::move(named));
+}
+
+std::string head_ref_of(std::string_view text) {
+  constexpr std::string_view prefix = "ref: ";
+  if (text.substr(0, prefix.size()) != prefix) return {};
+  return first_line(text.substr(prefix.size()));
+}
+
+std::string read_head_ref(const std::string& head_file) {
+  return head_ref_of(read_small_file(head_file));
+}
 
 RepositoryState probe_repository(const std::string& control_dir) {
   RepositoryState state;
   if (is_mercurial(control_dir)) {
-    state.locked = entry_exists(control_dir + "/wlock");
+    // The working directory's lock, and the store's (older repositories
+    // keep it beside the other).
+    state.locked = entry_exists(control_dir + "/wlock") ||
+                   entry_exists(control_dir + "/store/lock") || entry_exists(control_dir + "/lock");
     return state;
   }
-  state.locked = entry_exists(control_dir + "/index.lock");
+  // A checkout commits the index and only then moves HEAD, and a commit
+  // moves its branch before it commits the index: every lock of the files
+  // that decide what a work tree holds and what VC shows keeps the hold.
+  // Branches are what HEAD names; tags and remote-tracking refs change
+  // neither.
+  state.common_dir = git_common_dir(control_dir);
+  const std::string& common_dir = state.common_dir;
+  int budget = kMaxRefEntries;
+  state.locked = entry_exists(control_dir + "/index.lock") ||
+                 entry_exists(control_dir + "/HEAD.lock") ||
+                 entry_exists(common_dir + "/packed-refs.lock") ||
+                 entry_exists(common_dir + "/reftable/tables.list.lock") ||
+                 lock_below(common_dir + "/refs/heads", &budget);
   state.sequence = entry_exists(control_dir + "/rebase-merge") ||
                    entry_exists(control_dir + "/rebase-apply") ||
                    entry_exists(control_dir + "/sequencer");
   return state;
+}
+
+std::vector<ControlFile> control_files(const std::string& control_dir,
+                                       const std::string& common_dir, std::string_view head_ref,
+                                       bool with_index) {
+  std::vector<ControlFile> files;
+  if (is_mercurial(control_dir)) {
+    // The branch, and the bookmarks with the active one, which vc-hg shows;
+    // the dirstate holds the working directory's parents and each file's
+    // state.
+    for (const char* name : {"branch", "bookmarks", "bookmarks.current"}) {
+      files.push_back({ControlRole::head, control_dir + "/" + name});
+    }
+    if (with_index) files.push_back({ControlRole::index, control_dir + "/dirstate"});
+    return files;
+  }
+  files.push_back({ControlRole::head, control_dir + "/HEAD"});
+  if (head_ref == kReftableHead) {
+    // Refs in the reftable format: every ref update replaces its list of
+    // tables.
+    files.push_back({ControlRole::head, common_dir + "/reftable/tables.list"});
+  } else {
+    // A branch lives in a file of its own, or, once packed, in packed-refs.
+    if (!head_ref.empty()) {
+      files.push_back({ControlRole::head, common_dir + "/" + std::string(head_ref)});
+    }
+    files.push_back({ControlRole::head, common_dir + "/packed-refs"});
+  }
+  if (with_index) files.push_back({ControlRole::index, control_dir + "/index"});
+  return files;
 }
 
 const std::string& RepositoryFinder::control_dir_of(const std::string& dir) {

@@ -19,21 +19,28 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
 namespace fastrevert {
 
 // What a look into a repository's control directory (a Git directory or a
 // ".hg") found.
 struct RepositoryState {
-  // A command holds the repository's lock: Git's index.lock, Mercurial's
-  // wlock.  Git writes the work tree under index.lock.
+  // A command holds one of the repository's locks.  Git writes the work tree
+  // and the index under index.lock, then moves HEAD under HEAD.lock and a
+  // branch under its ref's lock (or packed-refs.lock); Mercurial works under
+  // wlock and its store's lock.
   bool locked = false;
   // A command of several steps is under way or has stopped half-way: a
   // rebase (rebase-merge, rebase-apply) or a series of cherry-picks or
   // reverts (sequencer).
   bool sequence = false;
+  // Where a Git repository's refs are: git_common_dir's answer.  Empty for
+  // Mercurial.
+  std::string common_dir;
 
   bool busy() const noexcept { return locked || sequence; }
 };
@@ -41,6 +48,50 @@ struct RepositoryState {
 // Any thread.  Looks into CONTROL_DIR now; what cannot be seen counts as
 // absent.
 RepositoryState probe_repository(const std::string& control_dir);
+
+// Whether NAME, an entry of a control directory, is one of the locks a
+// command takes there: Git's "*.lock", Mercurial's "wlock" and "lock".
+bool is_lock_name(std::string_view name) noexcept;
+
+// Whether CONTROL_DIR is Mercurial's (a ".hg"), not a Git directory.
+bool is_mercurial(const std::string& control_dir) noexcept;
+
+// Any thread.  The Git directory that holds CONTROL_DIR's refs: the one its
+// "commondir" file names (a linked work tree's), else CONTROL_DIR itself.
+std::string git_common_dir(const std::string& control_dir);
+
+// The ref that the text of a Git HEAD file names: "refs/heads/main" for
+// "ref: refs/heads/main\n".  Empty when HEAD is detached (it holds a commit)
+// or the text is no symbolic ref.
+std::string head_ref_of(std::string_view text);
+
+// Any thread.  The ref the Git HEAD file HEAD_FILE names now (head_ref_of);
+// empty if it names none or cannot be read.
+std::string read_head_ref(const std::string& head_file);
+
+// What a control file tells VC, and so what its change means.
+enum class ControlRole : std::uint8_t {
+  // Which commit and branch the work tree is on: Git's HEAD and the ref it
+  // names (loose, or in packed-refs); Mercurial's branch and bookmarks.  A
+  // commit, a checkout or a branch switch changes one of them.
+  head,
+  // Which files are tracked and staged: Git's index, Mercurial's dirstate.
+  // Watched only when asked for (auto-revert-check-vc-info).
+  index,
+};
+
+struct ControlFile {
+  ControlRole role;
+  std::string path;
+};
+
+// The control files of the repository of CONTROL_DIR whose change changes
+// what VC shows for its files.  For Git, COMMON_DIR is git_common_dir's
+// answer and HEAD_REF the ref HEAD names (head_ref_of), empty if none; the
+// loose ref file is listed only then.  WITH_INDEX adds the index role's.
+std::vector<ControlFile> control_files(const std::string& control_dir,
+                                       const std::string& common_dir, std::string_view head_ref,
+                                       bool with_index);
 
 // Any thread.  Finds the repository that holds a directory, memoizing every
 // directory it looks at; a sweep makes one for its files.
@@ -77,6 +128,12 @@ class OperationHold {
   static constexpr std::chrono::milliseconds kSequenceQuiet{500};
   // How often a held repository is looked into.
   static constexpr std::chrono::milliseconds kProbeInterval{50};
+  // How long after a lock of a repository came or went it still counts as
+  // held: Git takes its locks one after another, with no lock in between,
+  // though only for microseconds.  Shorter than the watcher's default settle
+  // delay, so that the sweep that confirms the last of an operation's
+  // changes finds the operation over.
+  static constexpr std::chrono::milliseconds kLockQuiet{25};
 
   // REPORT reports the held changes of a set of ids.  PROBE asks for a look into a
   // control directory, whose result comes back through update().

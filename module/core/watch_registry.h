@@ -226,6 +226,9 @@ struct WatchedPath {
   bool stat_pending : 1;
   bool stat_in_flight : 1;
   bool polled : 1;
+  // Counted among the names of its directory part's repository (see
+  // Watcher's repository links).
+  bool in_repository : 1;
 
   // The name after its directory part: split_path's second half.
   std::string_view base() const noexcept {

@@ -181,6 +181,7 @@ void Watcher::remove(std::uint64_t id) {
       polled_paths_.erase(registry_.name_of(watched));
       engine_.stats().polled_files.store(polled_paths_.size(), std::memory_order_relaxed);
     }
+    if (watched.in_repository) unlink_repository(watched);
     registry_.erase(&watched);
     update_poll_timer();
     return;
@@ -505,6 +506,7 @@ void Watcher::read_inotify_events() {
       bool matched = false;
       if (known_watch) {
         for (const auto& dir : dirs_by_wd_[event.wd]) {
+          if (!lock_activity_.empty()) note_lock_activity(dir, name);
           // The event's own name, a symlink whose target it is, and the
           // directory itself when registered with its contents, which every
           // event inside it concerns.
@@ -643,6 +645,18 @@ void Watcher::launch_sweeps() {
     entry.path = path;
     entry.incarnation = watched.incarnation;
     entry.contents = watched.contents;
+    if (watched.base() == "HEAD") {
+      registry_.for_each_id(watched, [&](RegisteredId& node) {
+        if (entry.read_head || !is_control_id(node.id)) return;
+        auto control = control_ids_.find(node.id);
+        auto repository = control == control_ids_.end()
+                              ? repositories_.end()
+                              : repositories_.find(control->second.control_dir);
+        if (repository == repositories_.end()) return;
+        entry.read_head = true;
+        entry.common_dir = repository->second.common_dir;
+      });
+    }
     job->entries.push_back(std::move(entry));
   }
   pending_paths_ = std::move(still_pending);
@@ -698,6 +712,18 @@ void Watcher::run_sweep(SweepJob& job) noexcept {
       std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
     }
     entry.signature = read_file_signature(entry.path);
+    if (entry.read_head) {
+      try {
+        entry.head_ref = read_head_ref(entry.path);
+        if (!entry.head_ref.empty()) {
+          entry.branch = read_file_signature(entry.common_dir + "/" + entry.head_ref);
+        }
+      } catch (...) {
+        // Short of memory: the branch's file stays as it was, and HEAD's
+        // change is still reported.
+        entry.read_head = false;
+      }
+    }
     struct stat link_status;
     entry.is_symlink = lstat(entry.path.c_str(), &link_status) == 0 && S_ISLNK(link_status.st_mode);
     if (!entry.is_symlink) continue;
@@ -763,6 +789,9 @@ void Watcher::apply_sweep(SweepJob& job) {
   // that report again, so it is left out.
   std::unordered_set<std::uint64_t> released = apply_repositories(job);
   std::size_t emitted = emit_changes(released);
+  // HEADs read by this sweep, applied once every entry is: a new branch
+  // changes which control files are registered.
+  std::vector<std::pair<std::uint64_t, const SweepEntry*>> heads;
   for (const auto& entry : job.entries) {
     WatchedPath* found = registry_.find(entry.path);
     if (!found || found->incarnation != entry.incarnation) continue;
@@ -787,6 +816,14 @@ void Watcher::apply_sweep(SweepJob& job) {
         // file but before this stat.
         node.has_baseline = true;
         baselined = true;
+        if (is_control_id(node.id)) {
+          auto control = control_ids_.find(node.id);
+          if (control != control_ids_.end() && control->second.report_first_look &&
+              !hold_change(node.id, job, entry)) {
+            report_change(node.id, entry.path);
+          }
+          return;
+        }
         // In a repository a VCS operation is changing, that first check would
         // read a half-written state; it waits for the operation like a change.
         bool held = hold_change(node.id, job, entry);
@@ -796,13 +833,22 @@ void Watcher::apply_sweep(SweepJob& job) {
       }
       if (!changed) return;
       if (hold_change(node.id, job, entry) || released.count(node.id) != 0) return;
-      engine_.emit(Record{RecordKind::file_changed, node.id, 0, entry.path}, Engine::Wake::no);
-      ++emitted;
+      if (report_change(node.id, entry.path)) ++emitted;
     });
     if (baselined) registry_.set_baseline(watched, entry.signature);
+    // Which branch's file is watched follows HEAD at once, whether the
+    // change of HEAD is reported now or held.
+    if (entry.read_head && (changed || (baselined && !had_baseline))) {
+      registry_.for_each_id(watched, [&](RegisteredId& node) {
+        if (is_control_id(node.id)) heads.emplace_back(node.id, &entry);
+      });
+    }
     update_link_target(watched, entry);
+    link_repository(watched, entry, job);
   }
+  for (const auto& [id, head] : heads) note_head(id, *head);
   if (emitted > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);
+  report_repository_changes();
   // One wake for the whole sweep, once every record is queued: Emacs then
   // takes them in one drain and reverts them as one batch, rather than
   // starting on the first while the rest are still being queued.
@@ -824,76 +870,6 @@ void Watcher::update_link_target(WatchedPath& watched, const SweepEntry& entry) 
     }
   }
   refresh_coverage(watched);
-}
-
-// ---------------------------------------------------------------------------
-// VCS operations.  Every sweep finds the repositories of its files and looks
-// into each of them after it has stat'ed the files, so a repository found
-// idle was idle when the last of them was stat'ed: whatever Emacs reads
-// afterwards is what the operation left.  The hold (vcs.h) decides from that
-// whether a confirmed change is reported at once or when the operation ends.
-
-void Watcher::probe_repositories(SweepJob& job) {
-  RepositoryFinder finder;
-  std::unordered_map<std::string, int> index_of;
-  for (std::size_t i = 0; i < job.repositories.size(); ++i) {
-    index_of.emplace(job.repositories[i].first, static_cast<int>(i));
-  }
-  for (auto& entry : job.entries) {
-    // A directory registered with its contents (Dired) belongs to the
-    // repository it is in; a file, even a deleted one, to its directory's.
-    const std::string& control_dir = finder.control_dir_of(
-        entry.contents ? entry.path : std::string(split_path(entry.path).first));
-    if (control_dir.empty()) continue;
-    auto [index_it, inserted] =
-        index_of.try_emplace(control_dir, static_cast<int>(job.repositories.size()));
-    if (inserted) job.repositories.emplace_back(control_dir, RepositoryState{});
-    entry.repository = index_it->second;
-  }
-  for (auto& [control_dir, state] : job.repositories) state = probe_repository(control_dir);
-}
-
-std::unordered_set<std::uint64_t> Watcher::apply_repositories(const SweepJob& job) {
-  std::unordered_set<std::uint64_t> released;
-  for (const auto& [control_dir, state] : job.repositories) {
-    released.merge(hold_.update(control_dir, state));
-  }
-  return released;
-}
-
-bool Watcher::hold_change(std::uint64_t id, const SweepJob& job, const SweepEntry& entry) {
-  if (entry.repository < 0) return false;
-  const auto& [control_dir, state] = job.repositories[static_cast<std::size_t>(entry.repository)];
-  return hold_.offer(id, control_dir, state);
-}
-
-std::size_t Watcher::emit_changes(const std::unordered_set<std::uint64_t>& ids) {
-  std::size_t emitted = 0;
-  for (std::uint64_t id : ids) {
-    WatchedPath* watched = registry_.find_by_id(id);
-    if (!watched) continue;
-    engine_.emit(Record{RecordKind::file_changed, id, 0, registry_.name_of(*watched)},
-                 Engine::Wake::no);
-    ++emitted;
-  }
-  return emitted;
-}
-
-void Watcher::report_held_changes(const std::unordered_set<std::uint64_t>& ids) {
-  if (emit_changes(ids) > 0) engine_.stats().batches.fetch_add(1, std::memory_order_relaxed);
-  engine_.wake_if_pending();
-}
-
-void Watcher::request_probe(const std::string& control_dir) {
-  if (shutting_down_) return;
-  pending_probes_.insert(control_dir);
-  // With the settle delay, files still being reported join the same sweep,
-  // and the hold ends in the batch that reports them.
-  schedule_flush(FlushUrgency::settle);
-}
-
-void Watcher::set_hold_limit(std::chrono::milliseconds limit) {
-  hold_.set_limit(limit);
 }
 
 void Watcher::notice_failure_once(const char* function, int error, const char* consequence) {

@@ -104,11 +104,21 @@ class Watcher : public Service {
   // The longest a running VCS operation holds back its repository's
   // changes (see OperationHold); zero holds nothing.  Default 5 s.
   void set_hold_limit(std::chrono::milliseconds limit);
+  // Whether the index of each repository (Mercurial's dirstate) is watched
+  // as well as what HEAD names: `auto-revert-check-vc-info'.  Default off.
+  void set_watch_index(bool enabled);
 
   // True when no stat is in flight or pending: every event read so far has
   // been confirmed and reported.  Tests use it as a synchronization point.
   bool idle() const noexcept;
-  std::size_t registration_count() const noexcept { return registry_.id_count(); }
+  // The ids registered by add(), not counting the watcher's own.
+  std::size_t registration_count() const noexcept {
+    return registry_.id_count() - control_ids_.size();
+  }
+  // How many repositories hold registered files, and how many control files
+  // the watcher watches in them.
+  std::size_t repository_count() const noexcept { return repositories_.size(); }
+  std::size_t control_file_count() const noexcept { return control_ids_.size(); }
   std::size_t sweeps_in_flight() const noexcept { return sweeps_in_flight_.size(); }
   std::size_t held_changes() const noexcept { return hold_.held_changes(); }
 
@@ -136,6 +146,13 @@ class Watcher : public Service {
     // Index into SweepJob::repositories of the repository holding PATH, or
     // -1 for none.
     int repository = -1;
+    // PATH is a Git HEAD the watcher watches, whose text the sweep reads: the
+    // ref it names (head_ref_of) goes into HEAD_REF, and what a stat of that
+    // ref's file in COMMON_DIR found into BRANCH.
+    bool read_head = false;
+    std::string common_dir;
+    std::string head_ref;
+    FileSignature branch;
   };
 
   // A batch of stats run by a pool thread.  Shared by the job's two halves:
@@ -200,11 +217,58 @@ class Watcher : public Service {
   // Engine thread: hands the sweep's findings to the hold, returning the ids
   // whose held changes that ends; and tells whether the hold keeps the
   // change of ID (confirmed by a sweep).
-  std::unordered_set<std::uint64_t> apply_repositories(const SweepJob& job);
+  std::unordered_set<std::uint64_t> apply_repositories(SweepJob& job);
   bool hold_change(std::uint64_t id, const SweepJob& job, const SweepEntry& entry);
   // Queues a file_changed record for each of IDS still registered, without
-  // waking Emacs; returns how many.
+  // waking Emacs, and notes the changes of control files; returns how many
+  // records.
   std::size_t emit_changes(const std::unordered_set<std::uint64_t>& ids);
+  // A change to the file registered under ID, named PATH, is confirmed and
+  // not held: queues its file_changed record, or, for a control file, notes
+  // the change of its repository.  Returns whether a record was queued.
+  bool report_change(std::uint64_t id, std::string_view path);
+
+  // Repositories and their control files.  Every registered name that Emacs
+  // visits as a file (not a listing, not a control file) is linked, through
+  // its directory part, to the repository that its sweeps find it in.  The
+  // watcher registers, under ids of its own, the control files of each
+  // repository with linked names, and reports a change to one of them with a
+  // vc_changed record for each id of those names.
+  static constexpr std::uint64_t kControlIdBase = std::uint64_t{1} << 63;
+  static bool is_control_id(std::uint64_t id) noexcept { return id >= kControlIdBase; }
+  // Links WATCHED to the repository its sweep ENTRY of JOB found it in, or
+  // to none.
+  void link_repository(WatchedPath& watched, const SweepEntry& entry, const SweepJob& job);
+  void unlink_repository(WatchedPath& watched);
+  // One more (or one fewer) directory part is linked to the repository of
+  // CONTROL_DIR; the first makes it, as JOB found it, with control files
+  // watched by MODE, and the last forgets it.
+  void add_repository_user(const std::string& control_dir, const SweepJob& job, WatchMode mode);
+  void drop_repository_user(const std::string& control_dir);
+  // Registers and unregisters the control files of the repository of
+  // CONTROL_DIR so that they are those its state and the settings call for.
+  // What changes before a control file's first look cannot be seen as a
+  // change, so that first look reports its repository as changed, since
+  // Emacs may have read the state before.  BRANCH, when not null, is what
+  // the branch HEAD names looked like when HEAD was read, after a switch
+  // that is itself reported: a branch file newly registered takes it as
+  // its baseline, so that a move of the new branch is seen from then on.
+  struct WatchedRepository;
+  void sync_control_files(const std::string& control_dir, WatchedRepository& repository,
+                          const FileSignature* branch = nullptr);
+  // The sweep ENTRY read the HEAD registered under ID.
+  void note_head(std::uint64_t id, const SweepEntry& entry);
+  // Unregisters the control file ID of REPOSITORY.
+  void forget_control_file(std::uint64_t id, WatchedRepository& repository);
+  // A kernel event named NAME in the directory DIR: if DIR holds control
+  // files and NAME is a lock, a command is at work in their repository.
+  void note_lock_activity(const std::string& dir, std::string_view name);
+  // Whether a lock came or went in a directory of REPOSITORY's control files
+  // less than OperationHold::kLockQuiet ago.
+  bool lock_recently_active(const WatchedRepository& repository) const;
+  // Queues the vc_changed records of every repository whose control files
+  // changed since the last call.
+  void report_repository_changes();
   // Reports, as one batch, the changes of IDS whose hold ended on its timer;
   // and asks for a look into a repository on the hold's behalf.
   void report_held_changes(const std::unordered_set<std::uint64_t>& ids);
@@ -254,6 +318,47 @@ class Watcher : public Service {
   // has asked to look into with the next sweep.
   OperationHold hold_;
   std::unordered_set<std::string> pending_probes_;
+
+  // A repository holding linked names, by its control directory.
+  struct WatchedRepository {
+    // Where its refs are (git_common_dir), and the ref HEAD named when last
+    // read; empty until then, and while HEAD is detached.
+    std::string common_dir;
+    std::string head_ref;
+    // The directory parts linked to it.
+    std::size_t directories = 0;
+    // How its control files are watched: as the name that made it was.
+    WatchMode mode = WatchMode::notify;
+    // Its control files, by id.
+    std::vector<std::pair<std::uint64_t, std::string>> control_files;
+    // What changed since it was last reported, a bit per ControlRole.
+    unsigned changed = 0;
+  };
+  // The repository of a directory part's names, and how many are linked.
+  struct RepositoryLink {
+    std::string control_dir;
+    std::uint32_t names = 0;
+  };
+  // A control file's repository and role, and whether its first look is
+  // reported as a change (see sync_control_files).
+  struct ControlId {
+    std::string control_dir;
+    ControlRole role = ControlRole::head;
+    bool report_first_look = false;
+  };
+  std::unordered_map<std::string, WatchedRepository> repositories_;
+  // By the directory part's number (WatchedPath::prefix_number).
+  std::unordered_map<std::uint32_t, RepositoryLink> repository_links_;
+  std::unordered_map<std::uint64_t, ControlId> control_ids_;
+  std::uint64_t next_control_id_ = kControlIdBase;
+  // The directories of control files, each with how many control files are
+  // in it and when a lock in it last came or went (uv_now; 0 for never).
+  struct LockActivity {
+    std::size_t control_files = 0;
+    std::uint64_t last = 0;
+  };
+  std::unordered_map<std::string, LockActivity> lock_activity_;
+  bool watch_index_ = false;
   // Failure kinds ("function:errno") already reported with a notice.
   std::set<std::pair<std::string, int>> noticed_failures_;
 

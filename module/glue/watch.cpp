@@ -19,6 +19,13 @@ using namespace fastrevert::glue;
 
 namespace {
 
+// A watch id: Lisp's are natural numbers, the watcher's own are beyond them.
+std::uint64_t watch_id(Env& env, emacs_value id) {
+  std::int64_t value = env.to_integer(id);
+  if (value < 0) env.wrong_type("natnump", id);
+  return static_cast<std::uint64_t>(value);
+}
+
 WatchMode watch_mode(Env& env, emacs_value mode) {
   if (env.eq(mode, env.intern("notify"))) return WatchMode::notify;
   if (env.eq(mode, env.intern("poll"))) return WatchMode::poll;
@@ -33,7 +40,7 @@ FASTREVERT_DEFUN("fastrevert--mod-watch-add", mod_watch_add, 3, 4,
                  "A change is reported as a `file-changed' result for ID.  Non-nil\n"
                  "CONTENTS means FILE is a directory whose entries matter, as for Dired.\n\n"
                  "(fn ID FILE MODE &optional CONTENTS)") {
-  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  std::uint64_t id = watch_id(env, args[0]);
   std::string path = env.to_bytes(args[1]);
   WatchMode mode = watch_mode(env, args[2]);
   bool contents = nargs > 3 && env.truthy(args[3]);
@@ -45,7 +52,7 @@ FASTREVERT_DEFUN("fastrevert--mod-watch-add", mod_watch_add, 3, 4,
 
 FASTREVERT_DEFUN("fastrevert--mod-watch-remove", mod_watch_remove, 1, 1,
                  "Stop watching the file registered under ID.\n\n(fn ID)") {
-  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  std::uint64_t id = watch_id(env, args[0]);
   runtime.post([id](Engine& e) { e.service<Watcher>().remove(id); });
   return env.nil();
 }
@@ -72,6 +79,18 @@ FASTREVERT_DEFUN("fastrevert--mod-watch-hold-limit", mod_watch_hold_limit, 1, 1,
                  "means busy; zero holds nothing.\n\n(fn LIMIT)") {
   auto limit = ceil_milliseconds(env.to_duration(args[0]));
   post_or_signal(env, [limit](Engine& e) { e.service<Watcher>().set_hold_limit(limit); });
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-watch-vc-info", mod_watch_vc_info, 1, 1,
+                 "Watch each repository's index too when WITH-INDEX is non-nil.\n"
+                 "HEAD and the branch it names (Mercurial: the branch and bookmarks)\n"
+                 "are always watched in every repository holding a watched file; a\n"
+                 "change to one is reported with a `vc-changed' result for each id\n"
+                 "of its files.  This adds the index (Mercurial: the dirstate), as\n"
+                 "`auto-revert-check-vc-info' asks.\n\n(fn WITH-INDEX)") {
+  bool with_index = env.truthy(args[0]);
+  post_or_signal(env, [with_index](Engine& e) { e.service<Watcher>().set_watch_index(with_index); });
   return env.nil();
 }
 

@@ -843,26 +843,6 @@ A local binding costs memory in each of many watched buffers."
           (should (< (- (float-time) start) 1.5))
           (should-not (fastrevert--mod-running-p)))))))
 
-(ert-deftest fastrevert-revert-check-vc-info-refreshes-vc-state-periodically ()
-  (fastrevert-test-with-temp-dir dir
-    (fastrevert-revert-test--with-mode
-      (let* ((file (expand-file-name "vc.txt" dir))
-             (buffer (fastrevert-revert-test--visit file "v\n"))
-             (refreshed 0))
-        (advice-add 'vc-refresh-state :before
-                    (lambda () (when (eq (current-buffer) buffer)
-                                 (setq refreshed (1+ refreshed))))
-                    '((name . count-refreshes)))
-        (unwind-protect
-            (progn
-              (should-not fastrevert--vc-timer)
-              (setq auto-revert-interval 0.1
-                    auto-revert-check-vc-info t)
-              (should (fastrevert-test-wait-for (lambda () (>= refreshed 2))))
-              (setq auto-revert-check-vc-info nil)
-              (should (fastrevert-test-wait-for (lambda () (null fastrevert--vc-timer)))))
-          (advice-remove 'vc-refresh-state 'count-refreshes))))))
-
 (ert-deftest fastrevert-revert-global-ignore-settings-are-honoured ()
   (fastrevert-test-with-temp-dir dir
     (fastrevert-revert-test--with-mode

@@ -137,6 +137,7 @@ Return `separate' for a primitive tested on its own below."
     ('fastrevert--mod-watch-configure (list 5 0.03 nil))
     ('fastrevert--mod-watch-hold-limit (list fastrevert-vc-hold-limit))
     ('fastrevert--mod-watch-remove (list (fastrevert-robust-test--next-id)))
+    ('fastrevert--mod-watch-vc-info (list nil))
     ((or 'fastrevert--mod-running-p 'fastrevert--mod-stats 'fastrevert--mod-test-delayed-stats
          'fastrevert--mod-version)
      nil)

@@ -3,12 +3,20 @@
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 #include "catch_compat.h"
 #include "core/vcs.h"
 #include "support.h"
 
+using fastrevert::control_files;
+using fastrevert::ControlFile;
+using fastrevert::ControlRole;
+using fastrevert::git_common_dir;
+using fastrevert::head_ref_of;
+using fastrevert::is_lock_name;
 using fastrevert::probe_repository;
+using fastrevert::read_head_ref;
 using fastrevert::RepositoryFinder;
 using fastrevert::test::TempDir;
 using fastrevert::test::write_file;
@@ -68,4 +76,103 @@ TEST_CASE("vcs: a look into a repository sees its lock and a sequence under way"
   CHECK_FALSE(probe_repository(dir / ".hg").busy());
   REQUIRE(symlink("host:12345", (dir / ".hg/wlock").c_str()) == 0);
   CHECK(probe_repository(dir / ".hg").locked);
+}
+
+TEST_CASE("vcs: every lock a Git command takes on the way to a new HEAD keeps it busy", "[vcs]") {
+  TempDir dir;
+  make_dir(dir / ".git");
+  make_dir(dir / ".git/refs");
+  make_dir(dir / ".git/refs/heads");
+  make_dir(dir / ".git/refs/heads/feature");
+  make_dir(dir / ".git/refs/tags");
+  for (const char* lock : {"index.lock", "HEAD.lock", "packed-refs.lock", "refs/heads/main.lock",
+                           "refs/heads/feature/x.lock"}) {
+    INFO(lock);
+    std::string path = dir / ".git" + "/" + lock;
+    write_file(path, "");
+    CHECK(probe_repository(dir / ".git").locked);
+    REQUIRE(unlink(path.c_str()) == 0);
+    CHECK_FALSE(probe_repository(dir / ".git").busy());
+  }
+  // A tag's lock moves no branch: no work tree or mode line depends on it.
+  write_file(dir / ".git/refs/tags/v1.lock", "");
+  CHECK_FALSE(probe_repository(dir / ".git").locked);
+
+  // Mercurial's store lock counts as its working directory's.
+  make_dir(dir / ".hg");
+  make_dir(dir / ".hg/store");
+  write_file(dir / ".hg/store/lock", "");
+  CHECK(probe_repository(dir / ".hg").locked);
+}
+
+TEST_CASE("vcs: a linked work tree's refs are found in its common directory", "[vcs]") {
+  TempDir dir;
+  make_dir(dir / "main.git");
+  make_dir(dir / "main.git/worktrees");
+  make_dir(dir / "main.git/worktrees/wt");
+  CHECK(git_common_dir(dir / "main.git") == dir / "main.git");
+  write_file(dir / "main.git/worktrees/wt/commondir", "../..\n");
+  CHECK(git_common_dir(dir / "main.git/worktrees/wt") == dir / "main.git/worktrees/wt/../..");
+  // A branch lock in the common directory keeps the linked work tree busy.
+  make_dir(dir / "main.git/refs");
+  make_dir(dir / "main.git/refs/heads");
+  write_file(dir / "main.git/refs/heads/wt-branch.lock", "");
+  auto state = probe_repository(dir / "main.git/worktrees/wt");
+  CHECK(state.locked);
+  CHECK(state.common_dir == dir / "main.git/worktrees/wt/../..");
+}
+
+TEST_CASE("vcs: HEAD's text names a branch, or none when it is detached", "[vcs]") {
+  CHECK(head_ref_of("ref: refs/heads/main\n") == "refs/heads/main");
+  CHECK(head_ref_of("ref: refs/heads/with space\r\n") == "refs/heads/with space");
+  CHECK(head_ref_of("ref: refs/heads/x") == "refs/heads/x");
+  CHECK(head_ref_of("4b825dc642cb6eb9a060e54bf8d69288fbee4904\n").empty());
+  CHECK(head_ref_of("").empty());
+  TempDir dir;
+  write_file(dir / "HEAD", "ref: refs/heads/topic\n");
+  CHECK(read_head_ref(dir / "HEAD") == "refs/heads/topic");
+  CHECK(read_head_ref(dir / "missing").empty());
+}
+
+TEST_CASE("vcs: the control files are HEAD, its branch and packed-refs, and the index on request",
+          "[vcs]") {
+  auto paths = [](const std::vector<ControlFile>& files, ControlRole role) {
+    std::vector<std::string> found;
+    for (const auto& file : files) {
+      if (file.role == role) found.push_back(file.path);
+    }
+    return found;
+  };
+  auto git = control_files("/r/.git", "/r/.git", "refs/heads/main", false);
+  CHECK(paths(git, ControlRole::head) ==
+        std::vector<std::string>{"/r/.git/HEAD", "/r/.git/refs/heads/main", "/r/.git/packed-refs"});
+  CHECK(paths(git, ControlRole::index).empty());
+  auto detached = control_files("/r/.git", "/r/.git", "", true);
+  CHECK(paths(detached, ControlRole::head) ==
+        std::vector<std::string>{"/r/.git/HEAD", "/r/.git/packed-refs"});
+  CHECK(paths(detached, ControlRole::index) == std::vector<std::string>{"/r/.git/index"});
+  // A linked work tree: HEAD and the index are its own, the refs shared.
+  auto linked = control_files("/m/.git/worktrees/w", "/m/.git", "refs/heads/w", true);
+  CHECK(paths(linked, ControlRole::head) ==
+        std::vector<std::string>{"/m/.git/worktrees/w/HEAD", "/m/.git/refs/heads/w",
+                                 "/m/.git/packed-refs"});
+  CHECK(paths(linked, ControlRole::index) == std::vector<std::string>{"/m/.git/worktrees/w/index"});
+  // Refs in the reftable format are listed in one file.
+  auto reftable = control_files("/r/.git", "/r/.git", "refs/heads/.invalid", false);
+  CHECK(paths(reftable, ControlRole::head) ==
+        std::vector<std::string>{"/r/.git/HEAD", "/r/.git/reftable/tables.list"});
+  auto hg = control_files("/h/.hg", "", "", true);
+  CHECK(paths(hg, ControlRole::head) ==
+        std::vector<std::string>{"/h/.hg/branch", "/h/.hg/bookmarks", "/h/.hg/bookmarks.current"});
+  CHECK(paths(hg, ControlRole::index) == std::vector<std::string>{"/h/.hg/dirstate"});
+}
+
+TEST_CASE("vcs: lock names are Git's and Mercurial's", "[vcs]") {
+  CHECK(is_lock_name("index.lock"));
+  CHECK(is_lock_name("HEAD.lock"));
+  CHECK(is_lock_name("wlock"));
+  CHECK(is_lock_name("lock"));
+  CHECK_FALSE(is_lock_name("index"));
+  CHECK_FALSE(is_lock_name("block"));
+  CHECK_FALSE(is_lock_name(".lock-free"));
 }
