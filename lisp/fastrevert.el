@@ -371,16 +371,20 @@ together before it returns, with the Git processes of one batch."
         (when (> (hash-table-count queue) 0)
           (fastrevert--refresh-vc-of-all (fastrevert--queued queue)))))))
 
+;; Emacs 31's name of `revert-buffer-in-progress-p'.
+(defvar revert-buffer-in-progress)
+
 (defun fastrevert--call-as-revert (function)
   "Call FUNCTION as `revert-buffer' would, and return its value.
 The variable that says a revert is in progress is bound non-nil, as
 the stock handler binds it around its VC refresh; VC then spares the
 repository's locks.  Emacs 31 renamed `revert-buffer-in-progress-p'
-to `revert-buffer-in-progress', so each of the two names this Emacs
-defines is bound."
-  (let ((names (cl-remove-if-not #'boundp '(revert-buffer-in-progress
-                                             revert-buffer-in-progress-p))))
-    (cl-progv names (make-list (length names) t)
+to `revert-buffer-in-progress' and keeps the old name as an alias;
+both are bound, which in older Emacsen binds the new name to no
+effect."
+  (with-suppressed-warnings ((obsolete revert-buffer-in-progress-p))
+    (let ((revert-buffer-in-progress t)
+          (revert-buffer-in-progress-p t))
       (funcall function))))
 
 (defvar fastrevert--dominating-cache nil

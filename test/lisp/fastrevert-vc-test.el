@@ -698,3 +698,97 @@ buffer current and leave its VC state as it was mid-operation."
 (provide 'fastrevert-vc-test)
 
 ;;; fastrevert-vc-test.el ends here
+
+;;;; The mode line follows the repository
+
+(defun fastrevert-vc-test--mode-line (buffer)
+  "Return BUFFER's `vc-mode' without properties, or nil."
+  (let ((mode (buffer-local-value 'vc-mode buffer)))
+    (and mode (substring-no-properties mode))))
+
+(defun fastrevert-vc-test--wait-for-mode-lines (buffers text)
+  "Wait until every buffer of BUFFERS has TEXT as its `vc-mode'."
+  (should (fastrevert-test-wait-for
+           (lambda () (cl-every (lambda (buffer)
+                                  (equal (fastrevert-vc-test--mode-line buffer) text))
+                                buffers))
+           30)))
+
+(defmacro fastrevert-vc-test--with-branches (spec &rest body)
+  "Run BODY with the files of two branches visited.
+SPEC is (DIR BUFFERS CHECK-VC-INFO): BODY runs in DIR, with BUFFERS
+visiting the files of `fastrevert-vc-test--branches', on branch main,
+under `fastrevert-mode' with `auto-revert-check-vc-info' set to the
+value of CHECK-VC-INFO, once every buffer shows that branch."
+  (declare (indent 1))
+  (pcase-let ((`(,dir ,buffers ,check-vc-info) spec))
+    `(fastrevert-test-with-temp-dir ,dir
+       (fastrevert-vc-test--with-mode ,dir
+         (setq auto-revert-check-vc-info ,check-vc-info)
+         (fastrevert--apply-changed-settings)
+         (fastrevert-vc-test--sh ,dir fastrevert-vc-test--branches)
+         (let ((,buffers (fastrevert-vc-test--visit
+                          (directory-files-recursively ,dir "\\.txt\\'"))))
+           (fastrevert-vc-test--wait-for-mode-lines ,buffers " Git-main")
+           ,@body)))))
+
+(ert-deftest fastrevert-vc-check-vc-info-shows-a-branch-switch-at-once-without-polling ()
+  "With `auto-revert-check-vc-info', a switch from outside reaches every mode line.
+No file changes and polling is an hour away: the watch on HEAD tells."
+  (let ((auto-revert-interval 3600))
+    (fastrevert-vc-test--with-branches (dir buffers t)
+      (fastrevert-vc-test--sh dir "git switch -q -c topic")
+      (fastrevert-vc-test--wait-for-mode-lines buffers " Git-topic")
+      (should-not (cl-some (lambda (timer)
+                             (memq (timer--function timer) '(auto-revert-buffers
+                                                             fastrevert--poll-stock-buffers)))
+                           timer-list)))))
+
+(ert-deftest fastrevert-vc-check-vc-info-shows-a-commit-and-a-stash-from-outside ()
+  "With `auto-revert-check-vc-info', the state of a file follows a commit and a stash."
+  (let ((auto-revert-interval 3600))
+    (fastrevert-vc-test--with-branches (dir buffers t)
+      (let ((edited (cl-find-if (lambda (buffer) (string-suffix-p "a/f0.txt" (buffer-file-name buffer)))
+                                buffers)))
+        (fastrevert-vc-test--sh dir "printf 'edited\\n' >> a/f0.txt")
+        (fastrevert-vc-test--wait-for-mode-lines (list edited) " Git:main")
+        ;; The commit changes no file: the branch and the index tell.
+        (fastrevert-vc-test--sh dir "git commit -qam edit")
+        (fastrevert-vc-test--wait-for-mode-lines (list edited) " Git-main")
+        (fastrevert-vc-test--sh dir "printf 'again\\n' >> a/f0.txt")
+        (fastrevert-vc-test--wait-for-mode-lines (list edited) " Git:main")
+        (fastrevert-vc-test--sh dir "git stash -q")
+        (fastrevert-vc-test--wait-for-mode-lines (list edited) " Git-main")
+        (should (equal (fastrevert-vc-test--text edited) "main a 0\nedited\n"))))))
+
+(ert-deftest fastrevert-vc-without-check-vc-info-a-switch-refreshes-no-buffer-it-does-not-revert ()
+  "With `auto-revert-check-vc-info' nil, stock's meaning: no refresh without a revert."
+  (fastrevert-vc-test--with-branches (dir buffers nil)
+    (let ((reverted (car buffers)))
+      (fastrevert-vc-test--sh dir "git switch -q -c topic")
+      ;; The switch is reported before this write, which reverts one buffer.
+      (fastrevert-vc-test--sh dir (format "printf 'x\\n' >> %s"
+                                          (shell-quote-argument (buffer-file-name reverted))))
+      (fastrevert-vc-test--wait-for-mode-lines (list reverted) " Git:topic")
+      (should (fastrevert-test-wait-for #'fastrevert-vc-test--settled-p))
+      (should (cl-every (lambda (buffer) (equal (fastrevert-vc-test--mode-line buffer) " Git-main"))
+                        (cdr buffers))))))
+
+(ert-deftest fastrevert-vc-head-moved-after-the-reverts-refreshes-their-mode-lines ()
+  "Git moves HEAD after it has committed the index: the mode line follows it.
+A stand-in operation writes the other branch's files and index under
+index.lock and lets it go; only once every buffer has been reverted,
+showing the old branch, does it move HEAD under HEAD.lock."
+  (fastrevert-vc-test--with-branches (dir buffers nil)
+    (fastrevert-vc-test--sh dir "git read-tree -m -u other")
+    (should (fastrevert-test-wait-for
+             (lambda () (and (cl-every (lambda (buffer)
+                                         (string-prefix-p "other " (fastrevert-vc-test--text buffer)))
+                                       buffers)
+                             (fastrevert-vc-test--settled-p)))
+             30))
+    ;; Every file differs from main's, where HEAD still is.
+    (fastrevert-vc-test--wait-for-mode-lines buffers " Git:main")
+    (fastrevert-vc-test--sh
+     dir "printf 'ref: refs/heads/other\\n' > .git/HEAD.lock && mv .git/HEAD.lock .git/HEAD")
+    (fastrevert-vc-test--wait-for-mode-lines buffers " Git-other")))
