@@ -871,6 +871,7 @@ module built for another Emacs) only leave its columns out."
             (require 'fastrevert-bench-revert)
             (require 'fastrevert-bench-process)
             (require 'fastrevert-bench-vc)
+            (require 'fastrevert-bench-vcinfo)
             (require 'fastrevert-bench-memory)
             (format "loaded from %s" (or (locate-library "fastrevert") "?")))
         "not found; stock columns only")

@@ -70,9 +70,10 @@
 
 (defcustom fastrevert-vc-hold-limit 5.0
   "Longest time, in seconds, a running VCS operation holds back reverts.
-While Git or Mercurial changes a repository (an `index.lock' file, a
-rebase in progress, an `.hg/wlock'), fastrevert waits for it to
-finish and then reverts every changed buffer once.  A lock left
+While Git or Mercurial changes a repository (its `index.lock',
+`HEAD.lock' or a branch's lock, a rebase in progress, an
+`.hg/wlock'), fastrevert waits for it to finish and then reverts
+every changed buffer once.  A lock left
 behind by a crashed program must not stop reverting: once a hold has
 lasted this long, the buffers are reverted anyway, visible or not,
 and the repository's changes pass straight through until that lock

@@ -175,13 +175,12 @@ std::vector<ControlFile> control_files(const std::string& control_dir,
                                        bool with_index) {
   std::vector<ControlFile> files;
   if (is_mercurial(control_dir)) {
-    // The branch, and the bookmarks with the active one, which vc-hg shows;
-    // the dirstate holds the working directory's parents and each file's
-    // state.
-    for (const char* name : {"branch", "bookmarks", "bookmarks.current"}) {
+    // The branch, and the bookmarks with the active one, which vc-hg shows.
+    // The dirstate holds each file's state, but also the working
+    // directory's parents, what HEAD is to Git: it is always watched.
+    for (const char* name : {"branch", "bookmarks", "bookmarks.current", "dirstate"}) {
       files.push_back({ControlRole::head, control_dir + "/" + name});
     }
-    if (with_index) files.push_back({ControlRole::index, control_dir + "/dirstate"});
     return files;
   }
   files.push_back({ControlRole::head, control_dir + "/HEAD"});
@@ -284,12 +283,6 @@ void OperationHold::shutdown() {
   shut_down_ = true;
   holds_.clear();
   uv_close(reinterpret_cast<uv_handle_t*>(&timer_), nullptr);
-}
-
-std::size_t OperationHold::held_changes() const noexcept {
-  std::size_t count = 0;
-  for (const auto& [control_dir, hold] : holds_) count += hold.ids.size();
-  return count;
 }
 
 std::unordered_set<std::uint64_t> OperationHold::evaluate(const std::string& control_dir,

@@ -72,11 +72,12 @@ std::string read_head_ref(const std::string& head_file);
 // What a control file tells VC, and so what its change means.
 enum class ControlRole : std::uint8_t {
   // Which commit and branch the work tree is on: Git's HEAD and the ref it
-  // names (loose, or in packed-refs); Mercurial's branch and bookmarks.  A
-  // commit, a checkout or a branch switch changes one of them.
+  // names (loose, or in packed-refs); Mercurial's branch, bookmarks and
+  // dirstate (which holds the working directory's parents).  A commit, a
+  // checkout or a branch switch changes one of them.
   head,
-  // Which files are tracked and staged: Git's index, Mercurial's dirstate.
-  // Watched only when asked for (auto-revert-check-vc-info).
+  // Which files are tracked and staged: Git's index.  Watched only when
+  // asked for (auto-revert-check-vc-info).
   index,
 };
 
@@ -162,7 +163,15 @@ class OperationHold {
   // Closes the timer; nothing is reported after this.
   void shutdown();
 
-  std::size_t held_changes() const noexcept;
+  // How many held changes' ids COUNTED accepts.
+  template <typename Counted>
+  std::size_t held_changes(Counted counted) const {
+    std::size_t count = 0;
+    for (const auto& [control_dir, hold] : holds_) {
+      for (std::uint64_t id : hold.ids) count += counted(id) ? 1 : 0;
+    }
+    return count;
+  }
 
  private:
   struct Hold {

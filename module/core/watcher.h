@@ -120,7 +120,10 @@ class Watcher : public Service {
   std::size_t repository_count() const noexcept { return repositories_.size(); }
   std::size_t control_file_count() const noexcept { return control_ids_.size(); }
   std::size_t sweeps_in_flight() const noexcept { return sweeps_in_flight_.size(); }
-  std::size_t held_changes() const noexcept { return hold_.held_changes(); }
+  // The changes held for ids registered by add().
+  std::size_t held_changes() const {
+    return hold_.held_changes([](std::uint64_t id) { return !is_control_id(id); });
+  }
 
   void shutdown() override;
 

@@ -161,10 +161,11 @@ TEST_CASE("vcs: the control files are HEAD, its branch and packed-refs, and the 
   auto reftable = control_files("/r/.git", "/r/.git", "refs/heads/.invalid", false);
   CHECK(paths(reftable, ControlRole::head) ==
         std::vector<std::string>{"/r/.git/HEAD", "/r/.git/reftable/tables.list"});
-  auto hg = control_files("/h/.hg", "", "", true);
+  auto hg = control_files("/h/.hg", "", "", false);
   CHECK(paths(hg, ControlRole::head) ==
-        std::vector<std::string>{"/h/.hg/branch", "/h/.hg/bookmarks", "/h/.hg/bookmarks.current"});
-  CHECK(paths(hg, ControlRole::index) == std::vector<std::string>{"/h/.hg/dirstate"});
+        std::vector<std::string>{"/h/.hg/branch", "/h/.hg/bookmarks", "/h/.hg/bookmarks.current",
+                                 "/h/.hg/dirstate"});
+  CHECK(paths(hg, ControlRole::index).empty());
 }
 
 TEST_CASE("vcs: lock names are Git's and Mercurial's", "[vcs]") {
