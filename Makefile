@@ -9,7 +9,7 @@ CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 
 # Debian packages the build and the tests need.
-DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit
+DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit mercurial
 FUZZ_PACKAGES := clang libclang-rt-14-dev
 # And the benchmarks: gnuplot for the plot.
 BENCH_PACKAGES := gnuplot-nox
@@ -57,6 +57,7 @@ define install_missing
 	                 test -f /usr/include/catch2/catch_test_macros.hpp || missing="$$missing catch2" ;; \
 	    clang)       command -v clang++ >/dev/null 2>&1 || missing="$$missing clang" ;; \
 	    git)         command -v git >/dev/null 2>&1 || missing="$$missing git" ;; \
+	    mercurial)   command -v hg >/dev/null 2>&1 || missing="$$missing mercurial" ;; \
 	    gnuplot-nox) command -v gnuplot >/dev/null 2>&1 || missing="$$missing gnuplot-nox" ;; \
 	    *)           dpkg-query -W -f='$${Status}' $$need 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$need" ;; \
 	  esac; \

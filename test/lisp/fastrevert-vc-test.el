@@ -792,3 +792,26 @@ showing the old branch, does it move HEAD under HEAD.lock."
     (fastrevert-vc-test--sh
      dir "printf 'ref: refs/heads/other\\n' > .git/HEAD.lock && mv .git/HEAD.lock .git/HEAD")
     (fastrevert-vc-test--wait-for-mode-lines buffers " Git-other")))
+
+(ert-deftest fastrevert-vc-check-vc-info-shows-mercurial-commits-and-bookmarks-from-outside ()
+  "With `auto-revert-check-vc-info', a Mercurial buffer's mode line follows the repository."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-vc-test--with-mode dir
+      (setq auto-revert-check-vc-info t)
+      (fastrevert--apply-changed-settings)
+      (fastrevert-vc-test--sh
+       dir "hg init -q && printf 'a\\n' > a.txt && hg add -q a.txt && hg commit -q -u t -m one")
+      (let ((buffer (car (fastrevert-vc-test--visit (list (expand-file-name "a.txt" dir)))))
+            (node (lambda ()
+                    (let ((default-directory dir))
+                      (car (process-lines "hg" "log" "-r" "." "--template"
+                                          "{shortest(node,6)}"))))))
+        (fastrevert-vc-test--wait-for-mode-lines (list buffer) (concat " Hg-" (funcall node)))
+        (fastrevert-vc-test--sh dir "printf 'b\\n' >> a.txt")
+        (fastrevert-vc-test--wait-for-mode-lines (list buffer) (concat " Hg:" (funcall node)))
+        ;; A commit changes no file: the dirstate tells.
+        (fastrevert-vc-test--sh dir "hg commit -q -u t -m two")
+        (fastrevert-vc-test--wait-for-mode-lines (list buffer) (concat " Hg-" (funcall node)))
+        ;; Nor does a bookmark: the active one is what the mode line shows.
+        (fastrevert-vc-test--sh dir "hg bookmark -q feature")
+        (fastrevert-vc-test--wait-for-mode-lines (list buffer) " Hg-feature")))))
