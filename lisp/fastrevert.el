@@ -375,6 +375,18 @@ effect."
           (revert-buffer-in-progress-p t))
       (funcall function))))
 
+(defun fastrevert--check-pending ()
+  "Check every pending buffer; return non-nil once none is left.
+If some were checked and VC refreshes follow, Emacs redisplays the new
+texts first."
+  (or (zerop (hash-table-count fastrevert--pending))
+      (when (fastrevert--work-through fastrevert--pending
+                                      (fastrevert--in-batch #'fastrevert--check-buffer)
+                                      "fastrevert: reverting buffers...")
+        (unless (or noninteractive (zerop (hash-table-count fastrevert--vc-pending)))
+          (redisplay))
+        t)))
+
 (defun fastrevert--revert-pending ()
   "Check every pending buffer, then refresh the VC state of the others due.
 Those are the reverted buffers and those whose repository changed (see
@@ -392,20 +404,13 @@ resume as soon as Emacs is idle."
           (save-match-data
             (fastrevert--call-as-batch
              (lambda ()
-               (and (fastrevert--work-through fastrevert--pending
-                                              (fastrevert--in-batch #'fastrevert--check-buffer)
-                                              "fastrevert: reverting buffers...")
-                    (progn
-                      (unless (or noninteractive
-                                  (zerop (hash-table-count fastrevert--vc-pending)))
-                        (redisplay))
-                      (fastrevert-vc-call-with-batch
-                       (fastrevert--queued fastrevert--vc-pending)
-                       (lambda ()
-                         (fastrevert--work-through fastrevert--vc-pending
-                                                   (fastrevert--in-batch
-                                                    #'fastrevert--refresh-vc-of)
-                                                   "fastrevert: refreshing VC state...")))))))))
+               (when (fastrevert--check-pending)
+                 (fastrevert-vc-call-with-batch
+                  (fastrevert--queued fastrevert--vc-pending)
+                  (lambda ()
+                    (fastrevert--work-through fastrevert--vc-pending
+                                              (fastrevert--in-batch #'fastrevert--refresh-vc-of)
+                                              "fastrevert: refreshing VC state..."))))))))
       (setq fastrevert--pending (fastrevert--fresh-if-large fastrevert--pending)
             fastrevert--vc-pending (fastrevert--fresh-if-large fastrevert--vc-pending))
       (when (and (not fastrevert--revert-timer)
