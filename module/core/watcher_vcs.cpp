@@ -125,8 +125,7 @@ void Watcher::set_hold_limit(std::chrono::milliseconds limit) {
 // a change of VC state for every file linked to its repository.  Mercurial's
 // branch, bookmarks and dirstate serve the same ends.
 
-void Watcher::link_repository(WatchedPath& watched, const SweepEntry& entry,
-                              const SweepJob& job) {
+void Watcher::link_repository(WatchedPath& watched, const SweepEntry& entry, const SweepJob& job) {
   static const std::string kNone;
   const std::string& control_dir =
       entry.repository < 0 ? kNone
@@ -232,8 +231,8 @@ bool Watcher::lock_recently_active(const WatchedRepository& repository) const {
 
 void Watcher::sync_control_files(const std::string& control_dir, WatchedRepository& repository,
                                  const FileSignature* branch) {
-  std::vector<ControlFile> wanted = control_files(control_dir, repository.common_dir,
-                                                  repository.head_ref, watch_index_);
+  std::vector<ControlFile> wanted =
+      control_files(control_dir, repository.common_dir, repository.head_ref, watch_index_);
   auto is_wanted = [&](const std::string& path) {
     return std::any_of(wanted.begin(), wanted.end(),
                        [&](const ControlFile& file) { return file.path == path; });
@@ -256,7 +255,8 @@ void Watcher::sync_control_files(const std::string& control_dir, WatchedReposito
     bool is_new = registry_.find(file.path) == nullptr;
     add(id, file.path, repository.mode);
     WatchedPath* watched = registry_.find(file.path);
-    if (branch && is_new && watched && file.path == repository.common_dir + "/" + repository.head_ref) {
+    if (branch && is_new && watched &&
+        file.path == repository.common_dir + "/" + repository.head_ref) {
       // The stat that add() asked for compares with this baseline.
       registry_.set_baseline(*watched, *branch);
       registry_.for_each_id(*watched, [](RegisteredId& node) { node.has_baseline = true; });

@@ -90,7 +90,8 @@ FASTREVERT_DEFUN("fastrevert--mod-watch-vc-info", mod_watch_vc_info, 1, 1,
                  "of its files.  This adds the index (Mercurial: the dirstate), as\n"
                  "`auto-revert-check-vc-info' asks.\n\n(fn WITH-INDEX)") {
   bool with_index = env.truthy(args[0]);
-  post_or_signal(env, [with_index](Engine& e) { e.service<Watcher>().set_watch_index(with_index); });
+  post_or_signal(env,
+                 [with_index](Engine& e) { e.service<Watcher>().set_watch_index(with_index); });
   return env.nil();
 }
 

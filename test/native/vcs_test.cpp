@@ -23,7 +23,9 @@ using fastrevert::test::write_file;
 
 namespace {
 
-void make_dir(const std::string& path) { REQUIRE(mkdir(path.c_str(), 0755) == 0); }
+void make_dir(const std::string& path) {
+  REQUIRE(mkdir(path.c_str(), 0755) == 0);
+}
 
 }  // namespace
 
@@ -153,9 +155,9 @@ TEST_CASE("vcs: the control files are HEAD, its branch and packed-refs, and the 
   CHECK(paths(detached, ControlRole::index) == std::vector<std::string>{"/r/.git/index"});
   // A linked work tree: HEAD and the index are its own, the refs shared.
   auto linked = control_files("/m/.git/worktrees/w", "/m/.git", "refs/heads/w", true);
-  CHECK(paths(linked, ControlRole::head) ==
-        std::vector<std::string>{"/m/.git/worktrees/w/HEAD", "/m/.git/refs/heads/w",
-                                 "/m/.git/packed-refs"});
+  CHECK(paths(linked, ControlRole::head) == std::vector<std::string>{"/m/.git/worktrees/w/HEAD",
+                                                                     "/m/.git/refs/heads/w",
+                                                                     "/m/.git/packed-refs"});
   CHECK(paths(linked, ControlRole::index) == std::vector<std::string>{"/m/.git/worktrees/w/index"});
   // Refs in the reftable format are listed in one file.
   auto reftable = control_files("/r/.git", "/r/.git", "refs/heads/.invalid", false);

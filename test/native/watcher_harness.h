@@ -232,5 +232,4 @@ class Harness {
   std::vector<Record> received_;
 };
 
-
 }  // namespace fastrevert::test

@@ -248,7 +248,9 @@ namespace {
 constexpr const char* kCommitA = "1111111111111111111111111111111111111111\n";
 constexpr const char* kCommitB = "2222222222222222222222222222222222222222\n";
 
-void make_directory(const std::string& path) { REQUIRE(mkdir(path.c_str(), 0755) == 0); }
+void make_directory(const std::string& path) {
+  REQUIRE(mkdir(path.c_str(), 0755) == 0);
+}
 
 // Replaces PATH with CONTENT as Git does: written to PATH.lock, then renamed
 // over PATH.
@@ -487,7 +489,8 @@ TEST_CASE("watcher: HEAD moved while the index is locked comes with the held cha
   CHECK(vc_codes(harness, 1).size() == 1);
 }
 
-TEST_CASE("watcher: a lock on HEAD, a branch or the packed refs holds changes as the index's does") {
+TEST_CASE(
+    "watcher: a lock on HEAD, a branch or the packed refs holds changes as the index's does") {
   for (const char* lock : {"HEAD.lock", "packed-refs.lock", "refs/heads/main.lock"}) {
     INFO(lock);
     Harness harness;
