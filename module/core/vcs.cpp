@@ -5,8 +5,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <array>
+#include <chrono>
+#include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 namespace fastrevert {
@@ -66,6 +71,24 @@ std::string read_gitdir_file(const std::string& dir, const std::string& file) {
   return relative_to(dir, first_line(std::string_view(text).substr(prefix.size())));
 }
 
+// Whether an entry of one of DIRS was added, removed or renamed less than
+// kLockQuiet ago.  Locks come and go by such changes, and a directory's
+// modification time follows them; it is read against the same clock.
+bool changed_lately(std::initializer_list<std::string> dirs) {
+  timespec now;
+  if (clock_gettime(CLOCK_REALTIME, &now) != 0) return false;
+  auto ns = [](const timespec& time) {
+    return static_cast<std::int64_t>(time.tv_sec) * 1000000000 + time.tv_nsec;
+  };
+  std::int64_t quiet =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(kLockQuiet).count();
+  for (const auto& dir : dirs) {
+    struct stat status;
+    if (stat(dir.c_str(), &status) == 0 && ns(now) - ns(status.st_mtim) < quiet) return true;
+  }
+  return false;
+}
+
 bool ends_with(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() &&
          text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -119,10 +142,6 @@ std::string parent_of(const std::string& dir) {
 
 }  // namespace
 
-bool is_lock_name(std::string_view name) noexcept {
-  return ends_with(name, kLockSuffix) || name == "wlock" || name == "lock";
-}
-
 bool is_mercurial(const std::string& control_dir) noexcept {
   return ends_with(control_dir, "/.hg");
 }
@@ -149,6 +168,7 @@ RepositoryState probe_repository(const std::string& control_dir) {
     // keep it beside the other).
     state.locked = entry_exists(control_dir + "/wlock") ||
                    entry_exists(control_dir + "/store/lock") || entry_exists(control_dir + "/lock");
+    state.settling = changed_lately({control_dir});
     return state;
   }
   // A checkout commits the index and only then moves HEAD, and a commit
@@ -167,6 +187,7 @@ RepositoryState probe_repository(const std::string& control_dir) {
   state.sequence = entry_exists(control_dir + "/rebase-merge") ||
                    entry_exists(control_dir + "/rebase-apply") ||
                    entry_exists(control_dir + "/sequencer");
+  state.settling = changed_lately({control_dir, common_dir, common_dir + "/refs/heads"});
   return state;
 }
 
@@ -288,7 +309,8 @@ void OperationHold::shutdown() {
 std::unordered_set<std::uint64_t> OperationHold::evaluate(const std::string& control_dir,
                                                           Hold& hold, std::uint64_t now) {
   auto quiet = static_cast<std::uint64_t>(kSequenceQuiet.count());
-  bool running = hold.state.locked || (hold.state.sequence && now < hold.last_change_at + quiet);
+  bool running = hold.state.locked || hold.state.settling ||
+                 (hold.state.sequence && now < hold.last_change_at + quiet);
   if (!running) return end_hold(control_dir, false);
   if (now >= hold.started_at + static_cast<std::uint64_t>(limit_.count())) {
     return end_hold(control_dir, true);

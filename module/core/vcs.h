@@ -38,20 +38,28 @@ struct RepositoryState {
   // rebase (rebase-merge, rebase-apply) or a series of cherry-picks or
   // reverts (sequencer).
   bool sequence = false;
+  // A lock came or went less than kLockQuiet ago: an entry of the control
+  // directory (or of the directory of branches) changed that recently, by
+  // its modification time.  Git takes its locks one after another, with no
+  // lock at all for the moment in between.
+  bool settling = false;
   // Where a Git repository's refs are: git_common_dir's answer.  Empty for
   // Mercurial.
   std::string common_dir;
 
-  bool busy() const noexcept { return locked || sequence; }
+  bool busy() const noexcept { return locked || sequence || settling; }
 };
+
+// How long after a lock of a repository came or went it still counts as
+// busy (RepositoryState::settling).  Git leaves microseconds between two of
+// its locks; this also covers a command that the system does not run for a
+// while, and is shorter than the watcher's default settle delay, so that
+// the sweep that confirms the last of an operation's changes finds it over.
+constexpr std::chrono::milliseconds kLockQuiet{25};
 
 // Any thread.  Looks into CONTROL_DIR now; what cannot be seen counts as
 // absent.
 RepositoryState probe_repository(const std::string& control_dir);
-
-// Whether NAME, an entry of a control directory, is one of the locks a
-// command takes there: Git's "*.lock", Mercurial's "wlock" and "lock".
-bool is_lock_name(std::string_view name) noexcept;
 
 // Whether CONTROL_DIR is Mercurial's (a ".hg"), not a Git directory.
 bool is_mercurial(const std::string& control_dir) noexcept;
@@ -129,12 +137,6 @@ class OperationHold {
   static constexpr std::chrono::milliseconds kSequenceQuiet{500};
   // How often a held repository is looked into.
   static constexpr std::chrono::milliseconds kProbeInterval{50};
-  // How long after a lock of a repository came or went it still counts as
-  // held: Git takes its locks one after another, with no lock in between,
-  // though only for microseconds.  Shorter than the watcher's default settle
-  // delay, so that the sweep that confirms the last of an operation's
-  // changes finds the operation over.
-  static constexpr std::chrono::milliseconds kLockQuiet{25};
 
   // REPORT reports the held changes of a set of ids.  PROBE asks for a look into a
   // control directory, whose result comes back through update().

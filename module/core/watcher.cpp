@@ -506,7 +506,6 @@ void Watcher::read_inotify_events() {
       bool matched = false;
       if (known_watch) {
         for (const auto& dir : dirs_by_wd_[event.wd]) {
-          if (!lock_activity_.empty()) note_lock_activity(dir, name);
           // The event's own name, a symlink whose target it is, and the
           // directory itself when registered with its contents, which every
           // event inside it concerns.

@@ -220,7 +220,7 @@ class Watcher : public Service {
   // Engine thread: hands the sweep's findings to the hold, returning the ids
   // whose held changes that ends; and tells whether the hold keeps the
   // change of ID (confirmed by a sweep).
-  std::unordered_set<std::uint64_t> apply_repositories(SweepJob& job);
+  std::unordered_set<std::uint64_t> apply_repositories(const SweepJob& job);
   bool hold_change(std::uint64_t id, const SweepJob& job, const SweepEntry& entry);
   // Queues a file_changed record for each of IDS still registered, without
   // waking Emacs, and notes the changes of control files; returns how many
@@ -263,12 +263,6 @@ class Watcher : public Service {
   void note_head(std::uint64_t id, const SweepEntry& entry);
   // Unregisters the control file ID of REPOSITORY.
   void forget_control_file(std::uint64_t id, WatchedRepository& repository);
-  // A kernel event named NAME in the directory DIR: if DIR holds control
-  // files and NAME is a lock, a command is at work in their repository.
-  void note_lock_activity(const std::string& dir, std::string_view name);
-  // Whether a lock came or went in a directory of REPOSITORY's control files
-  // less than OperationHold::kLockQuiet ago.
-  bool lock_recently_active(const WatchedRepository& repository) const;
   // Queues the vc_changed records of every repository whose control files
   // changed since the last call.
   void report_repository_changes();
@@ -354,13 +348,7 @@ class Watcher : public Service {
   std::unordered_map<std::uint32_t, RepositoryLink> repository_links_;
   std::unordered_map<std::uint64_t, ControlId> control_ids_;
   std::uint64_t next_control_id_ = kControlIdBase;
-  // The directories of control files, each with how many control files are
-  // in it and when a lock in it last came or went (uv_now; 0 for never).
-  struct LockActivity {
-    std::size_t control_files = 0;
-    std::uint64_t last = 0;
-  };
-  std::unordered_map<std::string, LockActivity> lock_activity_;
+
   bool watch_index_ = false;
   // Failure kinds ("function:errno") already reported with a notice.
   std::set<std::pair<std::string, int>> noticed_failures_;

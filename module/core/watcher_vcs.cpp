@@ -53,16 +53,9 @@ void Watcher::probe_repositories(SweepJob& job) {
   for (auto& [control_dir, state] : job.repositories) state = probe_repository(control_dir);
 }
 
-std::unordered_set<std::uint64_t> Watcher::apply_repositories(SweepJob& job) {
+std::unordered_set<std::uint64_t> Watcher::apply_repositories(const SweepJob& job) {
   std::unordered_set<std::uint64_t> released;
-  for (auto& [control_dir, state] : job.repositories) {
-    // Git takes its locks one after another: a checkout commits the index
-    // and only then takes HEAD's lock.  A lock that has just come or gone
-    // counts as held, so the moment between two of them ends no operation.
-    auto repository = repositories_.find(control_dir);
-    if (repository != repositories_.end() && lock_recently_active(repository->second)) {
-      state.locked = true;
-    }
+  for (const auto& [control_dir, state] : job.repositories) {
     released.merge(hold_.update(control_dir, state));
   }
   return released;
@@ -200,33 +193,8 @@ void Watcher::forget_control_file(std::uint64_t id, WatchedRepository& repositor
   auto& files = repository.control_files;
   auto file = std::find_if(files.begin(), files.end(),
                            [id](const auto& registered) { return registered.first == id; });
-  if (file != files.end()) {
-    auto activity = lock_activity_.find(std::string(split_path(file->second).first));
-    if (activity != lock_activity_.end() && --activity->second.control_files == 0) {
-      lock_activity_.erase(activity);
-    }
-    files.erase(file);
-  }
+  if (file != files.end()) files.erase(file);
   remove(id);
-}
-
-void Watcher::note_lock_activity(const std::string& dir, std::string_view name) {
-  if (!is_lock_name(name)) return;
-  auto activity = lock_activity_.find(dir);
-  if (activity != lock_activity_.end()) activity->second.last = uv_now(engine_.loop());
-}
-
-bool Watcher::lock_recently_active(const WatchedRepository& repository) const {
-  std::uint64_t now = uv_now(engine_.loop());
-  auto quiet = static_cast<std::uint64_t>(OperationHold::kLockQuiet.count());
-  for (const auto& [id, path] : repository.control_files) {
-    auto activity = lock_activity_.find(std::string(split_path(path).first));
-    if (activity != lock_activity_.end() && activity->second.last != 0 &&
-        now < activity->second.last + quiet) {
-      return true;
-    }
-  }
-  return false;
 }
 
 void Watcher::sync_control_files(const std::string& control_dir, WatchedRepository& repository,
@@ -251,7 +219,6 @@ void Watcher::sync_control_files(const std::string& control_dir, WatchedReposito
     std::uint64_t id = next_control_id_++;
     control_ids_.emplace(id, ControlId{control_dir, file.role, branch == nullptr});
     files.emplace_back(id, file.path);
-    ++lock_activity_[std::string(split_path(file.path).first)].control_files;
     bool is_new = registry_.find(file.path) == nullptr;
     add(id, file.path, repository.mode);
     WatchedPath* watched = registry_.find(file.path);

@@ -155,6 +155,12 @@ USE-NOTIFY."
               (should (memq buffer auto-revert-buffer-list))
               (should (fastrevert--descriptor-p
                        (buffer-local-value 'auto-revert-notify-watch-descriptor buffer))))
+            ;; And has taken its first look at each file, before any
+            ;; checkout: a first look in the middle of one is another
+            ;; story, which the VC tests tell.
+            (should (fastrevert-test-wait-for
+                     (lambda () (and (cl-every #'fastrevert--watching-p buffers)
+                                     (fastrevert-magit-test--settled-p)))))
             (should (fastrevert-magit-test--matches buffers names "main"))
             (funcall test buffers names))
         (fastrevert-test-wait-for #'fastrevert-magit-test--git-idle-p 30)

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +14,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 #include <system_error>
 #include <vector>
@@ -49,6 +51,19 @@ class TempDir {
 };
 
 // Writes CONTENT to the file PATH, created or truncated, with MODE.
+// Dates each of PATHS a minute back, as if nothing had changed in it
+// lately: a repository's control directory made by a test is then not one
+// a command has just changed (vcs.h, RepositoryState::settling).
+inline void date_back(std::initializer_list<std::string> paths) {
+  for (const auto& path : paths) {
+    timespec times[2];
+    REQUIRE(clock_gettime(CLOCK_REALTIME, &times[0]) == 0);
+    times[0].tv_sec -= 60;
+    times[1] = times[0];
+    REQUIRE(utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+  }
+}
+
 inline void write_file(const std::string& path, const std::string& content, mode_t mode = 0644) {
   std::ofstream out(path, std::ios::binary);
   out << content;

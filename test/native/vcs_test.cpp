@@ -14,10 +14,10 @@ using fastrevert::ControlFile;
 using fastrevert::ControlRole;
 using fastrevert::git_common_dir;
 using fastrevert::head_ref_of;
-using fastrevert::is_lock_name;
 using fastrevert::probe_repository;
 using fastrevert::read_head_ref;
 using fastrevert::RepositoryFinder;
+using fastrevert::test::date_back;
 using fastrevert::test::TempDir;
 using fastrevert::test::write_file;
 
@@ -59,6 +59,7 @@ TEST_CASE("vcs: a directory belongs to the nearest repository above it", "[vcs]"
 TEST_CASE("vcs: a look into a repository sees its lock and a sequence under way", "[vcs]") {
   TempDir dir;
   make_dir(dir / ".git");
+  date_back({dir / ".git"});
   CHECK_FALSE(probe_repository(dir / ".git").busy());
 
   write_file(dir / ".git/index.lock", "");
@@ -75,6 +76,7 @@ TEST_CASE("vcs: a look into a repository sees its lock and a sequence under way"
 
   // Mercurial's wlock is a symlink to a name that does not exist.
   make_dir(dir / ".hg");
+  date_back({dir / ".hg"});
   CHECK_FALSE(probe_repository(dir / ".hg").busy());
   REQUIRE(symlink("host:12345", (dir / ".hg/wlock").c_str()) == 0);
   CHECK(probe_repository(dir / ".hg").locked);
@@ -94,6 +96,7 @@ TEST_CASE("vcs: every lock a Git command takes on the way to a new HEAD keeps it
     write_file(path, "");
     CHECK(probe_repository(dir / ".git").locked);
     REQUIRE(unlink(path.c_str()) == 0);
+    date_back({dir / ".git", dir / ".git/refs/heads", dir / ".git/refs/heads/feature"});
     CHECK_FALSE(probe_repository(dir / ".git").busy());
   }
   // A tag's lock moves no branch: no work tree or mode line depends on it.
@@ -105,6 +108,37 @@ TEST_CASE("vcs: every lock a Git command takes on the way to a new HEAD keeps it
   make_dir(dir / ".hg/store");
   write_file(dir / ".hg/store/lock", "");
   CHECK(probe_repository(dir / ".hg").locked);
+}
+
+TEST_CASE("vcs: a lock that has just gone leaves its repository busy for a moment", "[vcs]") {
+  TempDir dir;
+  make_dir(dir / ".git");
+  make_dir(dir / ".git/refs");
+  make_dir(dir / ".git/refs/heads");
+  // The index committed: its lock is renamed over it, and HEAD's lock is
+  // not taken yet.
+  write_file(dir / ".git/index.lock", "");
+  REQUIRE(rename((dir / ".git/index.lock").c_str(), (dir / ".git/index").c_str()) == 0);
+  auto state = probe_repository(dir / ".git");
+  CHECK_FALSE(state.locked);
+  CHECK(state.settling);
+  CHECK(state.busy());
+  // A while later, with nothing come or gone since, it is idle.
+  date_back({dir / ".git", dir / ".git/refs/heads"});
+  CHECK_FALSE(probe_repository(dir / ".git").busy());
+  // A branch's lock gone from the directory of branches counts the same.
+  write_file(dir / ".git/refs/heads/main.lock", "");
+  REQUIRE(unlink((dir / ".git/refs/heads/main.lock").c_str()) == 0);
+  CHECK(probe_repository(dir / ".git").settling);
+  date_back({dir / ".git/refs/heads"});
+  CHECK_FALSE(probe_repository(dir / ".git").settling);
+  // And Mercurial's wlock.
+  make_dir(dir / ".hg");
+  write_file(dir / ".hg/wlock", "");
+  REQUIRE(unlink((dir / ".hg/wlock").c_str()) == 0);
+  CHECK(probe_repository(dir / ".hg").settling);
+  date_back({dir / ".hg"});
+  CHECK_FALSE(probe_repository(dir / ".hg").busy());
 }
 
 TEST_CASE("vcs: a linked work tree's refs are found in its common directory", "[vcs]") {
@@ -168,14 +202,4 @@ TEST_CASE("vcs: the control files are HEAD, its branch and packed-refs, and the 
         std::vector<std::string>{"/h/.hg/branch", "/h/.hg/bookmarks", "/h/.hg/bookmarks.current",
                                  "/h/.hg/dirstate"});
   CHECK(paths(hg, ControlRole::index).empty());
-}
-
-TEST_CASE("vcs: lock names are Git's and Mercurial's", "[vcs]") {
-  CHECK(is_lock_name("index.lock"));
-  CHECK(is_lock_name("HEAD.lock"));
-  CHECK(is_lock_name("wlock"));
-  CHECK(is_lock_name("lock"));
-  CHECK_FALSE(is_lock_name("index"));
-  CHECK_FALSE(is_lock_name("block"));
-  CHECK_FALSE(is_lock_name(".lock-free"));
 }

@@ -25,6 +25,7 @@ using fastrevert::WatchMode;
 using fastrevert::test::append_file;
 using fastrevert::test::Clock;
 using fastrevert::test::create_file;
+using fastrevert::test::date_back;
 using fastrevert::test::Harness;
 using fastrevert::test::kReportTimeout;
 using fastrevert::test::TempDir;
@@ -46,10 +47,12 @@ bool wait_for_held(Harness& harness, std::size_t count) {
       kReportTimeout);
 }
 
-// A work tree with a Git directory in DIR/repo.
+// A work tree with a Git directory in DIR/repo, where nothing has happened
+// lately.
 void make_repository(const TempDir& dir) {
   REQUIRE(mkdir((dir / "repo").c_str(), 0755) == 0);
   REQUIRE(mkdir((dir / "repo/.git").c_str(), 0755) == 0);
+  date_back({dir / "repo/.git"});
 }
 
 // The codes of the file_watched records received for ID, in order.
@@ -275,6 +278,7 @@ struct GitRepository {
     create_file(dir / "repo/a", "a");
     create_file(dir / "repo/sub/b", "b");
     create_file(dir / "outside", "c");
+    date_back({git(""), git("refs/heads")});
     if (with_index) harness.call([](Watcher& watcher) { watcher.set_watch_index(true); });
     harness.add(1, dir / "repo/a");
     harness.add(2, dir / "repo/sub/b");
@@ -330,6 +334,7 @@ TEST_CASE("watcher: a repository's first look is reported for the file that led 
   make_directory(dir / "repo/.git");
   create_file(dir / "repo/.git/HEAD", "ref: refs/heads/main\n");
   create_file(dir / "repo/a", "a");
+  date_back({dir / "repo/.git"});
   harness.add(1, dir / "repo/a");
   // HEAD may have moved between Emacs's check of the file, which its
   // file_watched record asks for, and the watcher's first look at HEAD.
@@ -463,6 +468,7 @@ TEST_CASE("watcher: a file of the Git directory itself gets no VC change") {
   Harness harness;
   GitRepository repository(harness);
   create_file(repository.git("COMMIT_EDITMSG"), "message");
+  date_back({repository.git("")});
   harness.add(4, repository.git("COMMIT_EDITMSG"));
   harness.settle();
   harness.clear();
@@ -536,6 +542,7 @@ TEST_CASE("watcher: a linked work tree's branch is watched in the common directo
   make_directory(dir / "wt");
   create_file(dir / "wt/.git", "gitdir: " + dir / "main.git/worktrees/wt\n");
   create_file(dir / "wt/file", "x");
+  date_back({dir / "main.git", dir / "main.git/refs/heads", dir / "main.git/worktrees/wt"});
   harness.add(1, dir / "wt/file");
   harness.settle();
   harness.settle();
@@ -554,6 +561,7 @@ TEST_CASE("watcher: Mercurial's branch, bookmarks and dirstate are watched") {
   create_file(dir / "repo/.hg/branch", "default\n");
   create_file(dir / "repo/.hg/dirstate", "d");
   create_file(dir / "repo/file", "x");
+  date_back({dir / "repo/.hg"});
   harness.add(1, dir / "repo/file");
   harness.settle();
   harness.settle();
@@ -587,6 +595,7 @@ TEST_CASE("watcher: polled files have their repository's control files polled to
   make_directory(dir / "repo/.git");
   create_file(dir / "repo/.git/HEAD", "ref: refs/heads/main\n");
   create_file(dir / "repo/file", "x");
+  date_back({dir / "repo/.git"});
   harness.set_poll_interval(50ms);
   harness.add(1, dir / "repo/file", WatchMode::poll);
   harness.settle();
