@@ -816,9 +816,10 @@ void Watcher::apply_sweep(SweepJob& job) {
         node.has_baseline = true;
         baselined = true;
         if (is_control_id(node.id)) {
+          // Not held: an operation under way moves HEAD or the index again
+          // when it ends, and that change is.
           auto control = control_ids_.find(node.id);
-          if (control != control_ids_.end() && control->second.report_first_look &&
-              !hold_change(node.id, job, entry)) {
+          if (control != control_ids_.end() && control->second.report_first_look) {
             report_change(node.id, entry.path);
           }
           return;

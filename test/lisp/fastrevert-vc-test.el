@@ -637,7 +637,10 @@ buffer current and leave its VC state as it was mid-operation."
   (fastrevert-test-with-temp-dir dir
     (let ((fastrevert-vc-hold-limit 1))
       (fastrevert-vc-test--with-mode dir
-        (fastrevert-vc-test--sh dir "git init -q && printf 'old\\n' > f.txt")
+        ;; A repository that has just been made counts as busy for a
+        ;; moment; this one was made a minute ago.
+        (fastrevert-vc-test--sh
+         dir "git init -q && printf 'old\\n' > f.txt && touch -d '1 minute ago' .git .git/refs/heads")
         (let ((buffer (car (fastrevert-vc-test--visit (list (expand-file-name "f.txt" dir)))))
               (reverted-at nil))
           (set-window-buffer (selected-window) buffer)
