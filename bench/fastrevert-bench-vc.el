@@ -127,6 +127,15 @@ git checkout -q main
   "Shell script that makes a repository of $1 files in 10 directories.
 Its branches `main' and `other' differ in every file.")
 
+(defun fastrevert-bench-vc--visit-branches (root name count)
+  "Make a repository of COUNT files in ROOT/NAME and visit its files.
+The repository is the one `fastrevert-bench-vc--make-branches' makes,
+with the Git environment already bound.  Return (DIR . BUFFERS)."
+  (let ((dir (file-name-as-directory (expand-file-name name root))))
+    (make-directory dir)
+    (fastrevert-bench-vc--sh dir fastrevert-bench-vc--make-branches (number-to-string count))
+    (cons dir (fastrevert-bench--visit (directory-files-recursively dir "\\.txt\\'")))))
+
 (defun fastrevert-bench-vc--expected-text (buffer branch)
   "Return the text BUFFER's file has on BRANCH in the checkout repository."
   (with-current-buffer buffer
@@ -465,12 +474,9 @@ Each is (SERIES FILES SECONDS).")
         (deadline (fastrevert-bench-vc--size :stock-deadline))
         rows floors)
     (dolist (count (fastrevert-bench-vc--size :checkout-counts))
-      (let* ((dir (file-name-as-directory (expand-file-name (format "checkout-%d" count) root)))
-             (process-environment (fastrevert-bench-vc--environment root))
-             buffers)
-        (make-directory dir)
-        (fastrevert-bench-vc--sh dir fastrevert-bench-vc--make-branches (number-to-string count))
-        (setq buffers (fastrevert-bench--visit (directory-files-recursively dir "\\.txt\\'")))
+      (pcase-let* ((process-environment (fastrevert-bench-vc--environment root))
+                   (`(,dir . ,buffers) (fastrevert-bench-vc--visit-branches
+                                        root (format "checkout-%d" count) count)))
         (unwind-protect
             (progn
               (fastrevert-bench-vc--resync buffers dir "main")

@@ -258,12 +258,9 @@ list of (SHOWN-MS . EVERY-MS)."
   "Run the `auto-revert-check-vc-info' benchmark under ROOT and print its tables."
   (let (idle-rows command-rows)
     (dolist (count (fastrevert-bench-vcinfo--size :counts))
-      (let* ((dir (file-name-as-directory (expand-file-name (format "vc-info-%d" count) root)))
-             (process-environment (fastrevert-bench-vc--environment root))
-             buffers)
-        (make-directory dir)
-        (fastrevert-bench-vc--sh dir fastrevert-bench-vc--make-branches (number-to-string count))
-        (setq buffers (fastrevert-bench--visit (directory-files-recursively dir "\\.txt\\'")))
+      (pcase-let* ((process-environment (fastrevert-bench-vc--environment root))
+                   (`(,dir . ,buffers) (fastrevert-bench-vc--visit-branches
+                                        root (format "vc-info-%d" count) count)))
         (unwind-protect
             (let ((shown (car buffers)))
               (set-window-buffer (selected-window) shown)
