@@ -54,9 +54,11 @@ conversion."
           'raw-text
         (aref [raw-text-unix raw-text-dos raw-text-mac] eol)))))
 
-(defconst fastrevert--call-process-chunk (* 2 1024 1024)
+(defconst fastrevert--call-process-chunk (* 64 1024)
   "Bytes of output to gather before inserting while the child still runs.
-Inserting in such chunks lets Emacs decode while the child writes.")
+Inserting each such part as it arrives lets Emacs decode while the
+child writes the next, as stock `call-process' does with its reads;
+smaller parts would cost more calls than they save.")
 
 (defun fastrevert--call-process-streamable-p (coding)
   "Return non-nil if output in CODING may be inserted in newline-ended chunks.
@@ -66,11 +68,52 @@ across lines and need no detection of the character encoding;
   (and coding
        (memq (coding-system-type coding) '(utf-8 charset raw-text shift-jis big5))))
 
+(defun fastrevert--call-process-chunk-for (coding display)
+  "Return the CHUNK argument of the native call for output in CODING.
+With DISPLAY non-nil, every line as it arrives (1), which takes a
+coding that can be cut at newlines.  Otherwise a coding that can be
+cut gets `fastrevert--call-process-chunk': the module then reads a
+child that writes faster than Emacs inserts in chunks, each decoded
+while the child writes the next, and lets any other output longer
+than a string's worth be read straight from the pipe into the
+buffer.  A coding that cannot be cut gets 0: a long output is always
+read straight from the pipe, and decoded once, whole."
+  (cond ((not (fastrevert--call-process-streamable-p coding)) 0)
+        (display 1)
+        (t fastrevert--call-process-chunk)))
+
+(defun fastrevert--insert-pipe (fd coding)
+  "Insert what the pipe FD holds, to its end, at point, decoded with CODING.
+Return the number of bytes inserted, as the buffer holds them, or
+the symbol `quit' when a quit stopped the reading; the text read
+until then stays, and point ends after the text either way.  As
+for a memfd range, `buffer-file-coding-system' is restored and no
+file name handler, format decoder or after-insert function runs.
+`last-coding-system-used' tells what `undecided' detected."
+  (let ((start (point))
+        (size (buffer-size))
+        (saved-file-coding buffer-file-coding-system)
+        (quit nil))
+    (unwind-protect
+        (condition-case nil
+            (let ((coding-system-for-read coding)
+                  (file-name-handler-alist nil)
+                  (after-insert-file-functions nil)
+                  (format-alist nil))
+              (insert-file-contents (fastrevert--memfd-file-name fd)))
+          (quit (setq quit t)))
+      (unless (eq buffer-file-coding-system saved-file-coding)
+        (setq buffer-file-coding-system saved-file-coding)))
+    (goto-char (+ start (- (buffer-size) size)))
+    (if quit 'quit (- (position-bytes (point)) (position-bytes start)))))
+
 (defun fastrevert--call-process-inserter (coding)
   "Return a function inserting the output at point, decoded with CODING.
 The function is called as (FD BEG END), for consecutive byte ranges
 of the memfd FD, or as (BYTES nil nil) with all of a short output as
-a unibyte string, or as (nil nil nil) when there was no output.  It
+a unibyte string, or as (FD nil nil) to read the pipe FD to its end
+\(it then returns what `fastrevert--insert-pipe' returns), or as
+\(nil nil nil) when there was no output.  It
 leaves point after the text, as `call-process' does, and changes
 only what `call-process' itself changes: `buffer-file-coding-system',
 which `insert-file-contents' would set, is restored, and no file
@@ -89,6 +132,8 @@ range detected, as `call-process' fixes it after its first read."
        ((stringp fd)
         (insert (decode-coding-string fd decoding t))
         (setq coding last-coding-system-used))
+       ((not beg)
+        (fastrevert--insert-pipe fd decoding))
        (t
         (setq coding (fastrevert--insert-memfd-range fd beg end decoding)))))))
 
@@ -180,19 +225,16 @@ This is `fastrevert-call-process' once a file name handler is ruled out."
                (stdout (cond (buffer
                               (lambda (fd beg end)
                                 (setq inserted t)
-                                (with-current-buffer buffer
-                                  (funcall insert fd beg end))
-                                (when display (redisplay))))
+                                (prog1 (with-current-buffer buffer
+                                         (funcall insert fd beg end))
+                                  (when display (redisplay)))))
                              (encoded-output encoded-output)))
                ;; Standard error "mixed with the output" goes to the null
                ;; device when the output is discarded.
                (stderr-target (if (and (eq encoded-stderr t) (null stdout)) nil encoded-stderr))
                (result (fastrevert--mod-call-process
                         encoded-path argv env encoded-dir encoded-infile stdout stderr-target
-                        (cond ((not (fastrevert--call-process-streamable-p coding)) 0)
-                              ;; Shown as it comes: every complete line.
-                              (display 1)
-                              (t fastrevert--call-process-chunk)))))
+                        (fastrevert--call-process-chunk-for coding display))))
           (when (eq (car result) :error)
             (fastrevert--process-raise result files))
           (when (and buffer (not inserted))

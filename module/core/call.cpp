@@ -1,6 +1,9 @@
 #include "core/call.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -200,6 +203,14 @@ struct KillOnUnwind {
   }
 };
 
+// How much one turn of Call's loop drains before it looks at what to insert:
+// a child that writes as fast as this thread reads must not keep it from
+// inserting.  A pipeful of the largest pipe.
+constexpr std::uint64_t kDrainPerTurn = std::uint64_t{1} << 20;
+
+// The capacity of a pipe that was never enlarged.
+constexpr std::uint64_t kDefaultPipeCapacity = 65536;
+
 // One run_call() with its stdout a pipe.
 class Call {
  public:
@@ -209,13 +220,39 @@ class Call {
   CallResult run();
 
  private:
-  // Reads the pipe on this thread until end of file or a chunk's worth.
-  void read_first_phase();
+  // What the pipe looked like when watch() stopped watching it.
+  struct PipeState {
+    bool closed = false;       // Every writer closed it: the output is all there.
+    bool exited = false;       // The child exited, but something holds the pipe open.
+    std::size_t waiting = 0;   // Bytes waiting in it.
+    std::size_t capacity = 0;  // What it holds when full.
+  };
+  // Waits, reading nothing, until the child has closed its stdout or
+  // exited, or the pipe is full.
+  PipeState watch();
+  // Waits until the pipe may have more to read: on the child's exit, at
+  // most TICK_MS, while the child runs and QUIET (nothing to read is
+  // known to wait), else on the pipe itself.  Returns false on a quit.
+  bool wait_for_more(bool quiet, int tick_ms);
+  // Reads what the closed pipe holds, all of it, into the string.
+  void read_closed_pipe();
+  // Reads and counts whatever the caller left in the pipe, to end of file.
+  void drain_after_caller();
+  // Reads the pipe on this thread until end of file, a quit, or the child
+  // shows it writes faster than the caller inserts (then copy_rest() goes
+  // on), handing whole lines over as they come when streaming.
+  void read_on_this_thread();
+  // Takes BYTES, just read: into the string while the output fits one,
+  // else into the memfd.
+  void take(const char* bytes, std::size_t size);
   // Copies the rest on a MemfdCopier thread, handing ranges over as they
   // come.
   void copy_rest();
   void open_memfd();
   void insert(std::uint64_t from, std::uint64_t to);
+  // Gives back the memory of what the caller has inserted, by the
+  // megabyte, while this thread fills the memfd.
+  void release_inserted();
   bool should_quit() const { return hooks_.should_quit && hooks_.should_quit(); }
   // A quit: the child gets SIGINT and a second of grace before SIGKILL, and
   // is reaped, without waiting for a pipe a grandchild may hold.
@@ -225,13 +262,19 @@ class Call {
   Child& child_;
   const std::uint64_t step_;
   const CallHooks& hooks_;
-  // Up to kCallStringLimit bytes, while no memfd is needed.
+  // Up to string_limit bytes, while no memfd is needed.
   std::string head_;
   UniqueFd memfd_;
   std::uint64_t written_ = 0;
   std::uint64_t consumed_ = 0;
+  // Where the last newline written so far ends (0 when none was).
+  std::uint64_t line_end_ = 0;
+  std::uint64_t released_ = 0;
   bool eof_ = false;
   bool quit_ = false;
+  // The child has exited (its pidfd said so); its pipe may still be open.
+  bool exited_ = false;
+  bool copier_used_ = false;
   // While the copy thread runs, it gives back the memory of what the caller
   // has inserted; what is left when the call ends goes with the memfd.
   MemfdCopier* copier_ = nullptr;
@@ -245,10 +288,36 @@ void Call::open_memfd() {
   head_ = std::string();
 }
 
+void Call::take(const char* bytes, std::size_t size) {
+  std::string_view view(bytes, size);
+  if (!memfd_ && head_.size() + size <= hooks_.string_limit) {
+    head_.append(view);
+  } else {
+    open_memfd();
+    if (int error = write_all_at(memfd_.get(), view, written_)) {
+      throw SystemError(error, "write", "memfd");
+    }
+  }
+  if (const void* newline = memrchr(bytes, '\n', size)) {
+    line_end_ = written_ + static_cast<std::uint64_t>(static_cast<const char*>(newline) - bytes) + 1;
+  }
+  written_ += size;
+}
+
 void Call::insert(std::uint64_t from, std::uint64_t to) {
+  open_memfd();
   hooks_.insert_range(memfd_.get(), from, to);
   consumed_ = to;
   if (copier_) copier_->release(to);
+}
+
+void Call::release_inserted() {
+  constexpr std::uint64_t kReleaseStep = std::uint64_t{1} << 20;
+  if (consumed_ - released_ < kReleaseStep) return;
+  // A failure only leaves the memory in use until the memfd is closed.
+  fallocate(memfd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+            static_cast<off_t>(consumed_));
+  released_ = consumed_;
 }
 
 CallResult Call::quit_now() {
@@ -259,23 +328,88 @@ CallResult Call::quit_now() {
       child_, [&first] { return std::exchange(first, false); }, true, quit);
   result.quit = true;
   result.bytes = written_;
+  result.copier_used = copier_used_;
   return result;
 }
 
 CallResult Call::finish() {
   CallResult result;
   result.bytes = written_;
+  result.copier_used = copier_used_;
   result.wait_status = reap_with_quit(child_, hooks_.should_quit, true, result.quit);
   return result;
 }
 
-void Call::read_first_phase() {
-  // Most children write little and end soon, and for them a copy thread
-  // would cost more than the copy.  Only output that outgrows a chunk moves
-  // to a copy thread, so that the caller can insert one chunk while the
-  // child writes the next.
+// While a child runs, this thread does not wait on its pipe: every write
+// into a pipe wakes the reader waiting on it, and a child writing in small
+// pieces would pay a wake-up, often a trip to the other CPU, for each.
+// It waits on the child's exit instead, for a tick that grows while
+// nothing comes, and takes what has gathered meanwhile; a pipe enlarged to
+// the system's largest holds what the child writes in between.
+constexpr int kFirstTickMs = 1;
+constexpr int kLongestTickMs = 16;
+
+int next_tick(int tick_ms, bool got_more) {
+  return got_more ? kFirstTickMs : std::min(tick_ms * 2, kLongestTickMs);
+}
+
+bool Call::wait_for_more(bool quiet, int tick_ms) {
+  bool on_exit = quiet && child_.pidfd >= 0 && !exited_;
+  pollfd fd = {on_exit ? child_.pidfd : child_.stdout_fd, POLLIN, 0};
+  int ready = poll(&fd, 1, on_exit ? tick_ms : 50);
+  if (ready < 0 && errno != EINTR) throw_errno("poll");
+  if (on_exit && ready > 0) exited_ = true;
+  return !should_quit();
+}
+
+Call::PipeState Call::watch() {
+  PipeState state;
+  int capacity = fcntl(child_.stdout_fd, F_GETPIPE_SZ);
+  state.capacity = capacity > 0 ? static_cast<std::size_t>(capacity) : kDefaultPipeCapacity;
+  bool grown = false;
+  int tick_ms = kFirstTickMs;
+  for (;;) {
+    pollfd now = {child_.stdout_fd, POLLIN, 0};
+    if (poll(&now, 1, 0) < 0 && errno != EINTR) throw_errno("poll");
+    int waiting = 0;
+    if (ioctl(child_.stdout_fd, FIONREAD, &waiting) < 0) throw_errno("ioctl", "FIONREAD");
+    bool got_more = static_cast<std::size_t>(waiting) != state.waiting;
+    state.waiting = static_cast<std::size_t>(waiting);
+    state.closed = (now.revents & (POLLHUP | POLLERR)) != 0;
+    state.exited = exited_;
+    if (state.closed || exited_ || state.waiting >= state.capacity) return state;
+    // More than a string's worth: the output may go on for a while, and
+    // the child must not wait on a full pipe while this thread waits.
+    if (!grown && state.waiting > hooks_.string_limit) {
+      grown = true;
+      if (std::size_t size = grow_pipe(child_.stdout_fd, pipe_max_size())) state.capacity = size;
+    }
+    tick_ms = next_tick(tick_ms, got_more);
+    if (!wait_for_more(true, tick_ms)) {
+      quit_ = true;
+      return state;
+    }
+  }
+}
+
+void Call::read_closed_pipe() {
   char buffer[65536];
-  while (!eof_ && !(step_ > 0 && written_ >= step_)) {
+  for (;;) {
+    ssize_t got = read(child_.stdout_fd, buffer, sizeof buffer);
+    if (got > 0) {
+      take(buffer, static_cast<std::size_t>(got));
+    } else if (got == 0) {
+      eof_ = true;
+      return;
+    } else if (errno != EINTR) {
+      throw_errno("read", "process output");
+    }
+  }
+}
+
+void Call::drain_after_caller() {
+  char buffer[65536];
+  for (;;) {
     pollfd fd = {child_.stdout_fd, POLLIN, 0};
     int ready = poll(&fd, 1, 50);
     if (ready < 0 && errno != EINTR) throw_errno("poll");
@@ -284,20 +418,40 @@ void Call::read_first_phase() {
       return;
     }
     if (ready <= 0) continue;
-    for (;;) {
+    ssize_t got = read(child_.stdout_fd, buffer, sizeof buffer);
+    if (got > 0) {
+      written_ += static_cast<std::uint64_t>(got);
+    } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+      return;
+    }
+  }
+}
+
+void Call::read_on_this_thread() {
+  // Most children write little and end soon, and for them a copy thread
+  // would cost more than the copy: this thread reads, and between reads
+  // inserts what has arrived, while the child writes on into the pipe.
+  // Only a caller that wants every line at once (a step below a string's
+  // worth) has this thread wait on the pipe itself.
+  bool ticking = step_ == 0 || step_ >= hooks_.string_limit;
+  char buffer[65536];
+  int capacity = fcntl(child_.stdout_fd, F_GETPIPE_SZ);
+  std::uint64_t pipe_capacity =
+      capacity > 0 ? static_cast<std::uint64_t>(capacity) : kDefaultPipeCapacity;
+  bool pipe_grown = pipe_capacity > kDefaultPipeCapacity;
+  int tick_ms = kFirstTickMs;
+  bool quiet = false;
+  while (!eof_) {
+    if (!wait_for_more(ticking && quiet, tick_ms)) {
+      quit_ = true;
+      return;
+    }
+    std::uint64_t drained = 0;
+    while (drained < kDrainPerTurn) {
       ssize_t got = read(child_.stdout_fd, buffer, sizeof buffer);
       if (got > 0) {
-        std::string_view bytes(buffer, static_cast<std::size_t>(got));
-        if (!memfd_ && head_.size() + bytes.size() <= kCallStringLimit) {
-          head_.append(bytes);
-        } else {
-          open_memfd();
-          if (int error = write_all_at(memfd_.get(), bytes, written_)) {
-            throw SystemError(error, "write", "memfd");
-          }
-        }
-        written_ += static_cast<std::uint64_t>(got);
-        if (step_ > 0 && written_ >= step_) break;
+        take(buffer, static_cast<std::size_t>(got));
+        drained += static_cast<std::uint64_t>(got);
         continue;
       }
       if (got == 0) {
@@ -309,15 +463,45 @@ void Call::read_first_phase() {
       }
       break;
     }
+    // A full drain shows a child writing faster than this thread takes:
+    // read again at once.  Anything less, and the next wait is a tick.
+    quiet = drained < pipe_capacity;
+    tick_ms = next_tick(tick_ms, drained > 0);
+    // An output that outgrows one pipeful gets a pipe that holds more, so
+    // that the child writes on while this thread inserts.
+    if (!pipe_grown && written_ > kDefaultPipeCapacity) {
+      pipe_grown = true;
+      if (std::size_t grown = grow_pipe(child_.stdout_fd, pipe_max_size())) {
+        pipe_capacity = grown;
+      }
+    }
+    if (eof_ || step_ == 0) continue;
+    if (line_end_ > consumed_ && line_end_ - consumed_ >= step_) {
+      insert(consumed_, line_end_);
+      release_inserted();
+      if (should_quit()) {
+        quit_ = true;
+        return;
+      }
+    }
+    // A turn that found the pipe full after an insert means the child was
+    // waiting on Emacs: past the threshold, a copy thread drains the pipe
+    // while this thread inserts.
+    if (written_ >= hooks_.copier_threshold &&
+        (drained >= pipe_capacity || hooks_.copier_threshold == 0)) {
+      return;
+    }
   }
 }
 
 void Call::copy_rest() {
   MemfdCopier capture(child_.stdout_fd, memfd_.get(), written_);
   copier_ = &capture;
+  copier_used_ = true;
   // Bytes before consumed_ are inserted; bytes in [consumed_, SCANNED) hold
   // no newline, so each byte is searched once however long a line is.
-  std::uint64_t scanned = 0;
+  if (line_end_ > consumed_) insert(consumed_, line_end_);
+  std::uint64_t scanned = written_;
   bool done = false;
   while (!done) {
     written_ = capture.wait(scanned + step_, std::chrono::milliseconds(50), done);
@@ -342,13 +526,46 @@ void Call::copy_rest() {
 
 CallResult Call::run() {
   KillOnUnwind cleanup{child_};
-  read_first_phase();
+  // A caller that wants every line as it comes (a CHUNK below a string's
+  // worth) gets them through the memfd; any other may read the pipe itself.
+  // Without a pidfd, nothing but the pipe tells when to look again, and
+  // this thread reads it.
+  if (hooks_.insert_pipe && child_.pidfd >= 0 &&
+      (step_ == 0 || step_ >= hooks_.string_limit)) {
+    PipeState seen = watch();
+    if (quit_) return quit_now();
+    if (seen.closed && seen.waiting <= hooks_.string_limit) {
+      read_closed_pipe();
+      if (!head_.empty()) hooks_.insert_bytes(head_);
+      return finish();
+    }
+    // A full pipe shows a child that writes faster than anything reads:
+    // when its output can be cut, it goes through the memfd, in chunks the
+    // caller inserts while this thread, then a copy thread, drains the
+    // pipe.  An output that ends with a string's worth or less, once
+    // something else holding the pipe lets go, is read here too.  Anything
+    // else the caller reads straight into its buffer: nothing is copied on
+    // the way.
+    bool full = !seen.closed && seen.waiting >= seen.capacity;
+    bool small = seen.exited && !seen.closed && seen.waiting <= hooks_.string_limit;
+    if (!(full && step_ > 0) && !small) {
+      PipeInsert read = hooks_.insert_pipe(child_.stdout_fd);
+      written_ = read.bytes;
+      if (read.quit) return quit_now();
+      // The caller reads to end of file.  Should it stop short, the rest
+      // is drained and counted, so that a child blocked on a full pipe
+      // cannot hang the wait for its exit.
+      drain_after_caller();
+      if (quit_) return quit_now();
+      return finish();
+    }
+  }
+  read_on_this_thread();
   if (quit_) return quit_now();
   if (eof_ && !memfd_) {
     if (!head_.empty()) hooks_.insert_bytes(head_);
     return finish();
   }
-  open_memfd();
   if (!eof_) {
     copy_rest();
     if (quit_) return quit_now();

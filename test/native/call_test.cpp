@@ -348,22 +348,29 @@ TEST_CASE("run_call on a quit interrupts the child and hands nothing more over",
   }
   SECTION("while the copy thread fills the memfd") {
     TempDir dir;
-    write_file(dir / "out", lines_of(std::size_t{1} << 20));
-    SpawnSpec spec = shell("cat '" + dir.file("out") + "'; trap '' INT; exec sleep 1000");
+    // More than one turn of the reading loop takes, so that ranges follow
+    // the first.
+    write_file(dir / "out", lines_of(std::size_t{8} << 20));
+    // The trap comes first: the quit may come while cat still writes.
+    SpawnSpec spec = shell("trap '' INT; cat '" + dir.file("out") + "'; exec sleep 1000");
     spec.new_session = true;
     Child child = spawn(spec);
     pid_t pid = child.pid;
     Collected got;
     CallHooks hooks = collecting(got);
+    hooks.copier_threshold = 0;
     bool quitting = false;
     hooks.should_quit = [&quitting] { return std::exchange(quitting, false); };
     auto insert_range = hooks.insert_range;
+    // The first range starts the copy thread; the quit comes with the
+    // second, which the copy thread brought.
     hooks.insert_range = [&](int memfd, std::uint64_t from, std::uint64_t to) {
       insert_range(memfd, from, to);
-      quitting = true;
+      quitting = got.ranges.size() >= 2;
     };
     CallResult result = run_call(child, 4096, hooks);
     CHECK(result.quit);
+    CHECK(result.copier_used);
     std::size_t ranges = got.ranges.size();
     CHECK(ranges >= 1);
     // The child ignores SIGINT: the grace period ends with SIGKILL.
