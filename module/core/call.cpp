@@ -224,6 +224,7 @@ class Call {
   struct PipeState {
     bool closed = false;       // Every writer closed it: the output is all there.
     bool exited = false;       // The child exited, but something holds the pipe open.
+    bool full = false;         // The child waits on the pipe, or soon will.
     std::size_t waiting = 0;   // Bytes waiting in it.
     std::size_t capacity = 0;  // What it holds when full.
   };
@@ -377,7 +378,15 @@ Call::PipeState Call::watch() {
     state.waiting = static_cast<std::size_t>(waiting);
     state.closed = (now.revents & (POLLHUP | POLLERR)) != 0;
     state.exited = exited_;
-    if (state.closed || exited_ || state.waiting >= state.capacity) return state;
+    if (state.closed || exited_) return state;
+    // A pipe is full once its pages are, which small writes can make it
+    // with far fewer bytes than its capacity: a pipe holding a good part
+    // of its capacity that stopped filling has a child waiting on it.
+    if (state.waiting >= state.capacity ||
+        (!got_more && state.waiting >= state.capacity / 4)) {
+      state.full = true;
+      return state;
+    }
     // More than a string's worth: the output may go on for a while, and
     // the child must not wait on a full pipe while this thread waits.
     if (!grown && state.waiting > hooks_.string_limit) {
@@ -463,9 +472,11 @@ void Call::read_on_this_thread() {
       }
       break;
     }
-    // A full drain shows a child writing faster than this thread takes:
-    // read again at once.  Anything less, and the next wait is a tick.
-    quiet = drained < pipe_capacity;
+    // A drain of a good part of the pipe shows a child writing faster than
+    // this thread takes (a pipe fills up with fewer bytes than its
+    // capacity when the writes are small): read again at once.  Anything
+    // less, and the next wait is a tick.
+    quiet = drained < pipe_capacity / 4;
     tick_ms = next_tick(tick_ms, drained > 0);
     // An output that outgrows one pipeful gets a pipe that holds more, so
     // that the child writes on while this thread inserts.
@@ -488,7 +499,7 @@ void Call::read_on_this_thread() {
     // waiting on Emacs: past the threshold, a copy thread drains the pipe
     // while this thread inserts.
     if (written_ >= hooks_.copier_threshold &&
-        (drained >= pipe_capacity || hooks_.copier_threshold == 0)) {
+        (drained >= pipe_capacity / 4 || hooks_.copier_threshold == 0)) {
       return;
     }
   }
@@ -546,7 +557,7 @@ CallResult Call::run() {
     // something else holding the pipe lets go, is read here too.  Anything
     // else the caller reads straight into its buffer: nothing is copied on
     // the way.
-    bool full = !seen.closed && seen.waiting >= seen.capacity;
+    bool full = seen.full;
     bool small = seen.exited && !seen.closed && seen.waiting <= hooks_.string_limit;
     if (!(full && step_ > 0) && !small) {
       PipeInsert read = hooks_.insert_pipe(child_.stdout_fd);
