@@ -41,9 +41,10 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "stopped it (the child then gets what a quit gives it).\n"
                  "STDERR is nil (/dev/null),\n"
                  "t (with stdout) or an encoded file name.\n"
-                 "Return (HOW CODE): HOW says how the child ended, as the data of a\n"
-                 "`process-exit' result does, and CODE is its exit code or signal\n"
-                 "number (see `fastrevert--exit-exited').  A spawn failure returns\n"
+                 "Return the exit code of a child that exited, else (HOW CODE): HOW\n"
+                 "says how the child ended, as the data of a `process-exit' result\n"
+                 "does, and CODE is its signal number (see `fastrevert--exit-exited').\n"
+                 "A spawn failure returns\n"
                  "(:error CONDITION FUNCTION STRERROR PATH).  A quit kills the child\n"
                  "(SIGINT, then SIGKILL), reaps it and signals `quit'.\n\n"
                  "(fn PROGRAM ARGV ENV CWD INFILE STDOUT STDERR CHUNK)") {
@@ -96,6 +97,8 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
     env.signal("quit", env.nil());
   }
   ExitStatus status = exit_status(result.wait_status);
+  // The common end costs no list and no string.
+  if (status.how == ExitStatus::How::exited) return env.integer(status.code);
   return env.list({env.unibyte(exit_how_name(status)), env.integer(status.code)});
 }
 
