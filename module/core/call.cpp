@@ -225,16 +225,23 @@ class Call {
     bool closed = false;       // Every writer closed it: the output is all there.
     bool exited = false;       // The child exited, but something holds the pipe open.
     bool full = false;         // The child waits on the pipe, or soon will.
+    bool quiet = false;        // Output waits, and the child stopped writing.
     std::size_t waiting = 0;   // Bytes waiting in it.
     std::size_t capacity = 0;  // What it holds when full.
   };
   // Waits, reading nothing, until the child has closed its stdout or
   // exited, or the pipe is full.
   PipeState watch();
-  // Waits until the pipe may have more to read: on the child's exit, at
-  // most TICK_MS, while the child runs and QUIET (nothing to read is
-  // known to wait), else on the pipe itself.  Returns false on a quit.
-  bool wait_for_more(bool quiet, int tick_ms);
+  // What wait_for_more() waits on.
+  enum class Wait {
+    pipe,          // The pipe: bytes to read, or its end.
+    exit,          // The child's exit, for at most a tick.
+    exit_or_pipe,  // Whichever comes first: for the first bytes.
+  };
+  // Waits as WAIT says (on the pipe alone once the child has exited, or
+  // without a pidfd), at most TICK_MS for Wait::exit and 50 ms otherwise.
+  // Returns false on a quit.
+  bool wait_for_more(Wait wait, int tick_ms);
   // Reads what the closed pipe holds, all of it, into the string.
   void read_closed_pipe();
   // Reads and counts whatever the caller left in the pipe, to end of file.
@@ -354,12 +361,15 @@ int next_tick(int tick_ms, bool got_more) {
   return got_more ? kFirstTickMs : std::min(tick_ms * 2, kLongestTickMs);
 }
 
-bool Call::wait_for_more(bool quiet, int tick_ms) {
-  bool on_exit = quiet && child_.pidfd >= 0 && !exited_;
-  pollfd fd = {on_exit ? child_.pidfd : child_.stdout_fd, POLLIN, 0};
-  int ready = poll(&fd, 1, on_exit ? tick_ms : 50);
+bool Call::wait_for_more(Wait wait, int tick_ms) {
+  if (child_.pidfd < 0 || exited_) wait = Wait::pipe;
+  // The child's exit first, then the pipe, so that an exit is never missed.
+  pollfd fds[2] = {{child_.pidfd, POLLIN, 0}, {child_.stdout_fd, POLLIN, 0}};
+  pollfd* first = wait == Wait::pipe ? &fds[1] : &fds[0];
+  nfds_t count = wait == Wait::exit_or_pipe ? 2 : 1;
+  int ready = poll(first, count, wait == Wait::exit ? tick_ms : 50);
   if (ready < 0 && errno != EINTR) throw_errno("poll");
-  if (on_exit && ready > 0) exited_ = true;
+  if (wait != Wait::pipe && ready > 0 && fds[0].revents) exited_ = true;
   return !should_quit();
 }
 
@@ -387,6 +397,13 @@ Call::PipeState Call::watch() {
       state.full = true;
       return state;
     }
+    // A child that went quiet with output written has it read now, as
+    // stock would have read it: a quit while it stays quiet leaves that
+    // output in the buffer.
+    if (!got_more && state.waiting > 0 && tick_ms == kLongestTickMs) {
+      state.quiet = true;
+      return state;
+    }
     // More than a string's worth: the output may go on for a while, and
     // the child must not wait on a full pipe while this thread waits.
     if (!grown && state.waiting > hooks_.string_limit) {
@@ -394,7 +411,9 @@ Call::PipeState Call::watch() {
       if (std::size_t size = grow_pipe(child_.stdout_fd, pipe_max_size())) state.capacity = size;
     }
     tick_ms = next_tick(tick_ms, got_more);
-    if (!wait_for_more(true, tick_ms)) {
+    // Until the first bytes arrive, they or the exit end the wait: a small
+    // output, written just before the exit, costs one or two wake-ups.
+    if (!wait_for_more(state.waiting == 0 ? Wait::exit_or_pipe : Wait::exit, tick_ms)) {
       quit_ = true;
       return state;
     }
@@ -451,7 +470,7 @@ void Call::read_on_this_thread() {
   int tick_ms = kFirstTickMs;
   bool quiet = false;
   while (!eof_) {
-    if (!wait_for_more(ticking && quiet, tick_ms)) {
+    if (!wait_for_more(ticking && quiet ? Wait::exit : Wait::pipe, tick_ms)) {
       quit_ = true;
       return;
     }
@@ -487,7 +506,10 @@ void Call::read_on_this_thread() {
       }
     }
     if (eof_ || step_ == 0) continue;
-    if (line_end_ > consumed_ && line_end_ - consumed_ >= step_) {
+    // Whole lines that a child gone quiet left are inserted too, as stock
+    // would have inserted them, so that a quit keeps them.
+    bool gone_quiet = drained == 0 && tick_ms == kLongestTickMs;
+    if (line_end_ > consumed_ && (line_end_ - consumed_ >= step_ || gone_quiet)) {
       insert(consumed_, line_end_);
       release_inserted();
       if (should_quit()) {
@@ -555,8 +577,8 @@ CallResult Call::run() {
     // caller inserts while this thread, then a copy thread, drains the
     // pipe.  An output that ends with a string's worth or less, once
     // something else holding the pipe lets go, is read here too.  Anything
-    // else the caller reads straight into its buffer: nothing is copied on
-    // the way.
+    // else, a quiet child's output included, the caller reads straight into
+    // its buffer: nothing is copied on the way.
     bool full = seen.full;
     bool small = seen.exited && !seen.closed && seen.waiting <= hooks_.string_limit;
     if (!(full && step_ > 0) && !small) {

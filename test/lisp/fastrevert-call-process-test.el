@@ -578,9 +578,13 @@ reached the buffer.  Return that record."
 (ert-deftest fastrevert-call-process-quit-while-reading-the-pipe-straight-into-the-buffer ()
   "A quit while Emacs reads a long output from the pipe ends child and call.
 An output in a coding that cannot be cut is read straight from the
-pipe; the quit reaches that read, and the child gets SIGINT."
+pipe; the quit reaches that read, and the child gets SIGINT.  The
+child goes quiet for half a second before the quit: output a child
+wrote and then stopped writing is in the buffer by then, as stock
+would have it."
   (let ((result (fastrevert-call-process-test--quit-at-terminal
-                 t "head -c 100000 /dev/zero | tr '\\0' x; echo; echo $$ > %s; exec sleep 30"
+                 t (concat "head -c 100000 /dev/zero | tr '\\0' x; echo; "
+                           "sleep 0.5; echo $$ > %s; exec sleep 30")
                  'undecided)))
     (should (eq (nth 0 result) 'quit))
     (should (< (nth 1 result) 10))
