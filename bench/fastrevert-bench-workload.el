@@ -60,9 +60,9 @@
   '((:commits 20000 2000)
     (:directories 20 4)
     (:files-per-directory 100 50)
-    (:seconds-per-row 4.0 0.5)
-    (:max-rounds 200 20)
-    (:min-rounds 10 3))
+    (:seconds-per-row 2.5 0.5)
+    (:max-rounds 100 20)
+    (:min-rounds 8 3))
   "Workload sizes as (KEY DEFAULT QUICK).")
 
 (defun fastrevert-bench-workload--size (key)
@@ -136,7 +136,9 @@ and branches point along the history."
            (format "Record the %s of %s in note %d, change %d"
                    (fastrevert-bench-workload--word) (fastrevert-bench-workload--word)
                    note i))
-          (insert (format "M 100644 inline notes/n%03d.txt\n" note))
+          ;; Twenty notes to a directory: each commit then writes two
+          ;; small trees, not one of 500 entries.
+          (insert (format "M 100644 inline notes/d%02d/n%03d.txt\n" (% note 25) note))
           (fastrevert-bench-workload--insert-data
            (format "note %d, change %d: %s %s %s\n" note i (fastrevert-bench-workload--word)
                    (fastrevert-bench-workload--word) (fastrevert-bench-workload--word)))
