@@ -357,6 +357,10 @@ CallResult Call::finish() {
 constexpr int kFirstTickMs = 1;
 constexpr int kLongestTickMs = 16;
 
+// A first write this short, and the tick that follows it.
+constexpr std::size_t kShortOutput = 4096;
+constexpr int kShortOutputTickMs = 4;
+
 int next_tick(int tick_ms, bool got_more) {
   return got_more ? kFirstTickMs : std::min(tick_ms * 2, kLongestTickMs);
 }
@@ -375,10 +379,16 @@ bool Call::wait_for_more(Wait wait, int tick_ms) {
 
 Call::PipeState Call::watch() {
   PipeState state;
-  int capacity = fcntl(child_.stdout_fd, F_GETPIPE_SZ);
-  state.capacity = capacity > 0 ? static_cast<std::size_t>(capacity) : kDefaultPipeCapacity;
   bool grown = false;
   int tick_ms = kFirstTickMs;
+  // A child just started has written nothing yet: the first look at the
+  // pipe comes after the first wait.
+  if (!wait_for_more(Wait::exit_or_pipe, tick_ms)) {
+    quit_ = true;
+    return state;
+  }
+  int capacity = fcntl(child_.stdout_fd, F_GETPIPE_SZ);
+  state.capacity = capacity > 0 ? static_cast<std::size_t>(capacity) : kDefaultPipeCapacity;
   for (;;) {
     pollfd now = {child_.stdout_fd, POLLIN, 0};
     if (poll(&now, 1, 0) < 0 && errno != EINTR) throw_errno("poll");
@@ -411,6 +421,10 @@ Call::PipeState Call::watch() {
       if (std::size_t size = grow_pipe(child_.stdout_fd, pipe_max_size())) state.capacity = size;
     }
     tick_ms = next_tick(tick_ms, got_more);
+    // Less than a stdio buffer's worth is most often a short output's
+    // last write before the exit: the next wake-up is then that exit.  A
+    // child that goes on writing fills at most a pipe's worth meanwhile.
+    if (got_more && state.waiting < kShortOutput) tick_ms = kShortOutputTickMs;
     // Until the first bytes arrive, they or the exit end the wait: a small
     // output, written just before the exit, costs one or two wake-ups.
     if (!wait_for_more(state.waiting == 0 ? Wait::exit_or_pipe : Wait::exit, tick_ms)) {
