@@ -174,7 +174,7 @@ and branches point along the history."
   (let ((default-directory (file-name-as-directory dir)))
     (with-temp-buffer
       (unless (eql 0 (apply #'call-process program nil t nil args))
-        (error "%s %s failed: %s" program (string-join args " ") (buffer-string))))))
+        (error "Command %s %s failed: %s" program (string-join args " ") (buffer-string))))))
 
 (defun fastrevert-bench-workload--make-repository (dir)
   "Make the benchmark repository in DIR, which must not exist yet."
@@ -195,7 +195,7 @@ and branches point along the history."
           (let ((default-directory (file-name-as-directory dir)))
             (with-temp-buffer
               (unless (eql 0 (call-process "git" stream t nil "fast-import" "--quiet"))
-                (error "git fast-import failed: %s" (buffer-string)))))
+                (error "Git fast-import failed: %s" (buffer-string)))))
           (fastrevert-bench-workload--run dir "git" "reset" "-q" "--hard" "main")
           ;; A few changed and untracked files for `git status' to list.
           (dotimes (i 8)
@@ -230,7 +230,7 @@ and branches point along the history."
     (- (float-time) start)))
 
 (defun fastrevert-bench-workload--rounds (first-pair-seconds)
-  "Return how many rounds a row whose first pair took FIRST-PAIR-SECONDS runs."
+  "Return the number of rounds for a row whose first pair took FIRST-PAIR-SECONDS."
   (max (fastrevert-bench-workload--size :min-rounds)
        (min (fastrevert-bench-workload--size :max-rounds)
             (floor (/ (fastrevert-bench-workload--size :seconds-per-row)
@@ -287,7 +287,7 @@ per thunk of EXTRA) and :bad (rounds whose sizes differed)."
           :bad bad)))
 
 (defun fastrevert-bench-workload--into-buffer (function)
-  "Return a thunk that calls FUNCTION in an emptied scratch buffer.
+  "Return a thunk to call FUNCTION in an emptied scratch buffer.
 FUNCTION is called with no arguments while the buffer is current; the
 thunk returns the buffer's size afterwards."
   (let ((buffer (get-buffer-create " *fastrevert-bench-workload*")))
@@ -469,7 +469,7 @@ and calls ON-MESSAGE with each complete body."
         (setq start end)))))
 
 (defun fastrevert-bench-workload--line-splitter (on-line)
-  "Return a filter that splits a raw stream into lines and calls ON-LINE on each."
+  "Return a filter to split a raw stream into lines and call ON-LINE on each."
   (let ((partial ""))
     (lambda (_process text)
       (let ((lines (split-string (concat partial text) "\n")))

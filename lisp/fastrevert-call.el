@@ -89,7 +89,7 @@ read straight from the pipe, and decoded once, whole."
         (t fastrevert--call-process-chunk)))
 
 (defun fastrevert--insert-pipe (fd coding)
-  "Insert what the pipe FD holds, to its end, at point, decoded with CODING.
+  "Insert all the pipe FD will give, to its end, at point, decoded with CODING.
 Return the number of bytes inserted, as the buffer holds them, or
 the symbol `quit' when a quit stopped the reading; the text read
 until then stays, and point ends after the text either way.  As

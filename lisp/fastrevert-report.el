@@ -46,7 +46,7 @@ They tell how the engine thread and Emacs talk rather than what was
 done; `fastrevert-report' shows them last.")
 
 (defun fastrevert--report-value (key value)
-  "Return VALUE of counter KEY as the report shows it."
+  "Return VALUE of counter KEY as text for the report."
   (cond ((eq key :drain-ns) (format "%.1f" (/ value 1e6)))
         ((floatp value) (format "%.1f" value))
         (t (format "%s" value))))
