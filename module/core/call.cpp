@@ -222,15 +222,14 @@ class Call {
  private:
   // What the pipe looked like when watch() stopped watching it.
   struct PipeState {
-    bool closed = false;       // Every writer closed it: the output is all there.
-    bool exited = false;       // The child exited, but something holds the pipe open.
+    bool exited = false;       // The child exited (the pipe may stay open).
     bool full = false;         // The child waits on the pipe, or soon will.
     bool quiet = false;        // Output waits, and the child stopped writing.
     std::size_t waiting = 0;   // Bytes waiting in it.
     std::size_t capacity = 0;  // What it holds when full.
   };
-  // Waits, reading nothing, until the child has closed its stdout or
-  // exited, or the pipe is full.
+  // Waits, reading nothing, until the child has exited, the pipe is full,
+  // or the child went quiet with output written.
   PipeState watch();
   // What wait_for_more() waits on.
   enum class Wait {
@@ -242,8 +241,9 @@ class Call {
   // without a pidfd), at most TICK_MS for Wait::exit and 50 ms otherwise.
   // Returns false on a quit.
   bool wait_for_more(Wait wait, int tick_ms);
-  // Reads what the closed pipe holds, all of it, into the string.
-  void read_closed_pipe();
+  // Reads what the pipe holds now; returns whether that reached its end
+  // (no writer is left).
+  bool read_waiting();
   // Reads and counts whatever the caller left in the pipe, to end of file.
   void drain_after_caller();
   // Reads the pipe on this thread until end of file, a quit, or the child
@@ -357,6 +357,9 @@ CallResult Call::finish() {
 constexpr int kFirstTickMs = 1;
 constexpr int kLongestTickMs = 16;
 
+// The size of a page of a pipe.
+constexpr std::size_t kPageSize = 4096;
+
 // A first write this short, and the tick that follows it.
 constexpr std::size_t kShortOutput = 4096;
 constexpr int kShortOutputTickMs = 4;
@@ -379,6 +382,8 @@ bool Call::wait_for_more(Wait wait, int tick_ms) {
 
 Call::PipeState Call::watch() {
   PipeState state;
+  state.capacity = kDefaultPipeCapacity;
+  bool capacity_known = false;
   bool grown = false;
   int tick_ms = kFirstTickMs;
   // A child just started has written nothing yet: the first look at the
@@ -387,18 +392,22 @@ Call::PipeState Call::watch() {
     quit_ = true;
     return state;
   }
-  int capacity = fcntl(child_.stdout_fd, F_GETPIPE_SZ);
-  state.capacity = capacity > 0 ? static_cast<std::size_t>(capacity) : kDefaultPipeCapacity;
   for (;;) {
-    pollfd now = {child_.stdout_fd, POLLIN, 0};
-    if (poll(&now, 1, 0) < 0 && errno != EINTR) throw_errno("poll");
     int waiting = 0;
     if (ioctl(child_.stdout_fd, FIONREAD, &waiting) < 0) throw_errno("ioctl", "FIONREAD");
     bool got_more = static_cast<std::size_t>(waiting) != state.waiting;
     state.waiting = static_cast<std::size_t>(waiting);
-    state.closed = (now.revents & (POLLHUP | POLLERR)) != 0;
+    // Once the child has exited, a read tells whether the pipe is closed
+    // too (run() makes it), which saves a look at the pipe per wait.
     state.exited = exited_;
-    if (state.closed || exited_) return state;
+    if (exited_) return state;
+    // A page's worth or more may be near a full pipe: what it holds when
+    // full matters from here on.
+    if (!capacity_known && state.waiting >= kPageSize) {
+      capacity_known = true;
+      int capacity = fcntl(child_.stdout_fd, F_GETPIPE_SZ);
+      if (capacity > 0) state.capacity = static_cast<std::size_t>(capacity);
+    }
     // A pipe is full once its pages are, which small writes can make it
     // with far fewer bytes than its capacity: a pipe holding a good part
     // of its capacity that stopped filling has a child waiting on it.
@@ -434,7 +443,7 @@ Call::PipeState Call::watch() {
   }
 }
 
-void Call::read_closed_pipe() {
+bool Call::read_waiting() {
   char buffer[65536];
   for (;;) {
     ssize_t got = read(child_.stdout_fd, buffer, sizeof buffer);
@@ -442,7 +451,9 @@ void Call::read_closed_pipe() {
       take(buffer, static_cast<std::size_t>(got));
     } else if (got == 0) {
       eof_ = true;
-      return;
+      return true;
+    } else if (errno == EAGAIN) {
+      return false;
     } else if (errno != EINTR) {
       throw_errno("read", "process output");
     }
@@ -581,21 +592,20 @@ CallResult Call::run() {
       (step_ == 0 || step_ >= hooks_.string_limit)) {
     PipeState seen = watch();
     if (quit_) return quit_now();
-    if (seen.closed && seen.waiting <= hooks_.string_limit) {
-      read_closed_pipe();
+    // An exited child's string's worth is read here.  Its end is then
+    // most often the pipe's, and it goes over as a string; else something
+    // the child started still holds the pipe, and this thread reads on.
+    bool small = seen.exited && seen.waiting <= hooks_.string_limit;
+    if (small && read_waiting()) {
       if (!head_.empty()) hooks_.insert_bytes(head_);
       return finish();
     }
     // A full pipe shows a child that writes faster than anything reads:
     // when its output can be cut, it goes through the memfd, in chunks the
     // caller inserts while this thread, then a copy thread, drains the
-    // pipe.  An output that ends with a string's worth or less, once
-    // something else holding the pipe lets go, is read here too.  Anything
-    // else, a quiet child's output included, the caller reads straight into
-    // its buffer: nothing is copied on the way.
-    bool full = seen.full;
-    bool small = seen.exited && !seen.closed && seen.waiting <= hooks_.string_limit;
-    if (!(full && step_ > 0) && !small) {
+    // pipe.  Anything else, a quiet child's output included, the caller
+    // reads straight into its buffer: nothing is copied on the way.
+    if (!(seen.full && step_ > 0) && !small) {
       PipeInsert read = hooks_.insert_pipe(child_.stdout_fd);
       written_ = read.bytes;
       if (read.quit) return quit_now();
