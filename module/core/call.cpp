@@ -307,7 +307,8 @@ void Call::take(const char* bytes, std::size_t size) {
     }
   }
   if (const void* newline = memrchr(bytes, '\n', size)) {
-    line_end_ = written_ + static_cast<std::uint64_t>(static_cast<const char*>(newline) - bytes) + 1;
+    line_end_ =
+        written_ + static_cast<std::uint64_t>(static_cast<const char*>(newline) - bytes) + 1;
   }
   written_ += size;
 }
@@ -411,8 +412,7 @@ Call::PipeState Call::watch() {
     // A pipe is full once its pages are, which small writes can make it
     // with far fewer bytes than its capacity: a pipe holding a good part
     // of its capacity that stopped filling has a child waiting on it.
-    if (state.waiting >= state.capacity ||
-        (!got_more && state.waiting >= state.capacity / 4)) {
+    if (state.waiting >= state.capacity || (!got_more && state.waiting >= state.capacity / 4)) {
       state.full = true;
       return state;
     }
@@ -588,8 +588,7 @@ CallResult Call::run() {
   // worth) gets them through the memfd; any other may read the pipe itself.
   // Without a pidfd, nothing but the pipe tells when to look again, and
   // this thread reads it.
-  if (hooks_.insert_pipe && child_.pidfd >= 0 &&
-      (step_ == 0 || step_ >= hooks_.string_limit)) {
+  if (hooks_.insert_pipe && child_.pidfd >= 0 && (step_ == 0 || step_ >= hooks_.string_limit)) {
     PipeState seen = watch();
     if (quit_) return quit_now();
     // An exited child's string's worth is read here.  Its end is then

@@ -301,14 +301,13 @@ TEST_CASE("run_call hands output past the string limit over as memfd ranges with
   }
 }
 
-TEST_CASE("run_call leaves a long output in the pipe for a caller that reads it itself",
-          "[call]") {
+TEST_CASE("run_call leaves a long output in the pipe for a caller that reads it itself", "[call]") {
   // On both sides of the string limit, a pipe's default capacity, and past
   // what an enlarged pipe holds; for a coding that cannot be cut (CHUNK 0)
   // and one that can, from a child that writes at its own pace.
   for (std::uint64_t chunk : {std::uint64_t{0}, std::uint64_t{65536}}) {
-    for (std::size_t size : {kCallStringLimit, kCallStringLimit + 1, std::size_t{65536} + 17,
-                             std::size_t{3} << 20}) {
+    for (std::size_t size :
+         {kCallStringLimit, kCallStringLimit + 1, std::size_t{65536} + 17, std::size_t{3} << 20}) {
       TempDir dir;
       std::string expected = lines_of(size);
       write_file(dir / "out", expected);
@@ -355,8 +354,7 @@ TEST_CASE("run_call never waits for ever on a pipe that small writes filled", "[
   // Writes of 2,049 bytes fill a pipe page each, so a pipe is full with
   // about half its capacity in bytes: the child then waits on it, and the
   // runner must see that without the pipe reaching its capacity.
-  std::string script =
-      "i=0; while [ $i -lt 1200 ]; do printf '%2048s\\n' $i; i=$((i+1)); done";
+  std::string script = "i=0; while [ $i -lt 1200 ]; do printf '%2048s\\n' $i; i=$((i+1)); done";
   std::string expected;
   for (int i = 0; i < 1200; ++i) {
     std::string number = std::to_string(i);
