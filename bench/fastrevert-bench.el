@@ -1040,7 +1040,7 @@ lives in one temporary directory that is deleted at the end."
 anchors (50 MiB of output, many small processes), auto-revert under three kinds of
 change, the checkout at the larger size, the rebase, the burst curve up to 10,000
 files, the memory table and the process details (about %s more).\n"
-               "20 minutes")
+               "half an hour")
             (fastrevert-bench--print-elp root)
             (fastrevert-bench--print-output (fastrevert-bench--run-output root))
             (fastrevert-bench--print-spawn (fastrevert-bench--run-spawn))
