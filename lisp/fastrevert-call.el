@@ -10,11 +10,15 @@
 ;;; Commentary:
 
 ;; `fastrevert-call-process' takes the arguments of `call-process' and
-;; returns what it returns.  The child's output goes through a pipe
-;; into a memfd (an anonymous in-memory file) while Emacs waits
-;; natively; Emacs then inserts the whole output with one
-;; `insert-file-contents', which decodes it straight into the buffer
-;; gap.  Nothing is decoded per chunk and no Lisp string is made.
+;; returns what it returns.  While the child runs, Emacs waits natively
+;; on its exit; how the output reaches the buffer follows its size and
+;; pace.  Up to 16 KiB comes as one string, decoded and inserted.
+;; Anything longer is read by `insert-file-contents' straight from the
+;; pipe into the buffer gap and decoded there once: nothing is copied on
+;; the way and no Lisp string is made.  A child that fills its pipe
+;; faster than Emacs inserts goes through a memfd (an anonymous
+;; in-memory file) in chunks of whole lines, each inserted with
+;; `insert-file-contents' while the child writes the next.
 ;;
 ;; All policy (which coding system, which buffer, which error to
 ;; signal) is here and follows the stock primitive; the module spawns,
