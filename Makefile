@@ -13,8 +13,11 @@ DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit
 FUZZ_PACKAGES := clang libclang-rt-14-dev
 # And the benchmarks: gnuplot for the plot.
 BENCH_PACKAGES := gnuplot-nox
-# Where `make bench' writes its plot (PNG), next to bench/RESULTS.md.
+# Where `make bench' writes its plots (PNG), next to bench/RESULTS.md: seconds
+# against files (the full run's checkout and burst series) and stock /
+# fastrevert per process workload.
 FASTREVERT_BENCH_PLOT ?= $(CURDIR)/bench/fastrevert-bench.png
+FASTREVERT_BENCH_PROCESS_PLOT ?= $(CURDIR)/bench/fastrevert-bench-process.png
 
 # The Emacs 30 suite runs in a Debian 13 (trixie) root made by debootstrap and
 # kept in EMACS30_ROOT; it builds into a directory of its own, module and
@@ -26,7 +29,8 @@ EMACS30_PACKAGES := $(sort $(DEPS_PACKAGES) make)
 # Where the module and compiled Lisp go; empty means lisp/, next to the sources.
 MODULE_DIR       ?=
 
-.PHONY: all build deps deps-fuzz deps-root deps-bench test test-emacs30 bench asan tsan asan-emacs fuzz lint clean help
+.PHONY: all build deps deps-fuzz deps-root deps-bench test test-emacs30 bench bench-build \
+  bench-full bench-emacs30 bench-run bench-full-run asan tsan asan-emacs fuzz lint clean help
 
 all: build
 
@@ -34,7 +38,9 @@ help:
 	@echo "make          build the module (into lisp/) and the native tests"
 	@echo "make test     install missing dependencies, build, run every test (Catch2 + ERT)"
 	@echo "make test-emacs30  the same in a Debian 13 root (Emacs 30, GCC 14, Catch2 3); as root"
-	@echo "make bench    build in Release mode and print the benchmark tables"
+	@echo "make bench    build in Release mode and print the headline benchmark tables (minutes)"
+	@echo "make bench-full  the same with every section: scale, memory, details (half an hour)"
+	@echo "make bench-emacs30  make bench in the Debian 13 root (Emacs 30); as root"
 	@echo "make asan     run the native tests under AddressSanitizer + UBSan"
 	@echo "make tsan     run the native tests under ThreadSanitizer"
 	@echo "make asan-emacs  run the ERT tests in Emacs with the module under ASan + UBSan"
@@ -109,13 +115,43 @@ test-emacs30: deps-root
 	  make test BUILD=$(EMACS30_BUILD) MODULE_DIR=$(CURDIR)/$(EMACS30_BUILD)/lisp \
 	    WERROR=$(WERROR) JOBS=$(JOBS)
 
-bench: deps deps-bench
-	cmake -S . -B $(BUILD)-release -DCMAKE_BUILD_TYPE=Release -DFASTREVERT_BUILD_TESTS=OFF
+# `make bench' prints the headline tables (idle tick, burst, checkout at the
+# smallest size, the workload table) in a few minutes; `make bench-full' adds
+# the scale, memory and detail sections.  Sections register themselves on
+# `fastrevert-bench-sections' or `fastrevert-bench-full-sections' (bench/README.md).
+BENCH_LISP = $(if $(MODULE_DIR),$(abspath $(MODULE_DIR)),lisp)
+BENCH_ENV = FASTREVERT_CBASELINE=$(CURDIR)/$(BUILD)-release/cbaseline \
+  FASTREVERT_BENCH_PLOT=$(FASTREVERT_BENCH_PLOT) \
+  FASTREVERT_BENCH_PROCESS_PLOT=$(FASTREVERT_BENCH_PROCESS_PLOT)
+BENCH_EMACS = $(EMACS) -Q --batch -L $(BENCH_LISP) -L bench -l bench/fastrevert-bench.el
+
+bench-build: deps
+	cmake -S . -B $(BUILD)-release -DCMAKE_BUILD_TYPE=Release -DFASTREVERT_BUILD_TESTS=OFF \
+	  $(if $(MODULE_DIR),-DFASTREVERT_MODULE_DIR=$(abspath $(MODULE_DIR)))
 	cmake --build $(BUILD)-release -j $(JOBS) --target fastrevert-module fastrevert-lisp
 	cc -O2 -Wall -Wextra -o $(BUILD)-release/cbaseline bench/cbaseline.c
-	FASTREVERT_CBASELINE=$(CURDIR)/$(BUILD)-release/cbaseline \
-	FASTREVERT_BENCH_PLOT=$(FASTREVERT_BENCH_PLOT) \
-	  $(EMACS) -Q --batch -L lisp -L bench -l bench/fastrevert-bench.el -f fastrevert-bench-run
+
+bench: bench-build deps-bench
+	$(BENCH_ENV) $(BENCH_EMACS) -f fastrevert-bench-run
+
+bench-full: bench-build deps-bench
+	$(BENCH_ENV) $(BENCH_EMACS) -f fastrevert-bench-run-full
+
+# The benchmarks again on Debian 13 (Emacs 30), in the root `make test-emacs30'
+# uses, built into EMACS30_BUILD; no plot (the root has no gnuplot).
+# BENCH_TARGET=bench-full runs them all.
+BENCH_TARGET ?= bench
+bench-emacs30: deps-root
+	test/debian-root.sh $(EMACS30_ROOT) trixie $(DEBIAN_MIRROR) "$(EMACS30_PACKAGES)" $(CURDIR) -- \
+	  make bench-build $(BENCH_TARGET)-run BUILD=$(EMACS30_BUILD) \
+	    MODULE_DIR=$(CURDIR)/$(EMACS30_BUILD)-release/lisp JOBS=$(JOBS) \
+	    FASTREVERT_BENCH_PLOT= FASTREVERT_BENCH_PROCESS_PLOT=
+
+# The runs alone, for a build already made (as inside the Debian 13 root).
+bench-run:
+	$(BENCH_ENV) $(BENCH_EMACS) -f fastrevert-bench-run
+bench-full-run:
+	$(BENCH_ENV) $(BENCH_EMACS) -f fastrevert-bench-run-full
 
 # The sanitizer builds leave the module alone (it is loaded into an
 # uninstrumented Emacs) and run the native tests.
@@ -167,5 +203,6 @@ lint: deps
 	  -l ert -l test/lisp/fastrevert-lint-test.el -f ert-run-tests-batch-and-exit
 
 clean:
-	rm -rf $(BUILD) $(BUILD)-release $(BUILD)-asan $(BUILD)-tsan $(BUILD)-asan-emacs $(BUILD)-fuzz $(EMACS30_BUILD)
+	rm -rf $(BUILD) $(BUILD)-release $(BUILD)-asan $(BUILD)-tsan $(BUILD)-asan-emacs $(BUILD)-fuzz \
+	  $(EMACS30_BUILD) $(EMACS30_BUILD)-release
 	rm -f lisp/fastrevert-module.so lisp/*.elc bench/*.elc test/lisp/*.elc

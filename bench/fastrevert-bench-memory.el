@@ -264,7 +264,7 @@ it is the noise of collecting garbage and measuring.\n\n"
                                            (plist-get plist :files))))))
              rows))))
 
-(add-hook 'fastrevert-bench-sections #'fastrevert-bench-memory--run 97)
+(add-hook 'fastrevert-bench-full-sections #'fastrevert-bench-memory--run 97)
 
 (provide 'fastrevert-bench-memory)
 

@@ -17,7 +17,7 @@
 ;;   columns of the same run;
 ;;
 ;; - adds `fastrevert-bench-process-run-tables' to
-;;   `fastrevert-bench-sections', which prints four tables of its own,
+;;   `fastrevert-bench-full-sections', which prints four tables of its own,
 ;;   each cell a `benchmark-run' triple (elapsed s, GCs, GC s):
 ;;   1. small (100 B) and ~50 KB outputs read N times at
 ;;      `read-process-output-max' 4096, 40960 and 409600, stock against
@@ -51,7 +51,7 @@
 (declare-function fastrevert-bench--make-data-file "fastrevert-bench" (file size))
 (declare-function fastrevert-bench-implementation-available-p "fastrevert-bench" (impl))
 (declare-function fastrevert-bench-size "fastrevert-bench" (key))
-(defvar fastrevert-bench-sections)
+(defvar fastrevert-bench-full-sections)
 (declare-function fastrevert-make-process "fastrevert-process" (&rest args))
 (declare-function fastrevert-call-process "fastrevert-call"
                   (program &optional infile destination display &rest args))
@@ -633,8 +633,9 @@ elapsed / stock insert-file-contents of the same bytes in the same round.\n\n"
     :function (lambda (row count)
                 (and (fastrevert-bench-process--available-p)
                      (fastrevert-bench-process--spawn row count))))
-  ;; After the auto-revert scenarios (depth 0), before the burst (90).
-  (add-hook 'fastrevert-bench-sections #'fastrevert-bench-process-run-tables 50))
+  ;; The process details go with the full run; the headline has the
+  ;; workload table (fastrevert-bench-workload.el).
+  (add-hook 'fastrevert-bench-full-sections #'fastrevert-bench-process-run-tables 50))
 
 (provide 'fastrevert-bench-process)
 

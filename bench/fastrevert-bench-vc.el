@@ -340,11 +340,12 @@ Auto-Revert mode) or `magit' (`magit-auto-revert-mode')."
   "Follow the Git process a Magit command left running, if any.
 Magit 4 runs some commands' Git asynchronously and refreshes, reverting
 buffers, from the process's sentinel: the sentinel's time counts as the
-main thread's, and ON-EXIT is called as it starts on the ended process."
+main thread's, and ON-EXIT is called once it has run on the ended
+process, Magit's own refresh done."
   (let ((process (bound-and-true-p magit-this-process)))
     (when (process-live-p process)
       (add-function :around (process-sentinel process) #'fastrevert-bench-vc--time-handler)
-      (add-function :before (process-sentinel process)
+      (add-function :after (process-sentinel process)
                     (lambda (process _event)
                       (unless (process-live-p process)
                         (funcall on-exit)))))))
@@ -354,7 +355,7 @@ main thread's, and ON-EXIT is called as it starts on the ended process."
 Give up after DEADLINE seconds.  Return a plist: :text and :vc
 \(seconds until every text and every `vc-mode' matched, nil if not
 within DEADLINE), :git-seconds (until the checkout's Git process
-ended, or, when Magit runs it asynchronously, until its sentinel ran),
+ended, or for a Magit checkout until Magit's own refresh after it did),
 :stale-text, :stale-vc, :busy-ms (main thread), :git and
 :vc-git (processes)."
   (let* ((expected (let ((table (make-hash-table :test #'eq)))
@@ -394,20 +395,17 @@ ended, or, when Magit runs it asynchronously, until its sentinel ran),
                  (setq start (float-time))
                  (if (eq (cadr impl) 'magit)
                      (let ((begin (float-time)))
-                       ;; Magit 3 runs `git checkout' synchronously, then
-                       ;; refreshes (and reverts) before the command returns.
-                       (advice-add 'process-file :around
-                                   (lambda (function &rest args)
-                                     (prog1 (apply function args)
-                                       (when (member "checkout" args)
-                                         (setq git-end (float-time)))))
-                                   '((name . fastrevert-bench-vc-git-end)))
-                       (unwind-protect (magit-checkout "other")
-                         (advice-remove 'process-file 'fastrevert-bench-vc-git-end))
+                       (magit-checkout "other")
                        (setq fastrevert-bench-vc--busy
                              (+ fastrevert-bench-vc--busy (- (float-time) begin)))
-                       (fastrevert-bench-vc--follow-magit-process
-                        (lambda () (setq git-end (float-time)))))
+                       ;; The row is judged from the end of Magit's own
+                       ;; refresh: Magit 3 runs `git checkout' and refreshes
+                       ;; before the command returns; Magit 4 refreshes
+                       ;; from the sentinel of its asynchronous Git.
+                       (if (process-live-p (bound-and-true-p magit-this-process))
+                           (fastrevert-bench-vc--follow-magit-process
+                            (lambda () (setq git-end (float-time))))
+                         (setq git-end (float-time))))
                    (setq git-end (fastrevert-bench-vc--sh-while-running
                                   dir "git checkout -q other")))
                  (let ((end (+ start deadline))
@@ -531,8 +529,9 @@ as Magit 4 does), and Git processes Emacs started (all of them, and those of
 VC refreshes; Magit's own make the difference).  The floor is `revert-buffer'
 of every buffer in a loop, with VC on, after the same checkout; ratios are
 against it.  The rows are timed from the start of the checkout, the floor from
-its end: \"Git s\" is when the checkout's Git process ended (with Magit 4,
-when Emacs ran its sentinel), and \"after Git / floor\" the time from then
+its end: \"Git s\" is when the checkout's Git process ended, and for the Magit
+rows when Magit's own refresh after it ended (the command's return, or with
+Magit 4 its process sentinel's), and \"after Git / floor\" the time from then
 until every `vc-mode' was right, against the floor.  The floor leaves every
 `vc-mode' as it was: `revert-buffer' keeps VC's cached state of the file.  The
 VC floor is what brings them right the stock way: each buffer reverted, its

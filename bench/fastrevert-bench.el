@@ -133,10 +133,20 @@ QUICK applies when FASTREVERT_BENCH_QUICK is set.")
   "Alist of (IMPL . AVAILABLE-P) for every registered implementation.")
 
 (defvar fastrevert-bench-sections nil
-  "Functions printing further sections of their own, after the built-in ones.
+  "Functions printing the headline sections of `make bench'.
 Each is called with the run's temporary directory, in which it may
-create files; `fastrevert-bench-revert' and `fastrevert-bench-process'
-add theirs when fastrevert is loaded.")
+create files, after the idle-tick table.  The headline is what a
+first `make bench' shows within a few minutes: the burst, the
+checkout at the smallest size and the workload table.  Register a
+section with `add-hook' and a depth to place it (the burst is at 10,
+the checkout at 20, the workload table at 30); a section that takes
+long belongs on `fastrevert-bench-full-sections' instead.")
+
+(defvar fastrevert-bench-full-sections nil
+  "Functions printing the further sections of `make bench-full'.
+Like `fastrevert-bench-sections', and run after the headline sections
+and the stock anchors (the elp table, 50 MiB of output, many small
+processes): the scale, memory and process-detail sections.")
 
 (defvar fastrevert-bench--columns nil
   "Alist of (CASE . COLUMNS); COLUMNS is a list of plists in order.")
@@ -585,14 +595,14 @@ also walk every buffer comparing truenames, which makes visiting
       (when (buffer-live-p buffer)
         (kill-buffer buffer)))))
 
-(defun fastrevert-bench--run-ticks (root)
+(defun fastrevert-bench--run-ticks (root &optional counts)
   "Measure every `tick' column for each file count, under ROOT.
-Return an alist of (COUNT . ((COLUMN-PLIST . RESULT) ...)) and the
-elp reports, as (TICK-RESULTS . ELP-RESULTS)."
+COUNTS are the file counts, by default the `:file-counts' size.
+Return an alist of (COUNT . ((COLUMN-PLIST . RESULT) ...)) and nil,
+as (TICK-RESULTS . nil); the elp table is `fastrevert-bench--print-elp'."
   (let ((ticks (fastrevert-bench-size :ticks))
-        (elp-count (fastrevert-bench-size :elp-files))
-        results elp-results)
-    (dolist (count (fastrevert-bench-size :file-counts))
+        results)
+    (dolist (count (or counts (fastrevert-bench-size :file-counts)))
       (let* ((dir (expand-file-name (format "files-%d" count) root))
              (start (float-time))
              (buffers (fastrevert-bench--visit
@@ -600,27 +610,19 @@ elp reports, as (TICK-RESULTS . ELP-RESULTS)."
         (fastrevert-bench--progress "visited %d files in %.1f s"
                                     count (- (float-time) start))
         (unwind-protect
-            (progn
-              (push (cons count
-                          (mapcar (lambda (column)
-                                    (fastrevert-bench--progress
-                                     "tick: %d files, %s"
-                                     count (plist-get column :header))
-                                    (cons column
-                                          (fastrevert-bench--call
-                                           column buffers ticks)))
-                                  (fastrevert-bench-columns 'tick)))
-                    results)
-              (when (= count elp-count)
-                (dolist (column (fastrevert-bench-columns 'tick-elp))
-                  (fastrevert-bench--progress "elp: %d files, %s"
-                                              count (plist-get column :header))
-                  (push (list column count
-                              (fastrevert-bench--call column buffers ticks))
-                        elp-results))))
+            (push (cons count
+                        (mapcar (lambda (column)
+                                  (fastrevert-bench--progress
+                                   "tick: %d files, %s"
+                                   count (plist-get column :header))
+                                  (cons column
+                                        (fastrevert-bench--call
+                                         column buffers ticks)))
+                                (fastrevert-bench-columns 'tick)))
+                  results)
           (fastrevert-bench--kill-buffers buffers)
           (delete-directory dir t))))
-    (cons (nreverse results) (nreverse elp-results))))
+    (cons (nreverse results) nil)))
 
 (defun fastrevert-bench--print-ticks (results elp-results)
   "Print the tick tables from RESULTS and the ELP-RESULTS reports."
@@ -859,6 +861,48 @@ all runs.\n\n")
 
 ;;;; Entry point
 
+(defvar fastrevert-bench-vc--sizes)
+(defvar fastrevert-bench-vc--trace)
+(defvar fastrevert-bench-vc-results)
+(declare-function fastrevert-bench-vc--run "fastrevert-bench-vc" (root))
+(declare-function fastrevert-bench-vc--run-checkout "fastrevert-bench-vc" (root))
+
+(defconst fastrevert-bench--headline-checkout-deadline 10
+  "Seconds the headline's checkout gives a stock row to catch up.
+The full run gives them the version-control bench's own deadline.")
+
+(defun fastrevert-bench--vc-headline (root)
+  "Run the checkout at the smallest size only, under ROOT.
+This is the headline's part of the version-control bench
+\(fastrevert-bench-vc.el), whose stock rows, which never catch up
+by notification, get `fastrevert-bench--headline-checkout-deadline'
+seconds; the full run has the whole bench."
+  (let* ((sizes fastrevert-bench-vc--sizes)
+         (counts (cdr (assq :checkout-counts sizes)))
+         (deadline (cdr (assq :stock-deadline sizes)))
+         (fastrevert-bench-vc--sizes
+          (append (list (list :checkout-counts
+                              (list (car (nth 0 counts))) (list (car (nth 1 counts))))
+                        (list :stock-deadline
+                              (min (nth 0 deadline) fastrevert-bench--headline-checkout-deadline)
+                              (nth 1 deadline)))
+                  sizes))
+         (fastrevert-bench-vc--trace (make-temp-file "fastrevert-bench-trace-" t)))
+    (unwind-protect
+        (fastrevert-bench-vc--run-checkout root)
+      (delete-directory fastrevert-bench-vc--trace t))))
+
+(defun fastrevert-bench--place-vc-sections ()
+  "Give the version-control bench a headline part and its whole in the full run.
+fastrevert-bench-vc.el puts all of it on `fastrevert-bench-sections':
+the checkouts at every size, the rebase, the burst curve and the plot,
+which take several minutes.  The headline keeps the checkout at the
+smallest size; `fastrevert-bench-vc--run' moves to the full run."
+  (when (memq #'fastrevert-bench-vc--run fastrevert-bench-sections)
+    (remove-hook 'fastrevert-bench-sections #'fastrevert-bench-vc--run)
+    (add-hook 'fastrevert-bench-sections #'fastrevert-bench--vc-headline 20)
+    (add-hook 'fastrevert-bench-full-sections #'fastrevert-bench-vc--run 95)))
+
 (defun fastrevert-bench--load-fastrevert ()
   "Try to load fastrevert; return a string describing the outcome.
 A missing or broken fastrevert must not stop the stock benchmarks,
@@ -873,6 +917,8 @@ module built for another Emacs) only leave its columns out."
             (require 'fastrevert-bench-vc)
             (require 'fastrevert-bench-vcinfo)
             (require 'fastrevert-bench-memory)
+            (require 'fastrevert-bench-workload)
+            (fastrevert-bench--place-vc-sections)
             (format "loaded from %s" (or (locate-library "fastrevert") "?")))
         "not found; stock columns only")
     (error (format "failed to load (%s); stock columns only"
@@ -940,9 +986,35 @@ not for comparison"
                            "default"))
   (fastrevert-bench--out "- fastrevert: %s\n" fastrevert-status))
 
-(defun fastrevert-bench-run ()
-  "Run all benchmarks and print their tables to standard output.
-This is the entry point of `make bench'.  Everything it creates
+(defun fastrevert-bench--run-section (function root)
+  "Run the section FUNCTION with ROOT and report on stderr how long it took.
+Return nil, so that `run-hook-wrapped' goes on to the next section."
+  (let ((start (float-time)))
+    (funcall function root)
+    (fastrevert-bench--progress "section %s: %.0f s" function (- (float-time) start))
+    nil))
+
+(defun fastrevert-bench--print-elp (root)
+  "Print the elp table of stock polling ticks, measured under ROOT."
+  (let* ((count (fastrevert-bench-size :elp-files))
+         (ticks (fastrevert-bench-size :ticks))
+         (dir (expand-file-name "elp-files" root))
+         (buffers (fastrevert-bench--visit (fastrevert-bench--make-files dir count))))
+    (unwind-protect
+        (dolist (column (fastrevert-bench-columns 'tick-elp))
+          (fastrevert-bench--progress "elp: %d files, %s" count (plist-get column :header))
+          (let ((result (fastrevert-bench--call column buffers ticks)))
+            (fastrevert-bench--heading
+             (format "elp: %s, %d files, %d idle ticks" (plist-get column :header) count ticks))
+            (fastrevert-bench--out
+             "Elapsed and average times are seconds and include elp's own overhead.\n\n")
+            (princ (or (plist-get result :report) "-\n"))))
+      (fastrevert-bench--kill-buffers buffers)
+      (delete-directory dir t))))
+
+(defun fastrevert-bench--run-parts (full)
+  "Run the headline benchmarks, and the rest too when FULL is non-nil.
+Print their tables to standard output.  Everything the run creates
 lives in one temporary directory that is deleted at the end."
   (let ((start (float-time))
         (status (fastrevert-bench--load-fastrevert))
@@ -961,13 +1033,36 @@ lives in one temporary directory that is deleted at the end."
         (progn
           (fastrevert-bench--print-header status)
           (let ((ticks (fastrevert-bench--run-ticks root)))
-            (fastrevert-bench--print-ticks (car ticks) (cdr ticks)))
-          (fastrevert-bench--print-output (fastrevert-bench--run-output root))
-          (fastrevert-bench--print-spawn (fastrevert-bench--run-spawn))
-          (run-hook-with-args 'fastrevert-bench-sections root))
+            (fastrevert-bench--print-ticks (car ticks) nil))
+          (run-hook-wrapped 'fastrevert-bench-sections #'fastrevert-bench--run-section root)
+          (if (not full)
+              (fastrevert-bench--out
+               "\nThe headline ends here.  `make bench-full' adds the elp table, the stock
+anchors (50 MiB of output, many small processes), auto-revert under three kinds of
+change, the checkout at the larger size, the rebase, the burst curve up to 10,000
+files, the memory table and the process details (about %s more).\n"
+               "half an hour")
+            (fastrevert-bench--print-elp root)
+            (fastrevert-bench--print-output (fastrevert-bench--run-output root))
+            (fastrevert-bench--print-spawn (fastrevert-bench--run-spawn))
+            (run-hook-wrapped 'fastrevert-bench-full-sections #'fastrevert-bench--run-section
+                              root)))
       (delete-directory root t))
     (fastrevert-bench--out "\nTotal benchmark time: %.1f s\n"
                            (- (float-time) start))))
+
+(defun fastrevert-bench-run ()
+  "Run the headline benchmarks and print their tables to standard output.
+This is the entry point of `make bench': the idle tick, the burst,
+the checkout at the smallest size and the workload table, in a few
+minutes.  `fastrevert-bench-run-full' adds the rest."
+  (fastrevert-bench--run-parts nil))
+
+(defun fastrevert-bench-run-full ()
+  "Run every benchmark and print the tables to standard output.
+This is the entry point of `make bench-full': the headline of
+`fastrevert-bench-run', then the scale, memory and detail sections."
+  (fastrevert-bench--run-parts t))
 
 (provide 'fastrevert-bench)
 

@@ -10,11 +10,15 @@
 ;;; Commentary:
 
 ;; `fastrevert-call-process' takes the arguments of `call-process' and
-;; returns what it returns.  The child's output goes through a pipe
-;; into a memfd (an anonymous in-memory file) while Emacs waits
-;; natively; Emacs then inserts the whole output with one
-;; `insert-file-contents', which decodes it straight into the buffer
-;; gap.  Nothing is decoded per chunk and no Lisp string is made.
+;; returns what it returns.  While the child runs, Emacs waits natively
+;; on its exit; how the output reaches the buffer follows its size and
+;; pace.  Up to 16 KiB comes as one string, decoded and inserted.
+;; Anything longer is read by `insert-file-contents' straight from the
+;; pipe into the buffer gap and decoded there once: nothing is copied on
+;; the way and no Lisp string is made.  A child that fills its pipe
+;; faster than Emacs inserts goes through a memfd (an anonymous
+;; in-memory file) in chunks of whole lines, each inserted with
+;; `insert-file-contents' while the child writes the next.
 ;;
 ;; All policy (which coding system, which buffer, which error to
 ;; signal) is here and follows the stock primitive; the module spawns,
@@ -31,6 +35,12 @@
 (declare-function fastrevert--mod-process-start "fastrevert-module"
                   (id program argv env cwd stdin stdout stderr framing read-size))
 (declare-function fastrevert--mod-strsignal "fastrevert-module" (signal))
+
+(defun fastrevert--call-process-coding-args (program infile destination display args)
+  "Return the arguments of `find-operation-coding-system' after its operation.
+They are those of the call: PROGRAM, INFILE, DESTINATION, DISPLAY and
+ARGS, as `call-process' passes them."
+  (append (list 'call-process program infile destination display) args))
 
 (defun fastrevert--call-process-coding (coding-args)
   "Return the coding system for output, as `call-process' chooses it.
@@ -54,9 +64,11 @@ conversion."
           'raw-text
         (aref [raw-text-unix raw-text-dos raw-text-mac] eol)))))
 
-(defconst fastrevert--call-process-chunk (* 2 1024 1024)
+(defconst fastrevert--call-process-chunk (* 64 1024)
   "Bytes of output to gather before inserting while the child still runs.
-Inserting in such chunks lets Emacs decode while the child writes.")
+Inserting each such part as it arrives lets Emacs decode while the
+child writes the next, as stock `call-process' does with its reads;
+smaller parts would cost more calls than they save.")
 
 (defun fastrevert--call-process-streamable-p (coding)
   "Return non-nil if output in CODING may be inserted in newline-ended chunks.
@@ -66,31 +78,75 @@ across lines and need no detection of the character encoding;
   (and coding
        (memq (coding-system-type coding) '(utf-8 charset raw-text shift-jis big5))))
 
-(defun fastrevert--call-process-inserter (coding)
-  "Return a function inserting the output at point, decoded with CODING.
-The function is called as (FD BEG END), for consecutive byte ranges
-of the memfd FD, or as (BYTES nil nil) with all of a short output as
-a unibyte string, or as (nil nil nil) when there was no output.  It
-leaves point after the text, as `call-process' does, and changes
-only what `call-process' itself changes: `buffer-file-coding-system',
-which `insert-file-contents' would set, is restored, and no file
-name handler, format decoder or after-insert function runs.  A
-coding system with parts left to detect is fixed to what the first
-range detected, as `call-process' fixes it after its first read."
-  (lambda (fd beg end)
-    (let ((decoding (if (and coding (not enable-multibyte-characters))
-                        (fastrevert--raw-text-coding coding)
-                      (or coding 'undecided))))
-      (cond
-       ((not fd)
-        ;; No output: `call-process' still reports the coding system it
-        ;; set up.
-        (setq last-coding-system-used decoding))
-       ((stringp fd)
-        (insert (decode-coding-string fd decoding t))
-        (setq coding last-coding-system-used))
-       (t
-        (setq coding (fastrevert--insert-memfd-range fd beg end decoding)))))))
+(defun fastrevert--call-process-chunk-for (coding display)
+  "Return the CHUNK argument of the native call for output in CODING.
+With DISPLAY non-nil, every line as it arrives (1), which takes a
+coding that can be cut at newlines.  Otherwise a coding that can be
+cut gets `fastrevert--call-process-chunk': the module then reads a
+child that writes faster than Emacs inserts in chunks, each decoded
+while the child writes the next, and lets any other output longer
+than a string's worth be read straight from the pipe into the
+buffer.  A coding that cannot be cut gets 0: a long output is always
+read straight from the pipe, and decoded once, whole."
+  (cond ((not (fastrevert--call-process-streamable-p coding)) 0)
+        (display 1)
+        (t fastrevert--call-process-chunk)))
+
+(defun fastrevert--insert-pipe (fd coding)
+  "Insert all the pipe FD will give, to its end, at point, decoded with CODING.
+Return the number of bytes inserted, as the buffer holds them, or
+the symbol `quit' when a quit stopped the reading; the text read
+until then stays, and point ends after the text either way.  As
+for a memfd range, `buffer-file-coding-system' is restored and no
+file name handler, format decoder or after-insert function runs.
+`last-coding-system-used' tells what `undecided' detected."
+  (let ((start (point))
+        (size (buffer-size))
+        (saved-file-coding buffer-file-coding-system)
+        (quit nil))
+    (unwind-protect
+        (condition-case nil
+            (let ((coding-system-for-read coding)
+                  (file-name-handler-alist nil)
+                  (after-insert-file-functions nil)
+                  (format-alist nil))
+              (insert-file-contents (fastrevert--memfd-file-name fd)))
+          (quit (setq quit t)))
+      (unless (eq buffer-file-coding-system saved-file-coding)
+        (setq buffer-file-coding-system saved-file-coding)))
+    (goto-char (+ start (- (buffer-size) size)))
+    (if quit 'quit (- (position-bytes (point)) (position-bytes start)))))
+
+(defun fastrevert--call-process-insert (coding fd beg end)
+  "Insert output at point, decoded with CODING.
+CODING is what `fastrevert--call-process-coding' chose, nil standing for
+`undecided'.  Called as (CODING FD BEG END) for consecutive byte ranges
+of the memfd FD, as (CODING BYTES nil nil) with all of a short output
+as a unibyte string, as (CODING FD nil nil) to read the pipe FD to its
+end, or as (CODING nil nil nil) when there was no output.  Return the
+coding system to decode the next range with (a coding system with parts
+left to detect is fixed to what the first range detected, as
+`call-process' fixes it after its first read), or, after a read of the
+pipe, what `fastrevert--insert-pipe' returns.  Point ends after the
+text, as `call-process' leaves it, and only what `call-process' itself
+changes is changed: `buffer-file-coding-system', which
+`insert-file-contents' would set, is restored, and no file name handler,
+format decoder or after-insert function runs."
+  (let ((decoding (if (and coding (not enable-multibyte-characters))
+                      (fastrevert--raw-text-coding coding)
+                    (or coding 'undecided))))
+    (cond
+     ((not fd)
+      ;; No output: `call-process' still reports the coding system it
+      ;; set up.
+      (setq last-coding-system-used decoding))
+     ((stringp fd)
+      (insert (decode-coding-string fd decoding t))
+      last-coding-system-used)
+     ((not beg)
+      (fastrevert--insert-pipe fd decoding))
+     (t
+      (fastrevert--insert-memfd-range fd beg end decoding)))))
 
 (defun fastrevert--call-process-destination (destination)
   "Parse DESTINATION as `call-process' does.
@@ -147,7 +203,10 @@ killed the program, or nil when DESTINATION is 0."
 
 (defun fastrevert--call-process-local (program infile destination display args)
   "Run PROGRAM with INFILE, DESTINATION, DISPLAY and ARGS, all local.
-This is `fastrevert-call-process' once a file name handler is ruled out."
+This is `fastrevert-call-process' once a file name handler is ruled out.
+A short call costs as much here as in the child's own startup, so
+what only an error needs (the files' messages) or only a coding
+lookup needs (the operation's arguments) is made only then."
   ;; Stock call-process opens INFILE before it checks anything else.
   (let* ((infile (and infile (fastrevert--process-unquote
                               (expand-file-name infile (fastrevert--process-input-directory))))))
@@ -155,53 +214,79 @@ This is `fastrevert-call-process' once a file name handler is ruled out."
     (dolist (arg args)
       (unless (stringp arg) (signal 'wrong-type-argument (list 'stringp arg))))
     (when infile (fastrevert--process-check-readable infile))
-    (pcase-let* ((coding-args (append (list 'call-process program infile destination display)
-                                      args))
-                 (`(,buffer ,output-file ,stderr) (fastrevert--call-process-destination
+    (pcase-let* ((`(,buffer ,output-file ,stderr) (fastrevert--call-process-destination
                                                    destination))
                  (dir (fastrevert--process-directory))
                  (encoded-path (fastrevert--process-find-program program))
-                 (encoded-args (fastrevert--process-encode-args coding-args args))
+                 (encoded-args
+                  (if (or coding-system-for-write (cl-some #'multibyte-string-p args))
+                      (fastrevert--process-encode-args
+                       (fastrevert--call-process-coding-args program infile destination
+                                                             display args)
+                       args)
+                    args))
                  (argv (vconcat (list encoded-path) encoded-args))
                  (env (fastrevert--process-environment dir))
                  (encoded-dir (fastrevert--process-encode-file dir))
                  (encoded-infile (and infile (fastrevert--process-encode-file infile)))
                  (encoded-output (and output-file (fastrevert--process-encode-file output-file)))
-                 (encoded-stderr (if (stringp stderr) (fastrevert--process-encode-file stderr) stderr))
-                 (files (list (cons encoded-infile (cons "Opening process input file" infile))
-                              (cons encoded-output (cons "Opening process output file" output-file))
-                              (cons encoded-stderr (cons "Cannot redirect stderr" stderr)))))
+                 (encoded-stderr (if (stringp stderr) (fastrevert--process-encode-file stderr) stderr)))
       (if (integerp buffer)
-          (fastrevert--call-process-detached encoded-path argv env encoded-dir encoded-infile
-                                             encoded-stderr files)
-        (let* ((coding (and buffer (fastrevert--call-process-coding coding-args)))
+          (fastrevert--call-process-detached
+           encoded-path argv env encoded-dir encoded-infile encoded-stderr
+           (fastrevert--call-process-files encoded-infile infile encoded-output output-file
+                                           encoded-stderr stderr))
+        (let* ((coding (and buffer
+                            (or coding-system-for-read
+                                (fastrevert--call-process-coding
+                                 (fastrevert--call-process-coding-args
+                                  program infile destination display args)))))
                (inserted nil)
-               (insert (and buffer (fastrevert--call-process-inserter coding)))
                (stdout (cond (buffer
                               (lambda (fd beg end)
                                 (setq inserted t)
-                                (with-current-buffer buffer
-                                  (funcall insert fd beg end))
-                                (when display (redisplay))))
+                                (let ((value (with-current-buffer buffer
+                                               (fastrevert--call-process-insert
+                                                coding fd beg end))))
+                                  (when display (redisplay))
+                                  (if (or beg (stringp fd))
+                                      (setq coding value)
+                                    value))))
                              (encoded-output encoded-output)))
                ;; Standard error "mixed with the output" goes to the null
                ;; device when the output is discarded.
                (stderr-target (if (and (eq encoded-stderr t) (null stdout)) nil encoded-stderr))
                (result (fastrevert--mod-call-process
                         encoded-path argv env encoded-dir encoded-infile stdout stderr-target
-                        (cond ((not (fastrevert--call-process-streamable-p coding)) 0)
-                              ;; Shown as it comes: every complete line.
-                              (display 1)
-                              (t fastrevert--call-process-chunk)))))
-          (when (eq (car result) :error)
-            (fastrevert--process-raise result files))
-          (when (and buffer (not inserted))
-            (with-current-buffer buffer (funcall insert nil nil nil)))
-          (pcase-let ((`(,how ,code) result))
-            (if (fastrevert--exit-signaled-p how)
-                (decode-coding-string (or (fastrevert--mod-strsignal code) "unknown")
-                                      (or locale-coding-system 'utf-8))
-              code)))))))
+                        (fastrevert--call-process-chunk-for coding display))))
+          (cond
+           ;; The common end: the child exited.
+           ((integerp result)
+            (when (and buffer (not inserted))
+              (with-current-buffer buffer (fastrevert--call-process-insert coding nil nil nil)))
+            result)
+           ((eq (car result) :error)
+            (fastrevert--process-raise
+             result (fastrevert--call-process-files encoded-infile infile encoded-output
+                                                    output-file encoded-stderr stderr)))
+           (t
+            (when (and buffer (not inserted))
+              (with-current-buffer buffer (fastrevert--call-process-insert coding nil nil nil)))
+            (pcase-let ((`(,how ,code) result))
+              (if (fastrevert--exit-signaled-p how)
+                  (decode-coding-string (or (fastrevert--mod-strsignal code) "unknown")
+                                        (or locale-coding-system 'utf-8))
+                code)))))))))
+
+(defun fastrevert--call-process-files (encoded-infile infile encoded-output output-file
+                                                       encoded-stderr stderr)
+  "Return the files of a call with the messages stock gives when they fail.
+ENCODED-INFILE, ENCODED-OUTPUT and ENCODED-STDERR are the encoded names
+of INFILE, OUTPUT-FILE and STDERR; the value maps each encoded name to
+\(MESSAGE . NAME), for `fastrevert--process-raise'."
+  (list (cons encoded-infile (cons "Opening process input file" infile))
+        (cons encoded-output (cons "Opening process output file" output-file))
+        (cons encoded-stderr (cons "Cannot redirect stderr" stderr))))
 
 (defun fastrevert--process-input-directory ()
   "Return the directory INFILE is expanded against, as stock does."

@@ -259,15 +259,38 @@ row share one string and make no garbage for it."
                 (cons (copy-sequence process-environment) block))
           block)))))
 
+(defvar fastrevert--environment-list-cache nil
+  "The last value of `fastrevert--process-environment', as [BLOCK DIR FRAME VALUE].
+It is given again, unmade, while the block, the directory string and
+the selected frame are the same objects and PWD is set alike.")
+
 (defun fastrevert--process-environment (dir)
   "Return the child's environment for working directory DIR, for the module.
 The value is a list of strings, earlier ones first, each holding one
 or more entries separated by NUL bytes.  Like Emacs's own environment
 block: PWD follows DIR when a PWD is set, DISPLAY comes from the
 frame when `process-environment' has none, and the first definition
-of a name wins (the module drops later ones and lone names)."
+of a name wins (the module drops later ones and lone names).  The
+module only reads the value, so the same list serves a run of
+children started alike."
   (let* ((block (fastrevert--process-environment-block))
-         (environment (list (car block))))
+         (pwd (getenv-internal "PWD"))
+         (cache fastrevert--environment-list-cache))
+    (if (and cache
+             (eq (aref cache 0) (car block))
+             (eq (aref cache 1) (and pwd dir))
+             (eq (aref cache 2) (selected-frame)))
+        (aref cache 3)
+      (let ((value (fastrevert--process-make-environment block dir pwd)))
+        (setq fastrevert--environment-list-cache
+              (vector (car block) (and pwd dir) (selected-frame) value))
+        value))))
+
+(defun fastrevert--process-make-environment (block dir pwd)
+  "Return the environment list for BLOCK, working directory DIR and PWD.
+BLOCK is what `fastrevert--process-environment-block' returns; PWD
+non-nil means `process-environment' sets PWD."
+  (let ((environment (list (car block))))
     (unless (cdr block)
       (let ((display (if (eq (car fastrevert--display-cache) (selected-frame))
                          (cdr fastrevert--display-cache)
@@ -276,7 +299,7 @@ of a name wins (the module drops later ones and lone names)."
         (setq display (or display (getenv-internal "DISPLAY" initial-environment)))
         (when (stringp display)
           (push (concat "DISPLAY=" display) environment))))
-    (when (getenv-internal "PWD")
+    (when pwd
       (push (concat "PWD=" (fastrevert--process-encode-file dir)) environment))
     environment))
 

@@ -10,7 +10,10 @@
 ;;; Commentary:
 
 ;; `fastrevert-report' shows the counters of `fastrevert-stats' in a
-;; help buffer, one per line with what it counts.
+;; help buffer, one per line, each with what it counts in words.  The
+;; engine's inner counters (commands, results, wake-ups, drains) come
+;; last, under a heading of their own, for whoever looks at how the
+;; engine and Emacs talk.
 
 ;;; Code:
 
@@ -32,25 +35,44 @@
     (:vc-answered . "Git commands of VC refreshes answered without a process"))
   "The counters `fastrevert-report' shows first, with what each counts.")
 
+(defconst fastrevert--report-engine-descriptions
+  '((:commands . "requests Emacs sent to the engine thread")
+    (:records . "results the engine thread handed back")
+    (:wakes . "times the engine woke Emacs up to take results")
+    (:drains . "times Emacs took the waiting results")
+    (:drain-ns . "milliseconds Emacs spent handling them (part of the main-thread time)"))
+  "The engine's inner counters, with what each counts.
+They tell how the engine thread and Emacs talk rather than what was
+done; `fastrevert-report' shows them last.")
+
+(defun fastrevert--report-value (key value)
+  "Return VALUE of counter KEY as text for the report."
+  (cond ((eq key :drain-ns) (format "%.1f" (/ value 1e6)))
+        ((floatp value) (format "%.1f" value))
+        (t (format "%s" value))))
+
+(defun fastrevert--report-lines (stats descriptions)
+  "Print the counters of STATS that DESCRIPTIONS describe, in their order."
+  (dolist (entry descriptions)
+    (let ((value (plist-get stats (car entry))))
+      (when value
+        (princ (format "%14s  %s\n" (fastrevert--report-value (car entry) value)
+                       (cdr entry)))))))
+
 ;;;###autoload
 (defun fastrevert-report ()
-  "Show fastrevert's counters in a help buffer."
+  "Show fastrevert's counters in a help buffer, each with what it counts.
+`fastrevert-stats' returns the same counters as a plist."
   (interactive)
   (let ((stats (fastrevert-stats)))
     (with-help-window "*fastrevert-report*"
       (princ (format "fastrevert %s, engine %s\n\n" fastrevert-version
                      (if (fastrevert--engine-live-p) "running" "stopped")))
-      (dolist (entry fastrevert--report-descriptions)
-        (let ((value (plist-get stats (car entry))))
-          (princ (format "%14s  %s\n"
-                         (if (floatp value) (format "%.1f" value) value)
-                         (cdr entry)))))
-      (let ((rest stats))
-        (while rest
-          (unless (assq (car rest) fastrevert--report-descriptions)
-            (princ (format "%14s  %s\n" (cadr rest)
-                           (substring (symbol-name (car rest)) 1))))
-          (setq rest (cddr rest)))))))
+      (fastrevert--report-lines stats fastrevert--report-descriptions)
+      (when (cl-some (lambda (entry) (plist-member stats (car entry)))
+                     fastrevert--report-engine-descriptions)
+        (princ "\nBetween the engine thread and Emacs:\n\n")
+        (fastrevert--report-lines stats fastrevert--report-engine-descriptions)))))
 
 (provide 'fastrevert-report)
 

@@ -1,6 +1,9 @@
 #include "core/call.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -200,6 +203,14 @@ struct KillOnUnwind {
   }
 };
 
+// How much one turn of Call's loop drains before it looks at what to insert:
+// a child that writes as fast as this thread reads must not keep it from
+// inserting.  A pipeful of the largest pipe.
+constexpr std::uint64_t kDrainPerTurn = std::uint64_t{1} << 20;
+
+// The capacity of a pipe that was never enlarged.
+constexpr std::uint64_t kDefaultPipeCapacity = 65536;
+
 // One run_call() with its stdout a pipe.
 class Call {
  public:
@@ -209,13 +220,47 @@ class Call {
   CallResult run();
 
  private:
-  // Reads the pipe on this thread until end of file or a chunk's worth.
-  void read_first_phase();
+  // What the pipe looked like when watch() stopped watching it.
+  struct PipeState {
+    bool exited = false;       // The child exited (the pipe may stay open).
+    bool full = false;         // The child waits on the pipe, or soon will.
+    bool quiet = false;        // Output waits, and the child stopped writing.
+    std::size_t waiting = 0;   // Bytes waiting in it.
+    std::size_t capacity = 0;  // What it holds when full.
+  };
+  // Waits, reading nothing, until the child has exited, the pipe is full,
+  // or the child went quiet with output written.
+  PipeState watch();
+  // What wait_for_more() waits on.
+  enum class Wait {
+    pipe,          // The pipe: bytes to read, or its end.
+    exit,          // The child's exit, for at most a tick.
+    exit_or_pipe,  // Whichever comes first: for the first bytes.
+  };
+  // Waits as WAIT says (on the pipe alone once the child has exited, or
+  // without a pidfd), at most TICK_MS for Wait::exit and 50 ms otherwise.
+  // Returns false on a quit.
+  bool wait_for_more(Wait wait, int tick_ms);
+  // Reads what the pipe holds now; returns whether that reached its end
+  // (no writer is left).
+  bool read_waiting();
+  // Reads and counts whatever the caller left in the pipe, to end of file.
+  void drain_after_caller();
+  // Reads the pipe on this thread until end of file, a quit, or the child
+  // shows it writes faster than the caller inserts (then copy_rest() goes
+  // on), handing whole lines over as they come when streaming.
+  void read_on_this_thread();
+  // Takes BYTES, just read: into the string while the output fits one,
+  // else into the memfd.
+  void take(const char* bytes, std::size_t size);
   // Copies the rest on a MemfdCopier thread, handing ranges over as they
   // come.
   void copy_rest();
   void open_memfd();
   void insert(std::uint64_t from, std::uint64_t to);
+  // Gives back the memory of what the caller has inserted, by the
+  // megabyte, while this thread fills the memfd.
+  void release_inserted();
   bool should_quit() const { return hooks_.should_quit && hooks_.should_quit(); }
   // A quit: the child gets SIGINT and a second of grace before SIGKILL, and
   // is reaped, without waiting for a pipe a grandchild may hold.
@@ -225,13 +270,19 @@ class Call {
   Child& child_;
   const std::uint64_t step_;
   const CallHooks& hooks_;
-  // Up to kCallStringLimit bytes, while no memfd is needed.
+  // Up to string_limit bytes, while no memfd is needed.
   std::string head_;
   UniqueFd memfd_;
   std::uint64_t written_ = 0;
   std::uint64_t consumed_ = 0;
+  // Where the last newline written so far ends (0 when none was).
+  std::uint64_t line_end_ = 0;
+  std::uint64_t released_ = 0;
   bool eof_ = false;
   bool quit_ = false;
+  // The child has exited (its pidfd said so); its pipe may still be open.
+  bool exited_ = false;
+  bool copier_used_ = false;
   // While the copy thread runs, it gives back the memory of what the caller
   // has inserted; what is left when the call ends goes with the memfd.
   MemfdCopier* copier_ = nullptr;
@@ -245,10 +296,37 @@ void Call::open_memfd() {
   head_ = std::string();
 }
 
+void Call::take(const char* bytes, std::size_t size) {
+  std::string_view view(bytes, size);
+  if (!memfd_ && head_.size() + size <= hooks_.string_limit) {
+    head_.append(view);
+  } else {
+    open_memfd();
+    if (int error = write_all_at(memfd_.get(), view, written_)) {
+      throw SystemError(error, "write", "memfd");
+    }
+  }
+  if (const void* newline = memrchr(bytes, '\n', size)) {
+    line_end_ =
+        written_ + static_cast<std::uint64_t>(static_cast<const char*>(newline) - bytes) + 1;
+  }
+  written_ += size;
+}
+
 void Call::insert(std::uint64_t from, std::uint64_t to) {
+  open_memfd();
   hooks_.insert_range(memfd_.get(), from, to);
   consumed_ = to;
   if (copier_) copier_->release(to);
+}
+
+void Call::release_inserted() {
+  constexpr std::uint64_t kReleaseStep = std::uint64_t{1} << 20;
+  if (consumed_ - released_ < kReleaseStep) return;
+  // A failure only leaves the memory in use until the memfd is closed.
+  fallocate(memfd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
+            static_cast<off_t>(consumed_));
+  released_ = consumed_;
 }
 
 CallResult Call::quit_now() {
@@ -259,23 +337,132 @@ CallResult Call::quit_now() {
       child_, [&first] { return std::exchange(first, false); }, true, quit);
   result.quit = true;
   result.bytes = written_;
+  result.copier_used = copier_used_;
   return result;
 }
 
 CallResult Call::finish() {
   CallResult result;
   result.bytes = written_;
+  result.copier_used = copier_used_;
   result.wait_status = reap_with_quit(child_, hooks_.should_quit, true, result.quit);
   return result;
 }
 
-void Call::read_first_phase() {
-  // Most children write little and end soon, and for them a copy thread
-  // would cost more than the copy.  Only output that outgrows a chunk moves
-  // to a copy thread, so that the caller can insert one chunk while the
-  // child writes the next.
+// While a child runs, this thread does not wait on its pipe: every write
+// into a pipe wakes the reader waiting on it, and a child writing in small
+// pieces would pay a wake-up, often a trip to the other CPU, for each.
+// It waits on the child's exit instead, for a tick that grows while
+// nothing comes, and takes what has gathered meanwhile; a pipe enlarged to
+// the system's largest holds what the child writes in between.
+constexpr int kFirstTickMs = 1;
+constexpr int kLongestTickMs = 16;
+
+// The size of a page of a pipe.
+constexpr std::size_t kPageSize = 4096;
+
+// A first write this short, and the tick that follows it.
+constexpr std::size_t kShortOutput = 4096;
+constexpr int kShortOutputTickMs = 4;
+
+int next_tick(int tick_ms, bool got_more) {
+  return got_more ? kFirstTickMs : std::min(tick_ms * 2, kLongestTickMs);
+}
+
+bool Call::wait_for_more(Wait wait, int tick_ms) {
+  if (child_.pidfd < 0 || exited_) wait = Wait::pipe;
+  // The child's exit first, then the pipe, so that an exit is never missed.
+  pollfd fds[2] = {{child_.pidfd, POLLIN, 0}, {child_.stdout_fd, POLLIN, 0}};
+  pollfd* first = wait == Wait::pipe ? &fds[1] : &fds[0];
+  nfds_t count = wait == Wait::exit_or_pipe ? 2 : 1;
+  int ready = poll(first, count, wait == Wait::exit ? tick_ms : 50);
+  if (ready < 0 && errno != EINTR) throw_errno("poll");
+  if (wait != Wait::pipe && ready > 0 && fds[0].revents) exited_ = true;
+  return !should_quit();
+}
+
+Call::PipeState Call::watch() {
+  PipeState state;
+  state.capacity = kDefaultPipeCapacity;
+  bool capacity_known = false;
+  bool grown = false;
+  int tick_ms = kFirstTickMs;
+  // A child just started has written nothing yet: the first look at the
+  // pipe comes after the first wait.
+  if (!wait_for_more(Wait::exit_or_pipe, tick_ms)) {
+    quit_ = true;
+    return state;
+  }
+  for (;;) {
+    int waiting = 0;
+    if (ioctl(child_.stdout_fd, FIONREAD, &waiting) < 0) throw_errno("ioctl", "FIONREAD");
+    bool got_more = static_cast<std::size_t>(waiting) != state.waiting;
+    state.waiting = static_cast<std::size_t>(waiting);
+    // Once the child has exited, a read tells whether the pipe is closed
+    // too (run() makes it), which saves a look at the pipe per wait.
+    state.exited = exited_;
+    if (exited_) return state;
+    // A page's worth or more may be near a full pipe: what it holds when
+    // full matters from here on.
+    if (!capacity_known && state.waiting >= kPageSize) {
+      capacity_known = true;
+      int capacity = fcntl(child_.stdout_fd, F_GETPIPE_SZ);
+      if (capacity > 0) state.capacity = static_cast<std::size_t>(capacity);
+    }
+    // A pipe is full once its pages are, which small writes can make it
+    // with far fewer bytes than its capacity: a pipe holding a good part
+    // of its capacity that stopped filling has a child waiting on it.
+    if (state.waiting >= state.capacity || (!got_more && state.waiting >= state.capacity / 4)) {
+      state.full = true;
+      return state;
+    }
+    // A child that went quiet with output written has it read now, as
+    // stock would have read it: a quit while it stays quiet leaves that
+    // output in the buffer.
+    if (!got_more && state.waiting > 0 && tick_ms == kLongestTickMs) {
+      state.quiet = true;
+      return state;
+    }
+    // More than a string's worth: the output may go on for a while, and
+    // the child must not wait on a full pipe while this thread waits.
+    if (!grown && state.waiting > hooks_.string_limit) {
+      grown = true;
+      if (std::size_t size = grow_pipe(child_.stdout_fd, pipe_max_size())) state.capacity = size;
+    }
+    tick_ms = next_tick(tick_ms, got_more);
+    // Less than a stdio buffer's worth is most often a short output's
+    // last write before the exit: the next wake-up is then that exit.  A
+    // child that goes on writing fills at most a pipe's worth meanwhile.
+    if (got_more && state.waiting < kShortOutput) tick_ms = kShortOutputTickMs;
+    // Until the first bytes arrive, they or the exit end the wait: a small
+    // output, written just before the exit, costs one or two wake-ups.
+    if (!wait_for_more(state.waiting == 0 ? Wait::exit_or_pipe : Wait::exit, tick_ms)) {
+      quit_ = true;
+      return state;
+    }
+  }
+}
+
+bool Call::read_waiting() {
   char buffer[65536];
-  while (!eof_ && !(step_ > 0 && written_ >= step_)) {
+  for (;;) {
+    ssize_t got = read(child_.stdout_fd, buffer, sizeof buffer);
+    if (got > 0) {
+      take(buffer, static_cast<std::size_t>(got));
+    } else if (got == 0) {
+      eof_ = true;
+      return true;
+    } else if (errno == EAGAIN) {
+      return false;
+    } else if (errno != EINTR) {
+      throw_errno("read", "process output");
+    }
+  }
+}
+
+void Call::drain_after_caller() {
+  char buffer[65536];
+  for (;;) {
     pollfd fd = {child_.stdout_fd, POLLIN, 0};
     int ready = poll(&fd, 1, 50);
     if (ready < 0 && errno != EINTR) throw_errno("poll");
@@ -284,20 +471,40 @@ void Call::read_first_phase() {
       return;
     }
     if (ready <= 0) continue;
-    for (;;) {
+    ssize_t got = read(child_.stdout_fd, buffer, sizeof buffer);
+    if (got > 0) {
+      written_ += static_cast<std::uint64_t>(got);
+    } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+      return;
+    }
+  }
+}
+
+void Call::read_on_this_thread() {
+  // Most children write little and end soon, and for them a copy thread
+  // would cost more than the copy: this thread reads, and between reads
+  // inserts what has arrived, while the child writes on into the pipe.
+  // Only a caller that wants every line at once (a step below a string's
+  // worth) has this thread wait on the pipe itself.
+  bool ticking = step_ == 0 || step_ >= hooks_.string_limit;
+  char buffer[65536];
+  int capacity = fcntl(child_.stdout_fd, F_GETPIPE_SZ);
+  std::uint64_t pipe_capacity =
+      capacity > 0 ? static_cast<std::uint64_t>(capacity) : kDefaultPipeCapacity;
+  bool pipe_grown = pipe_capacity > kDefaultPipeCapacity;
+  int tick_ms = kFirstTickMs;
+  bool quiet = false;
+  while (!eof_) {
+    if (!wait_for_more(ticking && quiet ? Wait::exit : Wait::pipe, tick_ms)) {
+      quit_ = true;
+      return;
+    }
+    std::uint64_t drained = 0;
+    while (drained < kDrainPerTurn) {
       ssize_t got = read(child_.stdout_fd, buffer, sizeof buffer);
       if (got > 0) {
-        std::string_view bytes(buffer, static_cast<std::size_t>(got));
-        if (!memfd_ && head_.size() + bytes.size() <= kCallStringLimit) {
-          head_.append(bytes);
-        } else {
-          open_memfd();
-          if (int error = write_all_at(memfd_.get(), bytes, written_)) {
-            throw SystemError(error, "write", "memfd");
-          }
-        }
-        written_ += static_cast<std::uint64_t>(got);
-        if (step_ > 0 && written_ >= step_) break;
+        take(buffer, static_cast<std::size_t>(got));
+        drained += static_cast<std::uint64_t>(got);
         continue;
       }
       if (got == 0) {
@@ -309,15 +516,50 @@ void Call::read_first_phase() {
       }
       break;
     }
+    // A drain of a good part of the pipe shows a child writing faster than
+    // this thread takes (a pipe fills up with fewer bytes than its
+    // capacity when the writes are small): read again at once.  Anything
+    // less, and the next wait is a tick.
+    quiet = drained < pipe_capacity / 4;
+    tick_ms = next_tick(tick_ms, drained > 0);
+    // An output that outgrows one pipeful gets a pipe that holds more, so
+    // that the child writes on while this thread inserts.
+    if (!pipe_grown && written_ > kDefaultPipeCapacity) {
+      pipe_grown = true;
+      if (std::size_t grown = grow_pipe(child_.stdout_fd, pipe_max_size())) {
+        pipe_capacity = grown;
+      }
+    }
+    if (eof_ || step_ == 0) continue;
+    // Whole lines that a child gone quiet left are inserted too, as stock
+    // would have inserted them, so that a quit keeps them.
+    bool gone_quiet = drained == 0 && tick_ms == kLongestTickMs;
+    if (line_end_ > consumed_ && (line_end_ - consumed_ >= step_ || gone_quiet)) {
+      insert(consumed_, line_end_);
+      release_inserted();
+      if (should_quit()) {
+        quit_ = true;
+        return;
+      }
+    }
+    // A turn that found the pipe full after an insert means the child was
+    // waiting on Emacs: past the threshold, a copy thread drains the pipe
+    // while this thread inserts.
+    if (written_ >= hooks_.copier_threshold &&
+        (drained >= pipe_capacity / 4 || hooks_.copier_threshold == 0)) {
+      return;
+    }
   }
 }
 
 void Call::copy_rest() {
   MemfdCopier capture(child_.stdout_fd, memfd_.get(), written_);
   copier_ = &capture;
+  copier_used_ = true;
   // Bytes before consumed_ are inserted; bytes in [consumed_, SCANNED) hold
   // no newline, so each byte is searched once however long a line is.
-  std::uint64_t scanned = 0;
+  if (line_end_ > consumed_) insert(consumed_, line_end_);
+  std::uint64_t scanned = written_;
   bool done = false;
   while (!done) {
     written_ = capture.wait(scanned + step_, std::chrono::milliseconds(50), done);
@@ -342,13 +584,44 @@ void Call::copy_rest() {
 
 CallResult Call::run() {
   KillOnUnwind cleanup{child_};
-  read_first_phase();
+  // A caller that wants every line as it comes (a CHUNK below a string's
+  // worth) gets them through the memfd; any other may read the pipe itself.
+  // Without a pidfd, nothing but the pipe tells when to look again, and
+  // this thread reads it.
+  if (hooks_.insert_pipe && child_.pidfd >= 0 && (step_ == 0 || step_ >= hooks_.string_limit)) {
+    PipeState seen = watch();
+    if (quit_) return quit_now();
+    // An exited child's string's worth is read here.  Its end is then
+    // most often the pipe's, and it goes over as a string; else something
+    // the child started still holds the pipe, and this thread reads on.
+    bool small = seen.exited && seen.waiting <= hooks_.string_limit;
+    if (small && read_waiting()) {
+      if (!head_.empty()) hooks_.insert_bytes(head_);
+      return finish();
+    }
+    // A full pipe shows a child that writes faster than anything reads:
+    // when its output can be cut, it goes through the memfd, in chunks the
+    // caller inserts while this thread, then a copy thread, drains the
+    // pipe.  Anything else, a quiet child's output included, the caller
+    // reads straight into its buffer: nothing is copied on the way.
+    if (!(seen.full && step_ > 0) && !small) {
+      PipeInsert read = hooks_.insert_pipe(child_.stdout_fd);
+      written_ = read.bytes;
+      if (read.quit) return quit_now();
+      // The caller reads to end of file.  Should it stop short, the rest
+      // is drained and counted, so that a child blocked on a full pipe
+      // cannot hang the wait for its exit.
+      drain_after_caller();
+      if (quit_) return quit_now();
+      return finish();
+    }
+  }
+  read_on_this_thread();
   if (quit_) return quit_now();
   if (eof_ && !memfd_) {
     if (!head_.empty()) hooks_.insert_bytes(head_);
     return finish();
   }
-  open_memfd();
   if (!eof_) {
     copy_rest();
     if (quit_) return quit_now();

@@ -5,10 +5,11 @@
 // run_to_completion() is the general loop: it multiplexes stdin, stdout,
 // stderr and the child's exit with poll(), and hands each stream's bytes to a
 // sink.  run_call() is what `call-process' needs: a small output reaches the
-// caller as one string once the child has closed it; a larger one is copied
-// into a memfd (by a MemfdCopier thread once it outgrows a chunk) and handed
-// over as byte ranges of that file, so that the caller can decode straight
-// from the file while the child writes the rest.
+// caller as one string once the child has closed it; a larger one is read
+// into a memfd and handed over as byte ranges of that file, each as soon as
+// enough whole lines have arrived, so that the caller decodes straight from
+// the file while the child writes the rest.  Only a child that writes faster
+// than the caller inserts gets a MemfdCopier thread to drain its pipe.
 //
 // Nothing here calls Emacs: the caller passes what it needs as plain values
 // and callbacks.  Callbacks may throw (a Lisp error in the inserter, a quit
@@ -71,16 +72,38 @@ struct RunResult {
 RunResult run_to_completion(Child& child, const ByteSink& on_stdout, const ByteSink& on_stderr,
                             const RunOptions& options = {});
 
-// Output of up to this many bytes reaches run_call's caller as one string.
-inline constexpr std::size_t kCallStringLimit = 1024;
+// Output of up to this many bytes in all reaches run_call's caller as one
+// string: below it, making a Lisp string and decoding it costs less than a
+// memfd and `insert-file-contents' (measured: they cost the same at about
+// 16 KiB of ASCII, the string path growing twice as fast per byte).
+inline constexpr std::size_t kCallStringLimit = 16384;
+
+// Once a streamed output has passed this many bytes and the child still
+// fills the pipe faster than the caller inserts, a MemfdCopier thread takes
+// the copying over, so that the caller inserts while the pipe is drained.
+inline constexpr std::uint64_t kCallCopierThreshold = std::uint64_t{4} << 20;
+
+// What a caller's reading of the pipe (CallHooks::insert_pipe) came to.
+struct PipeInsert {
+  // The user quit while the caller read: the child then gets what a quit
+  // gives it (see CallResult::quit).
+  bool quit = false;
+  // The bytes the caller took from the pipe, as far as it can tell.
+  std::uint64_t bytes = 0;
+};
 
 struct CallHooks {
-  // The whole output, when it is at most kCallStringLimit bytes (and not
+  // The whole output, when it is at most string_limit bytes (and not
   // empty), once the child has closed its stdout.
   std::function<void(std::string_view bytes)> insert_bytes;
   // Bytes [FROM, TO) of MEMFD, for a longer output; the ranges follow each
   // other from 0 to the end.  MEMFD stays open until run_call returns.
   std::function<void(int memfd, std::uint64_t from, std::uint64_t to)> insert_range;
+  // When set, and CHUNK is 0, an output longer than string_limit is not
+  // read here at all: the caller reads the pipe PIPE_FD itself, from its
+  // first byte to end of file, straight into its buffer, and says how it
+  // went.  PIPE_FD stays open until run_call returns.
+  std::function<PipeInsert(int pipe_fd)> insert_pipe;
   // Whether the user asks to quit; looked at least every 50 ms, until it
   // first says yes.  The child then gets its grace period before SIGKILL
   // however long the caller's quit stays pending (Emacs reports a quit
@@ -90,6 +113,11 @@ struct CallHooks {
   // Stats::processes and its bytes in Stats::bytes_read.  The counters are
   // relaxed atomics, safe to bump from the calling thread.
   Stats* stats = nullptr;
+  // The paths' thresholds; tests lower them to reach every path with small
+  // outputs.  A copier_threshold of 0 starts the copy thread as soon as a
+  // streamed output has been handed over once, whatever the child's pace.
+  std::size_t string_limit = kCallStringLimit;
+  std::uint64_t copier_threshold = kCallCopierThreshold;
 };
 
 struct CallResult {
@@ -100,14 +128,26 @@ struct CallResult {
   bool quit = false;
   // How many bytes of output were read.
   std::uint64_t bytes = 0;
+  // Whether a MemfdCopier thread copied part of the output (for tests).
+  bool copier_used = false;
 };
 
 // Runs CHILD, spawned with its stdout a pipe (or not a pipe at all, for
 // output to a file or /dev/null: the child is then just awaited), to
-// completion, handing its output to HOOKS.  With CHUNK positive, ranges of at
-// least CHUNK bytes that end in a newline are handed over while the child
-// runs; the rest (all of it when CHUNK is 0) comes at the end.  The child is
-// reaped on every way out; the process group is signalled on a quit.
+// completion, handing its output to HOOKS.  The path follows the size seen:
+// - up to string_limit bytes come as one string at the end;
+// - with CHUNK 0 and an insert_pipe hook, a longer output is left in the
+//   pipe, unread, and the caller reads it straight into its buffer: nothing
+//   is copied on the way;
+// - otherwise a longer output goes into a memfd, read on this thread, and
+//   reaches the caller as ranges of it.  With CHUNK positive, each time at
+//   least CHUNK bytes ending in a newline are waiting they are handed over
+//   while the child runs, so that the caller inserts one part while the
+//   child writes the next; the rest (all of it when CHUNK is 0) comes at the
+//   end.  A streamed output past copier_threshold whose child outpaces the
+//   caller is drained by a copy thread from then on.
+// The child is reaped on every way out; the process group is signalled on a
+// quit.
 CallResult run_call(Child& child, std::uint64_t chunk, const CallHooks& hooks);
 
 }  // namespace fastrevert

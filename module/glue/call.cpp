@@ -29,16 +29,22 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "CWD the encoded working directory.\n"
                  "INFILE is nil (/dev/null) or an encoded file name for stdin.\n"
                  "STDOUT is nil (/dev/null), an encoded file name, or a function\n"
-                 "INSERTER, called with the output in order: output of up to 1 KiB as\n"
+                 "INSERTER, called with the output in order: output of up to 16 KiB as\n"
                  "(INSERTER BYTES nil nil) once the child has closed it, BYTES a unibyte\n"
                  "string; longer output as (INSERTER FD BEG END) for each byte range\n"
-                 "[BEG, END) of a memfd FD.  With CHUNK positive, ranges of at least\n"
-                 "CHUNK bytes ending in a newline come while the child runs; the rest\n"
-                 "(all of it when CHUNK is 0) at the end.  STDERR is nil (/dev/null),\n"
+                 "[BEG, END) of a memfd FD.  With CHUNK positive, each time at least\n"
+                 "CHUNK bytes ending in a newline have arrived they come while the child\n"
+                 "runs; the rest at the end.  With CHUNK 0, longer output is left in the\n"
+                 "pipe, unread, for (INSERTER FD nil nil) to read straight into the\n"
+                 "buffer, FD being the pipe's read end, from the first byte to end of\n"
+                 "file; it returns the number of bytes it took, or `quit' when a quit\n"
+                 "stopped it (the child then gets what a quit gives it).\n"
+                 "STDERR is nil (/dev/null),\n"
                  "t (with stdout) or an encoded file name.\n"
-                 "Return (HOW CODE): HOW says how the child ended, as the data of a\n"
-                 "`process-exit' result does, and CODE is its exit code or signal\n"
-                 "number (see `fastrevert--exit-exited').  A spawn failure returns\n"
+                 "Return the exit code of a child that exited, else (HOW CODE): HOW\n"
+                 "says how the child ended, as the data of a `process-exit' result\n"
+                 "does, and CODE is its signal number (see `fastrevert--exit-exited').\n"
+                 "A spawn failure returns\n"
                  "(:error CONDITION FUNCTION STRERROR PATH).  A quit kills the child\n"
                  "(SIGINT, then SIGKILL), reaps it and signals `quit'.\n\n"
                  "(fn PROGRAM ARGV ENV CWD INFILE STDOUT STDERR CHUNK)") {
@@ -68,14 +74,31 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
       env.funcall(inserter, {env.integer(memfd), env.integer(static_cast<std::int64_t>(from)),
                              env.integer(static_cast<std::int64_t>(to))});
     };
+    hooks.insert_pipe = [&env, inserter](int pipe_fd) {
+      emacs_value read = env.funcall(inserter, {env.integer(pipe_fd), env.nil(), env.nil()});
+      PipeInsert result;
+      if (env.eq(read, env.intern("quit"))) {
+        result.quit = true;
+      } else if (env.is_a(read, "integer")) {
+        std::int64_t bytes = env.to_integer(read);
+        result.bytes = bytes > 0 ? static_cast<std::uint64_t>(bytes) : 0;
+      }
+      return result;
+    };
   }
   // Counted in `fastrevert-stats' too; held, since the inserter may stop it.
   std::shared_ptr<Engine> counting = runtime.reference();
   if (counting) hooks.stats = &counting->stats();
   CallResult result = run_call(*child, static_cast<std::uint64_t>(chunk > 0 ? chunk : 0), hooks);
-  // On a quit the `quit' signal is already pending: this raises it.
-  if (result.quit) env.check();
+  if (result.quit) {
+    // A quit seen here is still pending, and this raises it; one the
+    // inserter caught while it read is raised anew.
+    env.check();
+    env.signal("quit", env.nil());
+  }
   ExitStatus status = exit_status(result.wait_status);
+  // The common end costs no list and no string.
+  if (status.how == ExitStatus::How::exited) return env.integer(status.code);
   return env.list({env.unibyte(exit_how_name(status)), env.integer(status.code)});
 }
 

@@ -188,13 +188,16 @@ CALL and SETUP are as for `fastrevert-call-process-test--observe'."
            (funcall call "printf" nil t nil "caf\\303\\251 caf\\351 \\342\\202\\254\\r\\nend")))))))
 
 (ert-deftest fastrevert-call-process-decodes-alike-either-side-of-the-string-limit ()
-  "Output of up to 1 KiB arrives as a string, longer output through a file.
-Both paths decode exactly as stock does, in multibyte and unibyte
+  "Output of up to 16 KiB arrives as a string, longer output another way.
+Every path decodes exactly as stock does, in multibyte and unibyte
 buffers, with detection, CRLF and invalid bytes."
   (fastrevert-test-with-temp-dir dir
     (let ((tail "caf\303\251 caf\351 \342\202\254\r\n\377end\r\n")
           (files nil))
-      (dolist (size (list 1024 1025 (* 3 65536)))
+      ;; Not 16385: its last CRLF straddles stock's first read of 16 KiB,
+      ;; and stock, still detecting the end-of-line type on that read,
+      ;; keeps the CR, which no one read of the whole output can match.
+      (dolist (size (list 1024 1025 16384 16386 65537 (* 3 65536)))
         (let ((file (expand-file-name (format "out-%d" size) dir))
               (coding-system-for-write 'no-conversion))
           (with-temp-file file
@@ -215,6 +218,44 @@ buffers, with detection, CRLF and invalid bytes."
                  (let ((coding-system-for-read coding))
                    (funcall call "cat" nil t nil file)))
                (lambda () (set-buffer-multibyte multibyte))))))))))
+
+(ert-deftest fastrevert-call-process-decodes-alike-at-every-path-threshold-and-pace ()
+  "Output around each size where the path changes, at three paces, as stock.
+The sizes straddle the string limit (16 KiB), a pipe's default capacity
+\(64 KiB) and a chunk of the memfd path; their bytes put a multibyte
+character and a CRLF across each of those boundaries.  The child writes
+all at once (cat), in 4 KiB pieces (dd), or half, a pause, and the
+rest: a fast child goes through the memfd, a slower one straight from
+the pipe, and each must come out as stock's."
+  (fastrevert-test-with-temp-dir dir
+    (let ((files nil))
+      (dolist (size (list 16383 16384 16385 65535 65536 65537 (* 3 65537)))
+        (let ((file (expand-file-name (format "out-%d" size) dir))
+              (coding-system-for-write 'no-conversion))
+          (with-temp-file file
+            (set-buffer-multibyte nil)
+            (let ((line "line caf\303\251 \342\202\254\r\n")
+                  (i 0))
+              (while (< (buffer-size) size)
+                ;; Every 4 KiB and 16 KiB boundary (and 64 KiB, being one
+                ;; of them) falls inside a character or a CRLF.
+                (let ((at (buffer-size)))
+                  (insert (if (memq (% (+ at 3) 4096) '(0 1 2)) "\342\202\254" line)))
+                (setq i (1+ i))))
+            (delete-region (1+ size) (point-max)))
+          (push file files)))
+      (dolist (file files)
+        (dolist (pace '("cat \"$0\"" "dd if=\"$0\" bs=4096 status=none"
+                        "head -c 8192 \"$0\"; sleep 0.02; tail -c +8193 \"$0\""))
+          (dolist (coding '(nil utf-8 utf-8-dos latin-1 undecided no-conversion))
+            (dolist (multibyte '(t nil))
+              (ert-info ((format "%s, %s, coding %S, multibyte %S"
+                                 (file-name-nondirectory file) pace coding multibyte))
+                (fastrevert-call-process-test--same
+                 (lambda (call)
+                   (let ((coding-system-for-read coding))
+                     (funcall call "sh" nil t nil "-c" pace file)))
+                 (lambda () (set-buffer-multibyte multibyte)))))))))))
 
 (ert-deftest fastrevert-call-process-keeps-invalid-bytes-as-raw-bytes ()
   (let ((stock (fastrevert-call-process-test--same
@@ -484,12 +525,13 @@ sleep 0.01; i=$((i+1)); done; if [ -e %s ]; then printf 'two\\n'; else printf 'l
         (should (eql (fastrevert-call-process "ls" "in" t nil "-l") 7))))
     (should (equal calls '(("/ssh:fastrevert-test-host:/tmp/" "ls" "in" t nil "-l"))))))
 
-(defun fastrevert-call-process-test--quit-at-terminal (destination script)
+(defun fastrevert-call-process-test--quit-at-terminal (destination script &optional coding)
   "Type the quit key while a terminal Emacs waits in `fastrevert-call-process'.
 That Emacs runs `sh -c' with SCRIPT (formatted with the file the shell
-must write its pid to) into DESTINATION, and records whether `quit' was
-signalled, how long the call took, whether the child still exists, and
-how much output reached the buffer.  Return that record."
+must write its pid to) into DESTINATION, decoding with CODING when it
+is non-nil, and records whether `quit' was signalled, how long the
+call took, whether the child still exists, and how much output
+reached the buffer.  Return that record."
   (fastrevert-test-with-temp-dir dir
     (let* ((pid-file (expand-file-name "pid" dir))
            (result-file (expand-file-name "result" dir))
@@ -498,7 +540,7 @@ how much output reached the buffer.  Return that record."
                (require 'fastrevert-call)
                (let* ((start (float-time))
                       (outcome (condition-case nil
-                                   (progn
+                                   (let ((coding-system-for-read ',coding))
                                      (fastrevert-call-process
                                       "sh" nil ',destination nil "-c" ,(format script pid-file))
                                      'finished)
@@ -532,6 +574,23 @@ how much output reached the buffer.  Return that record."
     (should-not (nth 2 result))
     ;; The chunks inserted before the quit stay, as stock leaves them.
     (should (> (nth 3 result) 2000000))))
+
+(ert-deftest fastrevert-call-process-quit-while-reading-the-pipe-straight-into-the-buffer ()
+  "A quit while Emacs reads a long output from the pipe ends child and call.
+An output in a coding that cannot be cut is read straight from the
+pipe; the quit reaches that read, and the child gets SIGINT.  The
+child goes quiet for half a second before the quit: output a child
+wrote and then stopped writing is in the buffer by then, as stock
+would have it."
+  (let ((result (fastrevert-call-process-test--quit-at-terminal
+                 t (concat "head -c 100000 /dev/zero | tr '\\0' x; echo; "
+                           "sleep 0.5; echo $$ > %s; exec sleep 30")
+                 'undecided)))
+    (should (eq (nth 0 result) 'quit))
+    (should (< (nth 1 result) 10))
+    (should-not (nth 2 result))
+    ;; What was read before the quit stays, as stock leaves its chunks.
+    (should (>= (nth 3 result) 100001))))
 
 (provide 'fastrevert-call-process-test)
 

@@ -2,6 +2,7 @@
 #include "core/call.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -62,6 +63,31 @@ CallHooks collecting(Collected& into) {
     ssize_t got = pread(memfd, part.data(), part.size(), static_cast<off_t>(from));
     REQUIRE(got == static_cast<ssize_t>(part.size()));
     into.bytes += part;
+  };
+  return hooks;
+}
+
+// Hooks like collecting(), plus a caller that reads the pipe itself, to end
+// of file, as Lisp's `insert-file-contents' does.
+CallHooks collecting_with_pipe(Collected& into, int& pipe_reads) {
+  CallHooks hooks = collecting(into);
+  hooks.insert_pipe = [&into, &pipe_reads](int pipe_fd) {
+    ++pipe_reads;
+    PipeInsert result;
+    char buffer[65536];
+    for (;;) {
+      pollfd fd = {pipe_fd, POLLIN, 0};
+      REQUIRE(poll(&fd, 1, 10000) == 1);
+      ssize_t got = read(pipe_fd, buffer, sizeof buffer);
+      if (got == 0) break;
+      if (got < 0) {
+        REQUIRE(errno == EAGAIN);
+        continue;
+      }
+      into.bytes.append(buffer, static_cast<std::size_t>(got));
+      result.bytes += static_cast<std::uint64_t>(got);
+    }
+    return result;
   };
   return hooks;
 }
@@ -275,6 +301,155 @@ TEST_CASE("run_call hands output past the string limit over as memfd ranges with
   }
 }
 
+TEST_CASE("run_call leaves a long output in the pipe for a caller that reads it itself", "[call]") {
+  // On both sides of the string limit, a pipe's default capacity, and past
+  // what an enlarged pipe holds; for a coding that cannot be cut (CHUNK 0)
+  // and one that can, from a child that writes at its own pace.
+  for (std::uint64_t chunk : {std::uint64_t{0}, std::uint64_t{65536}}) {
+    for (std::size_t size :
+         {kCallStringLimit, kCallStringLimit + 1, std::size_t{65536} + 17, std::size_t{3} << 20}) {
+      TempDir dir;
+      std::string expected = lines_of(size);
+      write_file(dir / "out", expected);
+      // dd writes in pieces of 4 KiB, each after the child's startup.
+      Child child = spawn(shell("dd if='" + dir.file("out") + "' bs=4096 status=none"));
+      Collected got;
+      int pipe_reads = 0;
+      CallResult result = run_call(child, chunk, collecting_with_pipe(got, pipe_reads));
+      INFO("chunk " << chunk << ", size " << size);
+      CHECK(got.bytes == expected);
+      CHECK(result.bytes == size);
+      CHECK(exit_status(result.wait_status).code == 0);
+      if (size <= kCallStringLimit) {
+        CHECK(got.string_calls == 1);
+        CHECK(pipe_reads == 0);
+      } else if (chunk == 0) {
+        // Nothing but the caller ever reads a long output it cannot cut.
+        CHECK(pipe_reads == 1);
+        CHECK(got.ranges.empty());
+      } else {
+        // Either way, never both a string and something else.
+        CHECK(got.string_calls == 0);
+        CHECK(pipe_reads + (got.ranges.empty() ? 0 : 1) == 1);
+        if (!got.ranges.empty()) check_contiguous(got.ranges, size);
+      }
+    }
+  }
+}
+
+TEST_CASE("run_call streams through the memfd a child that fills the pipe faster than it is read",
+          "[call]") {
+  Child child = spawn(shell("head -c 8388608 /dev/zero | tr '\\0' 'x'; echo"));
+  Collected got;
+  int pipe_reads = 0;
+  CallResult result = run_call(child, 65536, collecting_with_pipe(got, pipe_reads));
+  CHECK(pipe_reads == 0);
+  CHECK(got.bytes == std::string(8388608, 'x') + "\n");
+  CHECK(got.ranges.size() >= 2);
+  check_contiguous(got.ranges, 8388609);
+  CHECK(result.bytes == 8388609);
+}
+
+TEST_CASE("run_call never waits for ever on a pipe that small writes filled", "[call]") {
+  // Writes of 2,049 bytes fill a pipe page each, so a pipe is full with
+  // about half its capacity in bytes: the child then waits on it, and the
+  // runner must see that without the pipe reaching its capacity.
+  std::string script = "i=0; while [ $i -lt 1200 ]; do printf '%2048s\\n' $i; i=$((i+1)); done";
+  std::string expected;
+  for (int i = 0; i < 1200; ++i) {
+    std::string number = std::to_string(i);
+    expected += std::string(2048 - number.size(), ' ') + number + "\n";
+  }
+  for (std::uint64_t chunk : {std::uint64_t{0}, std::uint64_t{65536}}) {
+    Child child = spawn(shell(script));
+    Collected got;
+    int pipe_reads = 0;
+    CallResult result = run_call(child, chunk, collecting_with_pipe(got, pipe_reads));
+    INFO("chunk " << chunk);
+    CHECK(got.bytes == expected);
+    CHECK(exit_status(result.wait_status).code == 0);
+  }
+}
+
+TEST_CASE("run_call reads to end of file when something the child started holds the pipe",
+          "[call]") {
+  // The child exits at once; the process it left behind writes later,
+  // a little and then more than a string's worth, as stock reads it: to
+  // end of file.
+  for (std::size_t late : {std::size_t{10}, kCallStringLimit + 100}) {
+    TempDir dir;
+    write_file(dir / "late", std::string(late - 1, 'l') + "\n");
+    write_file(dir / "gate", "");
+    Child child = spawn(shell("echo start; (while [ -e '" + dir.file("gate") +
+                              "' ]; do sleep 0.01; done; cat '" + dir.file("late") + "') &"));
+    Collected got;
+    int pipe_reads = 0;
+    CallHooks hooks = collecting_with_pipe(got, pipe_reads);
+    // The gate opens once the runner has been asked whether to quit, so
+    // the late output comes after the child's exit was seen.
+    int asked = 0;
+    hooks.should_quit = [&] {
+      if (++asked == 3) unlink(dir.file("gate").c_str());
+      return false;
+    };
+    CallResult result = run_call(child, 0, hooks);
+    INFO("late " << late);
+    CHECK(got.bytes == "start\n" + std::string(late - 1, 'l') + "\n");
+    CHECK(exit_status(result.wait_status).code == 0);
+  }
+}
+
+TEST_CASE("run_call gives a child the quit escalation when the caller's read of the pipe quits",
+          "[call]") {
+  TempDir dir;
+  write_file(dir / "out", lines_of(100000));
+  SpawnSpec spec = shell("trap '' INT; cat '" + dir.file("out") + "'; exec sleep 1000");
+  spec.new_session = true;
+  Child child = spawn(spec);
+  pid_t pid = child.pid;
+  CallHooks hooks;
+  int calls = 0;
+  hooks.insert_pipe = [&calls](int) {
+    ++calls;
+    PipeInsert result;
+    result.quit = true;
+    return result;
+  };
+  auto start = std::chrono::steady_clock::now();
+  CallResult result = run_call(child, 0, hooks);
+  CHECK(calls == 1);
+  CHECK(result.quit);
+  // The child ignores SIGINT: SIGKILL ends its grace of a second.
+  ExitStatus status = exit_status(result.wait_status);
+  CHECK(status.how == ExitStatus::How::signaled);
+  CHECK(status.code == SIGKILL);
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  CHECK(is_gone(pid));
+}
+
+TEST_CASE("run_call drains and counts what a caller left in the pipe", "[call]") {
+  TempDir dir;
+  std::string expected = lines_of(200000);
+  write_file(dir / "out", expected);
+  Child child = spawn(shell("cat '" + dir.file("out") + "'"));
+  CallHooks hooks;
+  // A caller that takes one read's worth and stops: the child, blocked on
+  // the rest, must not hang the wait for its exit.
+  hooks.insert_pipe = [](int pipe_fd) {
+    char buffer[1000];
+    pollfd fd = {pipe_fd, POLLIN, 0};
+    REQUIRE(poll(&fd, 1, 10000) == 1);
+    PipeInsert result;
+    ssize_t got = read(pipe_fd, buffer, sizeof buffer);
+    REQUIRE(got > 0);
+    result.bytes = static_cast<std::uint64_t>(got);
+    return result;
+  };
+  CallResult result = run_call(child, 0, hooks);
+  CHECK(result.bytes == expected.size());
+  CHECK(exit_status(result.wait_status).code == 0);
+}
+
 TEST_CASE("run_call with a chunk hands over whole lines while the child still runs", "[call]") {
   TempDir dir;
   std::string expected = lines_of(std::size_t{2} << 20);
@@ -348,22 +523,29 @@ TEST_CASE("run_call on a quit interrupts the child and hands nothing more over",
   }
   SECTION("while the copy thread fills the memfd") {
     TempDir dir;
-    write_file(dir / "out", lines_of(std::size_t{1} << 20));
-    SpawnSpec spec = shell("cat '" + dir.file("out") + "'; trap '' INT; exec sleep 1000");
+    // More than one turn of the reading loop takes, so that ranges follow
+    // the first.
+    write_file(dir / "out", lines_of(std::size_t{8} << 20));
+    // The trap comes first: the quit may come while cat still writes.
+    SpawnSpec spec = shell("trap '' INT; cat '" + dir.file("out") + "'; exec sleep 1000");
     spec.new_session = true;
     Child child = spawn(spec);
     pid_t pid = child.pid;
     Collected got;
     CallHooks hooks = collecting(got);
+    hooks.copier_threshold = 0;
     bool quitting = false;
     hooks.should_quit = [&quitting] { return std::exchange(quitting, false); };
     auto insert_range = hooks.insert_range;
+    // The first range starts the copy thread; the quit comes with the
+    // second, which the copy thread brought.
     hooks.insert_range = [&](int memfd, std::uint64_t from, std::uint64_t to) {
       insert_range(memfd, from, to);
-      quitting = true;
+      quitting = got.ranges.size() >= 2;
     };
     CallResult result = run_call(child, 4096, hooks);
     CHECK(result.quit);
+    CHECK(result.copier_used);
     std::size_t ranges = got.ranges.size();
     CHECK(ranges >= 1);
     // The child ignores SIGINT: the grace period ends with SIGKILL.
