@@ -12,7 +12,7 @@
 (ert-deftest fastrevert-compile-builds-a-missing-module-on-require ()
   (fastrevert-test-with-temp-dir dir
     ;; A source tree without a built module.
-    (dolist (entry '("CMakeLists.txt" "module" "lisp"))
+    (dolist (entry '("CMakeLists.txt" "cmake" "module" "lisp"))
       (let ((from (expand-file-name entry fastrevert-test-root))
             (to (expand-file-name entry dir)))
         (if (file-directory-p from)

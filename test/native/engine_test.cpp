@@ -223,7 +223,7 @@ TEST_CASE("starting and stopping the engine 100 times leaks no descriptor", "[en
   REQUIRE(open_fds() == before);
 }
 
-TEST_CASE("commands posted before stop run; commands after stop are refused", "[engine]") {
+TEST_CASE("commands posted before stop run, and commands after stop are refused", "[engine]") {
   WakePipe wake;
   Engine engine(wake.write_fd);
   int ran = 0;

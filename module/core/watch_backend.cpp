@@ -1,0 +1,17 @@
+#include "core/watch_backend.h"
+
+#include "core/platform.h"
+
+namespace fastrevert {
+
+std::unique_ptr<WatchBackend> make_watch_backend(uv_loop_t* loop, WatchListener& listener,
+                                                 std::string_view name) {
+#if FASTREVERT_HAVE_INOTIFY
+  if (name != "libuv") return make_inotify_backend(loop, listener);
+#else
+  (void)name;
+#endif
+  return make_libuv_backend(loop, listener);
+}
+
+}  // namespace fastrevert
