@@ -41,7 +41,7 @@ bool is_path_specific_error(int error) {
 
 // Explains the usual cause of a resource error, so the user knows which
 // limit to raise.  On Linux every backend's directory watches are inotify's.
-std::string failure_hint(const std::string& function, int error) {
+std::string failure_hint([[maybe_unused]] const std::string& function, int error) {
 #if defined(__linux__)
   if (error == ENOSPC && (function == "inotify_add_watch" || function == "uv_fs_event_start"))
     return ": the inotify watch limit (sysctl fs.inotify.max_user_watches) is reached";

@@ -124,6 +124,7 @@ TEST_CASE("a child's exit descriptor is readable once it exits, and only then", 
   if (kChildExitMechanism == ChildExitMechanism::waitpid) {
     // No descriptor: whoever waits for the child polls with waitpid.
     CHECK(exit_fd == -1);
+    kill(child.pid, SIGKILL);
   } else {
     REQUIRE(exit_fd >= 0);
     CHECK(is_cloexec(exit_fd));
