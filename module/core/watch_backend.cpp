@@ -14,4 +14,12 @@ std::unique_ptr<WatchBackend> make_watch_backend(uv_loop_t* loop, WatchListener&
   return make_libuv_backend(loop, listener);
 }
 
+WatchBackendTraits default_watch_backend_traits() noexcept {
+#if FASTREVERT_HAVE_INOTIFY
+  return inotify_backend_traits();
+#else
+  return libuv_backend_traits();
+#endif
+}
+
 }  // namespace fastrevert

@@ -91,6 +91,18 @@ class WatchBackend {
   virtual void shutdown() noexcept = 0;
 };
 
+// What a backend can see, known without making one (see WatchBackend).
+struct WatchBackendTraits {
+  const char* name;
+  bool sees_entry_names;
+  bool sees_file_writes;
+  bool add_may_lose_events;
+};
+WatchBackendTraits inotify_backend_traits() noexcept;
+WatchBackendTraits libuv_backend_traits() noexcept;
+// The traits of the backend make_watch_backend() makes by default.
+WatchBackendTraits default_watch_backend_traits() noexcept;
+
 // The backends.  inotify exists only where CMake found it
 // (FASTREVERT_HAVE_INOTIFY); libuv everywhere.
 std::unique_ptr<WatchBackend> make_inotify_backend(uv_loop_t* loop, WatchListener& listener);

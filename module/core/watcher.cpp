@@ -110,6 +110,8 @@ Watcher::Watcher(Engine& engine)
   flush_timer_.data = this;
   uv_timer_init(engine_.loop(), &poll_timer_);
   poll_timer_.data = this;
+  uv_timer_init(engine_.loop(), &visible_timer_);
+  visible_timer_.data = this;
 }
 
 Watcher::~Watcher() = default;
@@ -188,6 +190,39 @@ void Watcher::set_poll_interval(std::chrono::milliseconds interval) {
     auto repeat = static_cast<std::uint64_t>(poll_interval_.count());
     uv_timer_start(&poll_timer_, &Watcher::guarded<&Watcher::on_poll_timer>, repeat, repeat);
   }
+  update_visible_timer();
+}
+
+void Watcher::set_visible(std::vector<std::uint64_t> ids) {
+  if (shutting_down_) return;
+  visible_ids_.clear();
+  visible_ids_.insert(ids.begin(), ids.end());
+  update_visible_timer();
+}
+
+void Watcher::update_visible_timer() {
+  if (shutting_down_) return;
+  bool needed = !visible_ids_.empty() && !sees_file_writes();
+  if (!needed) {
+    uv_timer_stop(&visible_timer_);
+    return;
+  }
+  auto repeat = static_cast<std::uint64_t>(std::min(poll_interval_, kVisiblePollInterval).count());
+  if (uv_is_active(reinterpret_cast<uv_handle_t*>(&visible_timer_)) &&
+      uv_timer_get_repeat(&visible_timer_) == repeat) {
+    return;
+  }
+  uv_timer_start(&visible_timer_, &Watcher::guarded<&Watcher::on_visible_timer>, repeat, repeat);
+}
+
+void Watcher::on_visible_timer(uv_timer_t* handle) {
+  auto* self = static_cast<Watcher*>(handle->data);
+  if (self->shutting_down_) return;
+  for (std::uint64_t id : self->visible_ids_) {
+    WatchedPath* watched = self->registry_.find_by_id(id);
+    if (watched && watched->has_kernel_interest) self->request_stat(*watched);
+  }
+  if (!self->pending_paths_.empty()) self->schedule_flush(FlushUrgency::now);
 }
 
 void Watcher::set_poll_notified(bool enabled) {
@@ -232,6 +267,7 @@ void Watcher::shutdown() {
   pending_probes_.clear();
   uv_close(reinterpret_cast<uv_handle_t*>(&flush_timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&poll_timer_), nullptr);
+  uv_close(reinterpret_cast<uv_handle_t*>(&visible_timer_), nullptr);
   backend_->shutdown();
   engine_.stats().watches.store(0, std::memory_order_relaxed);
   engine_.stats().polled_files.store(0, std::memory_order_relaxed);

@@ -121,6 +121,12 @@ class Watcher : public Service, private WatchListener {
   // Whether the index of each repository (Mercurial's dirstate) is watched
   // as well as what HEAD names: `auto-revert-check-vc-info'.  Default off.
   void set_watch_index(bool enabled);
+  // The ids of the files Emacs shows in a window.  Where the backend sees
+  // no write to a file in a watched directory (kqueue), the watched files
+  // are polled, and these every kVisiblePollInterval rather than at the
+  // poll interval, so that what the user looks at follows within a moment.
+  void set_visible(std::vector<std::uint64_t> ids);
+  static constexpr std::chrono::milliseconds kVisiblePollInterval{500};
 
   // True when no stat is in flight or pending: every event read so far has
   // been confirmed and reported.  Tests use it as a synchronization point.
@@ -195,6 +201,8 @@ class Watcher : public Service, private WatchListener {
 
   static void on_flush_timer(uv_timer_t* handle);
   static void on_poll_timer(uv_timer_t* handle);
+  static void on_visible_timer(uv_timer_t* handle);
+  void update_visible_timer();
   static void run_sweep(SweepJob& job) noexcept;
   void after_sweep(SweepJob& job);
   // The watcher's libuv callbacks are registered through these, so that no
@@ -340,6 +348,9 @@ class Watcher : public Service, private WatchListener {
   bool events_marked_ = false;
   uv_timer_t flush_timer_{};
   uv_timer_t poll_timer_{};
+  uv_timer_t visible_timer_{};
+  // See set_visible().
+  std::unordered_set<std::uint64_t> visible_ids_;
 
   bool flush_armed_ = false;
   bool urgent_flush_requested_ = false;

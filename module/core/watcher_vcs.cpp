@@ -256,7 +256,8 @@ void Watcher::sync_control_files(const std::string& control_dir, WatchedReposito
     bool is_new = registry_.find(file.path) == nullptr;
     add(id, file.path, repository.mode);
     WatchedPath* watched = registry_.find(file.path);
-    if (branch && is_new && watched && file.path == repository.common_dir + "/" + repository.head_ref) {
+    if (branch && is_new && watched &&
+        file.path == repository.common_dir + "/" + repository.head_ref) {
       // The stat that add() asked for compares with this baseline.
       registry_.set_baseline(*watched, *branch);
       registry_.for_each_id(*watched, [](RegisteredId& node) { node.has_baseline = true; });

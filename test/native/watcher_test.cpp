@@ -875,3 +875,36 @@ TEST_CASE("watcher: a backend that may lose events on an add re-stats every name
   CHECK(harness.changes_for(1) == (loses ? 1u : 0u));
   CHECK(harness.changes_for(2) == 0);
 }
+
+TEST_CASE("watcher: where writes go unseen, the files Emacs shows are polled more often") {
+  HookReset hooks;
+  TempDir dir;
+  REQUIRE(mkdir((dir / "watched").c_str(), 0755) == 0);
+  REQUIRE(mkdir((dir / "unwatched").c_str(), 0755) == 0);
+  for (std::string name : {"shown", "hidden"}) {
+    create_file(dir / ("watched/" + name), "x");
+    REQUIRE(link((dir / ("watched/" + name)).c_str(), (dir / ("unwatched/" + name)).c_str()) == 0);
+  }
+  bool blind = GENERATE(false, true);
+  watcher_test_hooks().blind_directory_watches.store(blind);
+  Harness harness;
+  // The poll interval is far too long to report anything in this test.
+  harness.set_poll_interval(60s);
+  harness.add(1, dir / "watched/shown");
+  harness.add(2, dir / "watched/hidden");
+  harness.call([](Watcher& watcher) { watcher.set_visible({1}); });
+  harness.settle();
+
+  // Writes through the other names raise no event in the watched directory.
+  append_file(dir / "unwatched/shown", "unseen");
+  append_file(dir / "unwatched/hidden", "unseen");
+  if (blind) {
+    REQUIRE(harness.wait_for_change(1, 5s));
+    harness.settle();
+    CHECK(harness.changes_for(1) == 1);
+    CHECK(harness.changes_for(2) == 0);
+  } else {
+    // A backend that sees writes needs no such polling.
+    CHECK_FALSE(harness.wait_for_change(1, 3 * Watcher::kVisiblePollInterval));
+  }
+}

@@ -487,7 +487,8 @@ TEST_CASE("watcher: HEAD moved while the index is locked comes with the held cha
   CHECK(vc_codes(harness, 1).size() == 1);
 }
 
-TEST_CASE("watcher: a lock on HEAD, a branch or the packed refs holds changes as the index's does") {
+TEST_CASE(
+    "watcher: a lock on HEAD, a branch or the packed refs holds changes as the index's does") {
   for (const char* lock : {"HEAD.lock", "packed-refs.lock", "refs/heads/main.lock"}) {
     INFO(lock);
     Harness harness;

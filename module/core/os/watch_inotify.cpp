@@ -39,6 +39,8 @@ constexpr std::uint32_t kDirectoryEventMask = IN_MODIFY | IN_ATTRIB | IN_CREATE 
 // and calls us again.
 constexpr int kMaxReadsPerCallback = 16;
 
+constexpr WatchBackendTraits kTraits{"inotify", true, true, false};
+
 class InotifyBackend final : public WatchBackend {
  public:
   InotifyBackend(uv_loop_t* loop, WatchListener& listener) : loop_(loop), listener_(listener) {}
@@ -50,10 +52,10 @@ class InotifyBackend final : public WatchBackend {
     if (fd_ >= 0 && !poll_initialized_) close(fd_);
   }
 
-  const char* name() const noexcept override { return "inotify"; }
-  bool sees_entry_names() const noexcept override { return true; }
-  bool sees_file_writes() const noexcept override { return true; }
-  bool add_may_lose_events() const noexcept override { return false; }
+  const char* name() const noexcept override { return kTraits.name; }
+  bool sees_entry_names() const noexcept override { return kTraits.sees_entry_names; }
+  bool sees_file_writes() const noexcept override { return kTraits.sees_file_writes; }
+  bool add_may_lose_events() const noexcept override { return kTraits.add_may_lose_events; }
   const char* start_function() const noexcept override { return "inotify_init1"; }
   const char* add_function() const noexcept override { return "inotify_add_watch"; }
 
@@ -173,6 +175,10 @@ void InotifyBackend::read_events() {
 }
 
 }  // namespace
+
+WatchBackendTraits inotify_backend_traits() noexcept {
+  return kTraits;
+}
 
 std::unique_ptr<WatchBackend> make_inotify_backend(uv_loop_t* loop, WatchListener& listener) {
   return std::make_unique<InotifyBackend>(loop, listener);

@@ -49,15 +49,16 @@ constexpr bool kAddMayLoseEvents = true;
 #else
 constexpr bool kAddMayLoseEvents = false;
 #endif
+constexpr WatchBackendTraits kTraits{"libuv", kSeesEntryNames, kSeesFileWrites, kAddMayLoseEvents};
 
 class LibuvBackend final : public WatchBackend {
  public:
   LibuvBackend(uv_loop_t* loop, WatchListener& listener) : loop_(loop), listener_(listener) {}
 
-  const char* name() const noexcept override { return "libuv"; }
-  bool sees_entry_names() const noexcept override { return kSeesEntryNames; }
-  bool sees_file_writes() const noexcept override { return kSeesFileWrites; }
-  bool add_may_lose_events() const noexcept override { return kAddMayLoseEvents; }
+  const char* name() const noexcept override { return kTraits.name; }
+  bool sees_entry_names() const noexcept override { return kTraits.sees_entry_names; }
+  bool sees_file_writes() const noexcept override { return kTraits.sees_file_writes; }
+  bool add_may_lose_events() const noexcept override { return kTraits.add_may_lose_events; }
   const char* start_function() const noexcept override { return "uv_fs_event_start"; }
   const char* add_function() const noexcept override { return "uv_fs_event_start"; }
 
@@ -177,6 +178,10 @@ void LibuvBackend::on_event(uv_fs_event_t* handle, const char* filename, int, in
 }
 
 }  // namespace
+
+WatchBackendTraits libuv_backend_traits() noexcept {
+  return kTraits;
+}
 
 std::unique_ptr<WatchBackend> make_libuv_backend(uv_loop_t* loop, WatchListener& listener) {
   return std::make_unique<LibuvBackend>(loop, listener);
