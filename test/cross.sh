@@ -84,6 +84,7 @@ for target in "$@"; do
   case $target in
     *-macos*) system=Darwin ;;
     *-linux*) system=Linux ;;
+    *-freebsd*) system=FreeBSD ;;
     *) die "no system known for target $target" ;;
   esac
   processor=${target%%-*}

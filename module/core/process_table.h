@@ -5,9 +5,8 @@
 // child's stdout and stderr with uv_poll, its exit with a uv_poll on its
 // exit descriptor (core/child_exit.h: a pidfd, or a kqueue; where there is
 // none, a uv_timer that calls waitpid(pid, WNOHANG) on that pid only), and
-// feeds its stdin without ever
-// blocking; a table without a loop leaves the watching to its thread (see
-// core/handoff.h).  It installs no signal handler and never waits on any pid
+// feeds its stdin without ever blocking; a table without a loop leaves the
+// watching to its thread (see core/handoff.h).  It installs no signal handler and never waits on any pid
 // but its own children's, so Emacs keeps SIGCHLD and its own subprocesses.
 //
 // Records, per process ID:

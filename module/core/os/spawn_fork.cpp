@@ -29,6 +29,16 @@ constexpr int kSignalLimit = NSIG;
 constexpr int kSignalLimit = 65;
 #endif
 
+// Moves FD above 2, where the child's dup2 onto 0, 1 and 2 cannot close it
+// (a caller running with a standard descriptor closed gets one of those
+// numbers for a new pipe).
+void above_stdio(UniqueFd& fd) {
+  if (fd.get() > 2) return;
+  int moved = fcntl(fd.get(), F_DUPFD_CLOEXEC, 3);
+  if (moved < 0) throw_errno("fcntl");
+  fd.reset(moved);
+}
+
 [[noreturn]] void fail(int report_fd, Failure::Step step) noexcept {
   Failure failure{step, errno};
   ssize_t ignored = write(report_fd, &failure, sizeof failure);
@@ -65,6 +75,7 @@ constexpr int kSignalLimit = 65;
 
 pid_t fork_exec(const ForkExec& spec) {
   CloexecPipe report = make_cloexec_pipe();
+  above_stdio(report.write_end);
   sigset_t all_signals;
   sigset_t previous;
   sigfillset(&all_signals);
