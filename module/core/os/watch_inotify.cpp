@@ -25,14 +25,33 @@ namespace fastrevert {
 
 namespace {
 
+// Linux's refinements, which FreeBSD's inotify may not define: IN_ONLYDIR
+// refuses a name that is no directory, IN_EXCL_UNLINK keeps writes to a
+// file that is already unlinked (but still open somewhere) from waking us,
+// as the registered name no longer refers to it, and IN_UNMOUNT ends a
+// watch with its file system.
+#ifdef IN_ONLYDIR
+constexpr std::uint32_t kOnlyDir = IN_ONLYDIR;
+#else
+constexpr std::uint32_t kOnlyDir = 0;
+#endif
+#ifdef IN_EXCL_UNLINK
+constexpr std::uint32_t kExclUnlink = IN_EXCL_UNLINK;
+#else
+constexpr std::uint32_t kExclUnlink = 0;
+#endif
+#ifdef IN_UNMOUNT
+constexpr std::uint32_t kUnmount = IN_UNMOUNT;
+#else
+constexpr std::uint32_t kUnmount = 0;
+#endif
+
 // What a directory watch listens for.  Every event that can change what a
 // name in the directory refers to, or its contents or attributes, and the
-// events that end the watch itself.  IN_EXCL_UNLINK keeps writes to a file
-// that is already unlinked (but still open somewhere) from waking us: the
-// registered name no longer refers to it.
+// events that end the watch itself.
 constexpr std::uint32_t kDirectoryEventMask = IN_MODIFY | IN_ATTRIB | IN_CREATE | IN_DELETE |
                                               IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |
-                                              IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK;
+                                              IN_MOVE_SELF | kOnlyDir | kExclUnlink;
 
 // Bounds the reads of one readable callback, so that a flood of events
 // cannot starve the other handles of the loop; uv_poll is level-triggered
@@ -160,7 +179,7 @@ void InotifyBackend::read_events() {
 
       if (event.mask & IN_Q_OVERFLOW) {
         listener_.on_events_lost();
-      } else if (event.mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT)) {
+      } else if (event.mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | kUnmount)) {
         // IN_IGNORED means the kernel already removed the watch; after the
         // others, a watch may remain (a moved directory keeps its watch at
         // the new place), and it must go because it no longer serves the
