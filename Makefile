@@ -10,6 +10,29 @@ FUZZ_SECONDS ?= 60
 
 # Debian packages the build and the tests need.
 DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit mercurial
+
+# The package manager `make deps' speaks to: apt-get where it exists (Debian,
+# Ubuntu), else the first of these found.
+PKG_MANAGER ?= $(firstword $(foreach manager,apt-get brew port pkg apk dnf pacman,\
+  $(if $(shell command -v $(manager) 2>/dev/null),$(manager))))
+# What the others call the build's and the tests' packages.  Magit, which
+# the Magit tests load as Debian's elpa-magit installs it, is left out; the
+# compiler is Xcode's on macOS and the base system's on FreeBSD.
+DEPS_brew   := emacs cmake pkgconf libuv catch2 git mercurial
+DEPS_port   := emacs cmake pkgconfig libuv catch2 git mercurial
+DEPS_pkg    := emacs-nox cmake pkgconf libuv catch2 git mercurial gmake
+DEPS_apk    := emacs-nox cmake g++ make pkgconf libuv-dev catch2 git mercurial
+DEPS_dnf    := emacs-nox emacs-devel cmake gcc-c++ make pkgconf-pkg-config libuv-devel \
+  catch2-devel git mercurial
+DEPS_pacman := emacs-nox cmake gcc make pkgconf libuv catch2 git mercurial
+INSTALL_brew   := brew install
+INSTALL_port   := port install
+INSTALL_pkg    := pkg install -y
+INSTALL_apk    := apk add
+INSTALL_dnf    := dnf install -y
+INSTALL_pacman := pacman -S --needed --noconfirm
+# Where these systems put headers that the compiler may not search itself.
+EXTRA_INCLUDES := -I/usr/local/include -I/opt/homebrew/include -I/opt/local/include
 FUZZ_PACKAGES := clang libclang-rt-14-dev
 # And the benchmarks: gnuplot for the plot.
 BENCH_PACKAGES := gnuplot-nox
@@ -29,8 +52,20 @@ EMACS30_PACKAGES := $(sort $(DEPS_PACKAGES) make)
 # Where the module and compiled Lisp go; empty means lisp/, next to the sources.
 MODULE_DIR       ?=
 
-.PHONY: all build deps deps-fuzz deps-root deps-bench test test-emacs30 bench bench-build \
-  bench-full bench-emacs30 bench-run bench-full-run asan tsan asan-emacs fuzz lint clean help
+# The portable build: every Linux-only facility left unused, as on macOS
+# and the BSDs, in a build directory of its own with its own module.
+PORTABLE_BUILD   ?= $(BUILD)-portable
+
+# The cross builds: zig from npm and libuv from Debian's source package,
+# kept in CROSS_CACHE; each target's build and module go to CROSS_BUILD.
+CROSS_TARGETS    ?= aarch64-macos x86_64-macos x86_64-linux-musl x86_64-linux-gnu.2.28
+CROSS_CACHE      ?= $(HOME)/.cache/fastrevert/cross
+CROSS_BUILD      ?= $(BUILD)-cross
+CROSS_PACKAGES   := npm dpkg-dev llvm
+
+.PHONY: all build deps deps-fuzz deps-root deps-bench deps-cross test test-emacs30 test-portable \
+  test-portable-emacs30 cross bench bench-build bench-full bench-emacs30 bench-run bench-full-run \
+  asan tsan asan-emacs fuzz lint clean help
 
 all: build
 
@@ -38,6 +73,9 @@ help:
 	@echo "make          build the module (into lisp/) and the native tests"
 	@echo "make test     install missing dependencies, build, run every test (Catch2 + ERT)"
 	@echo "make test-emacs30  the same in a Debian 13 root (Emacs 30, GCC 14, Catch2 3); as root"
+	@echo "make test-portable  the whole suite against the portable build (no Linux-only call)"
+	@echo "make test-portable-emacs30  the same in the Debian 13 root; as root"
+	@echo "make cross    compile and link the module for macOS, musl and glibc 2.28 with zig"
 	@echo "make bench    build in Release mode and print the headline benchmark tables (minutes)"
 	@echo "make bench-full  the same with every section: scale, memory, details (half an hour)"
 	@echo "make bench-emacs30  make bench in the Debian 13 root (Emacs 30); as root"
@@ -65,6 +103,9 @@ define install_missing
 	    git)         command -v git >/dev/null 2>&1 || missing="$$missing git" ;; \
 	    mercurial)   command -v hg >/dev/null 2>&1 || missing="$$missing mercurial" ;; \
 	    gnuplot-nox) command -v gnuplot >/dev/null 2>&1 || missing="$$missing gnuplot-nox" ;; \
+	    npm)         command -v npm >/dev/null 2>&1 || missing="$$missing npm" ;; \
+	    dpkg-dev)    command -v dpkg-source >/dev/null 2>&1 || missing="$$missing dpkg-dev" ;; \
+	    llvm)        command -v llvm-nm >/dev/null 2>&1 || missing="$$missing llvm" ;; \
 	    *)           dpkg-query -W -f='$${Status}' $$need 2>/dev/null | grep -q 'ok installed' || missing="$$missing $$need" ;; \
 	  esac; \
 	done; \
@@ -83,8 +124,52 @@ define install_missing
 	fi
 endef
 
+# The same checks off Debian: when anything is missing, the whole list for
+# the package manager found is installed (each skips what is installed), as
+# root; Homebrew, which refuses root, as the user.  Otherwise it prints the
+# exact command and stops.
+define install_elsewhere
+	@missing=""; \
+	command -v $(EMACS) >/dev/null 2>&1 || missing="$$missing emacs"; \
+	echo '#include <emacs-module.h>' | c++ -E -x c++ $(EXTRA_INCLUDES) - >/dev/null 2>&1 || \
+	  missing="$$missing emacs-module.h"; \
+	command -v cmake >/dev/null 2>&1 || missing="$$missing cmake"; \
+	command -v c++ >/dev/null 2>&1 || missing="$$missing c++"; \
+	command -v pkg-config >/dev/null 2>&1 || missing="$$missing pkg-config"; \
+	pkg-config --exists libuv 2>/dev/null || missing="$$missing libuv"; \
+	{ echo '#include <catch2/catch.hpp>' | c++ -E -x c++ $(EXTRA_INCLUDES) - || \
+	  echo '#include <catch2/catch_test_macros.hpp>' | c++ -E -x c++ $(EXTRA_INCLUDES) -; } \
+	  >/dev/null 2>&1 || missing="$$missing catch2"; \
+	command -v git >/dev/null 2>&1 || missing="$$missing git"; \
+	command -v hg >/dev/null 2>&1 || missing="$$missing mercurial"; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	echo "Missing:$$missing"; \
+	case "$(PKG_MANAGER)" in \
+	  brew) command="$(INSTALL_brew) $(DEPS_brew)" ;; \
+	  port) command="$(INSTALL_port) $(DEPS_port)" ;; \
+	  pkg) command="$(INSTALL_pkg) $(DEPS_pkg)" ;; \
+	  apk) command="$(INSTALL_apk) $(DEPS_apk)" ;; \
+	  dnf) command="$(INSTALL_dnf) $(DEPS_dnf)" ;; \
+	  pacman) command="$(INSTALL_pacman) $(DEPS_pacman)" ;; \
+	  *) echo "No package manager that fastrevert knows was found: install these by hand" \
+	          "(see README.md)"; exit 1 ;; \
+	esac; \
+	if [ "$(PKG_MANAGER)" = brew ]; then \
+	  if [ "$$(id -u)" != 0 ]; then echo "Installing: $$command"; $$command || exit 1; \
+	  else echo "Homebrew refuses root; as yourself, run:  $$command"; exit 1; fi; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	  echo "Installing: $$command"; $$command || exit 1; \
+	else \
+	  echo "Install them with:  sudo $$command"; exit 1; \
+	fi
+endef
+
 deps:
+ifeq ($(PKG_MANAGER),apt-get)
 	$(call install_missing,$(DEPS_PACKAGES))
+else
+	$(install_elsewhere)
+endif
 
 deps-fuzz:
 	$(call install_missing,$(FUZZ_PACKAGES))
@@ -94,6 +179,9 @@ deps-bench:
 
 deps-root:
 	$(call install_missing,debootstrap)
+
+deps-cross:
+	$(call install_missing,$(CROSS_PACKAGES))
 
 CONFIGURE_ARGS = -DFASTREVERT_WERROR=$(WERROR) \
   $(if $(MODULE_DIR),-DFASTREVERT_MODULE_DIR=$(abspath $(MODULE_DIR))) $(CMAKE_ARGS)
@@ -114,6 +202,24 @@ test-emacs30: deps-root
 	test/debian-root.sh $(EMACS30_ROOT) trixie $(DEBIAN_MIRROR) "$(EMACS30_PACKAGES)" $(CURDIR) -- \
 	  make test BUILD=$(EMACS30_BUILD) MODULE_DIR=$(CURDIR)/$(EMACS30_BUILD)/lisp \
 	    WERROR=$(WERROR) JOBS=$(JOBS)
+
+# The whole suite, Catch2 and ERT, against the portable build: every
+# Linux-only facility left unused, as macOS and the BSDs have them, so that
+# their code runs here.
+test-portable:
+	$(MAKE) test BUILD=$(PORTABLE_BUILD) MODULE_DIR=$(CURDIR)/$(PORTABLE_BUILD)/lisp \
+	  CMAKE_ARGS="$(CMAKE_ARGS) -DFASTREVERT_PORTABLE=ON"
+
+# And in the Debian 13 root, into EMACS30_BUILD-portable.
+test-portable-emacs30: deps-root
+	test/debian-root.sh $(EMACS30_ROOT) trixie $(DEBIAN_MIRROR) "$(EMACS30_PACKAGES)" $(CURDIR) -- \
+	  make test-portable BUILD=$(EMACS30_BUILD) WERROR=$(WERROR) JOBS=$(JOBS)
+
+# The module compiled and linked for macOS (arm64 and x86_64), musl and
+# glibc 2.28 (see test/cross.sh).
+cross: deps deps-cross
+	JOBS=$(JOBS) test/cross.sh $(CROSS_CACHE) $(DEBIAN_MIRROR) $(CURDIR) $(CROSS_BUILD) \
+	  $(CROSS_TARGETS)
 
 # `make bench' prints the headline tables (idle tick, burst, checkout at the
 # smallest size, the workload table) in a few minutes; `make bench-full' adds
@@ -190,10 +296,11 @@ asan-emacs: deps
 	  ctest --output-on-failure -j $(JOBS) -R '^ert\.' -E '^ert\.fastrevert-lint-test$$' \
 	    $(CTEST_ARGS)
 
-fuzz: deps deps-fuzz
+# The framer includes the platform header that CMake generates.
+fuzz: deps deps-fuzz $(BUILD)/CMakeCache.txt
 	mkdir -p $(BUILD)-fuzz/corpus
 	clang++ -std=c++17 -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	  -D_GNU_SOURCE -Wall -Wextra -Werror -Imodule \
+	  -D_GNU_SOURCE -Wall -Wextra -Werror -Imodule -I$(BUILD)/module/generated \
 	  test/fuzz/lsp_framer_fuzz.cpp module/core/framing.cpp -o $(BUILD)-fuzz/lsp_framer_fuzz
 	$(BUILD)-fuzz/lsp_framer_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	  -artifact_prefix=$(BUILD)-fuzz/ $(BUILD)-fuzz/corpus
@@ -204,5 +311,7 @@ lint: deps
 
 clean:
 	rm -rf $(BUILD) $(BUILD)-release $(BUILD)-asan $(BUILD)-tsan $(BUILD)-asan-emacs $(BUILD)-fuzz \
-	  $(EMACS30_BUILD) $(EMACS30_BUILD)-release
-	rm -f lisp/fastrevert-module.so lisp/*.elc bench/*.elc test/lisp/*.elc
+	  $(EMACS30_BUILD) $(EMACS30_BUILD)-release $(PORTABLE_BUILD) $(EMACS30_BUILD)-portable \
+	  $(CROSS_BUILD)
+	rm -f lisp/fastrevert-module.so lisp/fastrevert-module.dylib lisp/*.elc bench/*.elc \
+	  test/lisp/*.elc

@@ -43,14 +43,24 @@
     root))
 
 (defun fastrevert--module-compile-command (root)
-  "Return the shell command that builds the module from ROOT."
+  "Return the shell command that builds the module from ROOT.
+The module gets this Emacs's `module-file-suffix', which is what its
+`load' looks for (\".dylib\" on macOS)."
   (let ((build (expand-file-name (or fastrevert-module-build-directory "build") root)))
-    (format "cmake -S %s -B %s %s -DFASTREVERT_MODULE_DIR=%s && cmake --build %s --target fastrevert-module fastrevert-lisp"
+    (format "cmake -S %s -B %s %s -DFASTREVERT_MODULE_DIR=%s -DFASTREVERT_MODULE_SUFFIX=%s -DCMAKE_COLOR_DIAGNOSTICS=OFF && cmake --build %s --target fastrevert-module fastrevert-lisp"
             (shell-quote-argument (directory-file-name root))
             (shell-quote-argument build)
             (mapconcat #'shell-quote-argument fastrevert-module-cmake-options " ")
             (shell-quote-argument (directory-file-name fastrevert--lisp-directory))
+            (shell-quote-argument module-file-suffix)
             (shell-quote-argument build))))
+
+(defconst fastrevert--module-compile-environment
+  '("TERM=dumb" "CLICOLOR=0" "CLICOLOR_FORCE=0")
+  "The environment the module build runs in, on top of Emacs's own.
+The build runs on a terminal, where CMake and the compilers would colour
+their output with escape sequences that a compilation buffer shows raw;
+these ask every one of them for plain text.")
 
 ;;;###autoload
 (defun fastrevert-module-compile ()
@@ -60,6 +70,8 @@ The build runs in a `compilation-mode' buffer; this command waits for it."
   (unless module-file-suffix
     (user-error "Fastrevert needs an Emacs built with dynamic module support"))
   (let* ((default-directory (fastrevert--source-root))
+         (compilation-environment
+          (append fastrevert--module-compile-environment compilation-environment))
          (buffer (compilation-start (fastrevert--module-compile-command default-directory)
                                     nil (lambda (_mode) "*fastrevert-module-compile*")))
          (process (get-buffer-process buffer)))

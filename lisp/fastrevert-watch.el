@@ -98,6 +98,49 @@ say so at the cost of two conses in each of many buffers."
   (setq fastrevert--watched-buffers (make-vector 0 nil)
         fastrevert--free-slot nil))
 
+;;;; The buffers shown
+
+;; Where a directory watch sees no write to the files in it (kqueue, on
+;; the BSDs), the engine polls the watched files by stat, and those of
+;; the buffers shown in a window more often.  This tells it which.
+
+(declare-function fastrevert--mod-running-p "fastrevert-module" ())
+(declare-function fastrevert--mod-watch-visible "fastrevert-module" (ids))
+(declare-function fastrevert--mod-watch-backend "fastrevert-module" ())
+
+(defvar fastrevert--visible-ids nil
+  "The watch ids of the buffers shown in a window, as the engine last heard.")
+
+(defun fastrevert--shown-watch-ids ()
+  "Return the watch ids of the buffers shown in a window, in order."
+  (let ((ids nil))
+    (dolist (frame (frame-list))
+      (dolist (window (window-list frame 'no-minibuffer))
+        (let ((descriptor (buffer-local-value 'auto-revert-notify-watch-descriptor
+                                              (window-buffer window))))
+          (when (fastrevert--descriptor-p descriptor)
+            (push (cdr descriptor) ids)))))
+    (sort (delete-dups ids) #'<)))
+
+(defun fastrevert--update-visible (&rest _)
+  "Tell the engine which watched buffers are shown, if that changed."
+  (let ((ids (fastrevert--shown-watch-ids)))
+    (unless (equal ids fastrevert--visible-ids)
+      (setq fastrevert--visible-ids ids)
+      (when (fastrevert--mod-running-p)
+        (fastrevert--mod-watch-visible ids)))))
+
+(defun fastrevert--track-visible (on)
+  "With ON non-nil, keep the engine told which watched buffers are shown.
+That is done only where the engine polls watched files (see
+`fastrevert--mod-watch-backend'); with ON nil, it stops."
+  (setq fastrevert--visible-ids nil)
+  (if (and on (not (plist-get (fastrevert--mod-watch-backend) :sees-file-writes)))
+      (progn
+        (add-hook 'window-buffer-change-functions #'fastrevert--update-visible)
+        (fastrevert--update-visible))
+    (remove-hook 'window-buffer-change-functions #'fastrevert--update-visible)))
+
 (provide 'fastrevert-watch)
 
 ;;; fastrevert-watch.el ends here

@@ -547,6 +547,8 @@ buffer it covers (see `fastrevert--covered-buffers')."
         (when (fastrevert--descriptor-p auto-revert-notify-watch-descriptor)
           (fastrevert--unregister))
         (fastrevert--adopt-current-buffer)))
+    ;; The buffers have new watch ids.
+    (fastrevert--track-visible t)
     (auto-revert-set-timer)))
 
 ;;;;; Checks that happen at once
@@ -700,6 +702,7 @@ runs `fastrevert--poll-stock-buffers'."
   (dolist (buffer (buffer-list))
     (with-current-buffer buffer
       (fastrevert--adopt-current-buffer)))
+  (fastrevert--track-visible t)
   (auto-revert-set-timer)
   ;; Replacing the stock watches drops the notifications they had queued;
   ;; one check now covers every change made before the engine's watches.
@@ -712,6 +715,7 @@ runs `fastrevert--poll-stock-buffers'."
   (dolist (symbol fastrevert--watched-settings)
     (remove-variable-watcher symbol #'fastrevert--setting-changed))
   (remove-variable-watcher 'inhibit-auto-revert-buffers #'fastrevert--inhibition-changed)
+  (fastrevert--track-visible nil)
   (dolist (buffer (buffer-list))
     (with-current-buffer buffer
       (fastrevert--unregister)))

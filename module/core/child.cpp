@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,8 +15,12 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/child_exit.h"
+#include "core/cloexec_pipe.h"
 #include "core/errors.h"
 #include "core/fd.h"
+#include "core/platform.h"
+#include "core/spawn_fork.h"
 
 extern char** environ;
 
@@ -55,36 +58,26 @@ void set_nonblocking(int fd) {
   if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0) throw_errno("fcntl");
 }
 
-// A pipe whose both ends are close-on-exec.  The parent's end is made
-// non-blocking; the child's end stays blocking because most programs expect
-// blocking standard descriptors (O_NONBLOCK lives in the open file
+// A pipe whose both ends are close-on-exec and above 2.  The parent's end is
+// made non-blocking; the child's end stays blocking because most programs
+// expect blocking standard descriptors (O_NONBLOCK lives in the open file
 // description, which the child's dup shares).
-struct Pipe {
-  UniqueFd read_end;
-  UniqueFd write_end;
-};
-
-Pipe make_pipe() {
-  int ends[2];
-  if (pipe2(ends, O_CLOEXEC) < 0) throw_errno("pipe2");
-  Pipe made;
-  made.read_end.reset(ends[0]);
-  made.write_end.reset(ends[1]);
+CloexecPipe make_pipe() {
+  CloexecPipe made = make_cloexec_pipe();
   made.read_end.reset(above_stdio(made.read_end.release()));
   made.write_end.reset(above_stdio(made.write_end.release()));
   return made;
 }
 
-int pidfd_open_or_minus_one(pid_t pid) noexcept {
-#ifdef SYS_pidfd_open
-  // A pidfd is always close-on-exec.  ENOSYS (old kernel) or EPERM (a seccomp
-  // filter) leaves the caller to poll with waitpid instead.
-  long fd = syscall(SYS_pidfd_open, pid, 0);
-  return fd < 0 ? -1 : static_cast<int>(fd);
-#else
-  (void)pid;
-  return -1;
-#endif
+// Whether posix_spawn can start the child SPEC asks for on this system, or
+// it takes fork and exec (core/spawn_fork.h): a working directory needs
+// posix_spawn_file_actions_addchdir_np, and a new session
+// POSIX_SPAWN_SETSID.
+bool posix_spawn_can_start(const SpawnSpec& spec) {
+  if (spec.force_fork) return false;
+  if (!spec.cwd.empty() && !FASTREVERT_HAVE_ADDCHDIR_NP) return false;
+  if (spec.new_session && !FASTREVERT_HAVE_POSIX_SPAWN_SETSID) return false;
+  return true;
 }
 
 // RAII for the posix_spawn attribute objects.
@@ -118,21 +111,113 @@ std::vector<char*> c_string_vector(const std::vector<std::string>& strings) {
   return pointers;
 }
 
+// Starts the child with posix_spawn, every file action and attribute it
+// needs done by the C library: see spawn().  Returns its pid.
+pid_t spawn_with_posix_spawn(const SpawnSpec& spec, char* const* argv, char* const* envp,
+                             int stdin_fd, int stdout_fd, int stderr_fd) {
+  SpawnAttributes spawn_attributes;
+  posix_spawnattr_t* attr = &spawn_attributes.attr;
+  posix_spawn_file_actions_t* actions = &spawn_attributes.actions;
+
+  // The caller may be Emacs's main thread with signals blocked, or the engine
+  // thread with every signal blocked; the child must start clean.
+  sigset_t empty_mask;
+  sigset_t all_signals;
+  sigemptyset(&empty_mask);
+  sigfillset(&all_signals);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+#if FASTREVERT_HAVE_POSIX_SPAWN_SETSID
+  if (spec.new_session) flags |= POSIX_SPAWN_SETSID;
+#endif
+#if !FASTREVERT_HAVE_ADDCLOSEFROM_NP && FASTREVERT_HAVE_POSIX_SPAWN_CLOEXEC_DEFAULT
+  // Only 0, 1 and 2 may reach the program.  Every descriptor the module
+  // opens is close-on-exec; one that a careless library in Emacs opened
+  // without it is closed by closefrom(3) where the C library has that as a
+  // file action (below), and by Darwin's close-on-exec default here.
+  // Elsewhere (musl, glibc before 2.34) such a descriptor stays open in the
+  // child.
+  flags |= POSIX_SPAWN_CLOEXEC_DEFAULT;
+#endif
+  check_spawn_call(posix_spawnattr_setflags(attr, flags), "posix_spawnattr_setflags");
+  check_spawn_call(posix_spawnattr_setsigmask(attr, &empty_mask), "posix_spawnattr_setsigmask");
+  check_spawn_call(posix_spawnattr_setsigdefault(attr, &all_signals),
+                   "posix_spawnattr_setsigdefault");
+
+  // dup2 clears close-on-exec on the copy, so 0, 1 and 2 survive the exec.
+  check_spawn_call(posix_spawn_file_actions_adddup2(actions, stdin_fd, 0),
+                   "posix_spawn_file_actions_adddup2");
+  check_spawn_call(posix_spawn_file_actions_adddup2(actions, stdout_fd, 1),
+                   "posix_spawn_file_actions_adddup2");
+  check_spawn_call(posix_spawn_file_actions_adddup2(actions, stderr_fd >= 0 ? stderr_fd : 1, 2),
+                   "posix_spawn_file_actions_adddup2");
+#if FASTREVERT_HAVE_ADDCLOSEFROM_NP
+  check_spawn_call(posix_spawn_file_actions_addclosefrom_np(actions, 3),
+                   "posix_spawn_file_actions_addclosefrom_np");
+#endif
+#if FASTREVERT_HAVE_ADDCHDIR_NP
+  if (!spec.cwd.empty()) {
+    check_spawn_call(posix_spawn_file_actions_addchdir_np(actions, spec.cwd.c_str()),
+                     "posix_spawn_file_actions_addchdir_np");
+  }
+#endif
+
+  pid_t pid = -1;
+  int error = posix_spawn(&pid, spec.program.c_str(), actions, attr, argv, envp);
+  if (error) {
+    // glibc reports a failed chdir and a failed exec the same way, so tell
+    // them apart by looking at the directory: the user must learn which
+    // name was wrong.
+    if (!spec.cwd.empty()) {
+      struct stat status;
+      if (stat(spec.cwd.c_str(), &status) < 0) throw_errno("chdir", spec.cwd);
+      if (!S_ISDIR(status.st_mode)) throw SystemError(ENOTDIR, "chdir", spec.cwd);
+      if (access(spec.cwd.c_str(), X_OK) < 0) throw_errno("chdir", spec.cwd);
+    }
+    throw SystemError(error, "posix_spawn", spec.program);
+  }
+  return pid;
+}
+
 // Signal names as `signal-process' accepts them, without the "SIG" prefix.
 struct SignalName {
   const char* name;
   int number;
 };
+// POSIX's signals, then those of Linux, macOS and the BSDs that the system
+// defines.
 constexpr SignalName kSignalNames[] = {
-    {"HUP", SIGHUP},       {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"ILL", SIGILL},
-    {"TRAP", SIGTRAP},     {"ABRT", SIGABRT},   {"IOT", SIGIOT},   {"BUS", SIGBUS},
-    {"FPE", SIGFPE},       {"KILL", SIGKILL},   {"USR1", SIGUSR1}, {"SEGV", SIGSEGV},
-    {"USR2", SIGUSR2},     {"PIPE", SIGPIPE},   {"ALRM", SIGALRM}, {"TERM", SIGTERM},
-    {"STKFLT", SIGSTKFLT}, {"CHLD", SIGCHLD},   {"CLD", SIGCHLD},  {"CONT", SIGCONT},
-    {"STOP", SIGSTOP},     {"TSTP", SIGTSTP},   {"TTIN", SIGTTIN}, {"TTOU", SIGTTOU},
-    {"URG", SIGURG},       {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ}, {"VTALRM", SIGVTALRM},
-    {"PROF", SIGPROF},     {"WINCH", SIGWINCH}, {"IO", SIGIO},     {"POLL", SIGPOLL},
-    {"PWR", SIGPWR},       {"SYS", SIGSYS},
+    {"HUP", SIGHUP},       {"INT", SIGINT},   {"QUIT", SIGQUIT},   {"ILL", SIGILL},
+    {"TRAP", SIGTRAP},     {"ABRT", SIGABRT}, {"BUS", SIGBUS},     {"FPE", SIGFPE},
+    {"KILL", SIGKILL},     {"USR1", SIGUSR1}, {"SEGV", SIGSEGV},   {"USR2", SIGUSR2},
+    {"PIPE", SIGPIPE},     {"ALRM", SIGALRM}, {"TERM", SIGTERM},   {"CHLD", SIGCHLD},
+    {"CONT", SIGCONT},     {"STOP", SIGSTOP}, {"TSTP", SIGTSTP},   {"TTIN", SIGTTIN},
+    {"TTOU", SIGTTOU},     {"URG", SIGURG},   {"XCPU", SIGXCPU},   {"XFSZ", SIGXFSZ},
+    {"VTALRM", SIGVTALRM}, {"PROF", SIGPROF}, {"WINCH", SIGWINCH}, {"SYS", SIGSYS},
+#ifdef SIGIOT
+    {"IOT", SIGIOT},
+#endif
+#ifdef SIGSTKFLT
+    {"STKFLT", SIGSTKFLT},
+#endif
+    {"CLD", SIGCHLD},
+#ifdef SIGIO
+    {"IO", SIGIO},
+#endif
+#ifdef SIGPOLL
+    {"POLL", SIGPOLL},
+#endif
+#ifdef SIGPWR
+    {"PWR", SIGPWR},
+#endif
+#ifdef SIGEMT
+    {"EMT", SIGEMT},
+#endif
+#ifdef SIGINFO
+    {"INFO", SIGINFO},
+#endif
+#ifdef SIGLOST
+    {"LOST", SIGLOST},
+#endif
 };
 
 }  // namespace
@@ -226,7 +311,7 @@ Child spawn(const SpawnSpec& spec) {
 
   switch (spec.stdin_mode) {
     case SpawnSpec::Stdin::pipe: {
-      Pipe pipe = make_pipe();
+      CloexecPipe pipe = make_pipe();
       set_nonblocking(pipe.write_end.get());
       child_stdin.reset(pipe.read_end.release());
       parent_stdin.reset(pipe.write_end.release());
@@ -243,7 +328,7 @@ Child spawn(const SpawnSpec& spec) {
   constexpr int kCreateFlags = O_WRONLY | O_CREAT | O_TRUNC;
   switch (spec.stdout_mode) {
     case SpawnSpec::Stdout::pipe: {
-      Pipe pipe = make_pipe();
+      CloexecPipe pipe = make_pipe();
       set_nonblocking(pipe.read_end.get());
       child_stdout.reset(pipe.write_end.release());
       parent_stdout.reset(pipe.read_end.release());
@@ -259,7 +344,7 @@ Child spawn(const SpawnSpec& spec) {
 
   switch (spec.stderr_mode) {
     case SpawnSpec::Stderr::pipe: {
-      Pipe pipe = make_pipe();
+      CloexecPipe pipe = make_pipe();
       set_nonblocking(pipe.read_end.get());
       child_stderr.reset(pipe.write_end.release());
       parent_stderr.reset(pipe.read_end.release());
@@ -275,65 +360,34 @@ Child spawn(const SpawnSpec& spec) {
       break;
   }
 
-  SpawnAttributes spawn_attributes;
-  posix_spawnattr_t* attr = &spawn_attributes.attr;
-  posix_spawn_file_actions_t* actions = &spawn_attributes.actions;
-
-  // The caller may be Emacs's main thread with signals blocked, or the engine
-  // thread with every signal blocked; the child must start clean.
-  sigset_t empty_mask;
-  sigset_t all_signals;
-  sigemptyset(&empty_mask);
-  sigfillset(&all_signals);
-  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
-  if (spec.new_session) flags |= POSIX_SPAWN_SETSID;
-  check_spawn_call(posix_spawnattr_setflags(attr, flags), "posix_spawnattr_setflags");
-  check_spawn_call(posix_spawnattr_setsigmask(attr, &empty_mask), "posix_spawnattr_setsigmask");
-  check_spawn_call(posix_spawnattr_setsigdefault(attr, &all_signals),
-                   "posix_spawnattr_setsigdefault");
-
-  // dup2 clears close-on-exec on the copy, so exactly 0, 1 and 2 survive the
-  // exec.  closefrom(3) also drops any descriptor a careless library in the
-  // caller opened without O_CLOEXEC.
-  check_spawn_call(posix_spawn_file_actions_adddup2(actions, child_stdin.get(), 0),
-                   "posix_spawn_file_actions_adddup2");
-  check_spawn_call(posix_spawn_file_actions_adddup2(actions, child_stdout.get(), 1),
-                   "posix_spawn_file_actions_adddup2");
-  int stderr_source = spec.stderr_mode == SpawnSpec::Stderr::merge ? 1 : child_stderr.get();
-  check_spawn_call(posix_spawn_file_actions_adddup2(actions, stderr_source, 2),
-                   "posix_spawn_file_actions_adddup2");
-  check_spawn_call(posix_spawn_file_actions_addclosefrom_np(actions, 3),
-                   "posix_spawn_file_actions_addclosefrom_np");
-  if (!spec.cwd.empty()) {
-    check_spawn_call(posix_spawn_file_actions_addchdir_np(actions, spec.cwd.c_str()),
-                     "posix_spawn_file_actions_addchdir_np");
-  }
-
   std::vector<std::string> default_argv;
   if (spec.argv.empty()) default_argv.push_back(spec.program);
   std::vector<char*> argv = c_string_vector(spec.argv.empty() ? default_argv : spec.argv);
   std::vector<char*> envp;
   if (spec.env) envp = c_string_vector(*spec.env);
+  char* const* child_env = spec.env ? envp.data() : environ;
+  int stderr_source = spec.stderr_mode == SpawnSpec::Stderr::merge ? -1 : child_stderr.get();
 
   pid_t pid = -1;
-  int error = posix_spawn(&pid, spec.program.c_str(), actions, attr, argv.data(),
-                          spec.env ? envp.data() : environ);
-  if (error) {
-    // glibc reports a failed chdir and a failed exec the same way, so tell
-    // them apart by looking at the directory: the user must learn which
-    // name was wrong.
-    if (!spec.cwd.empty()) {
-      struct stat status;
-      if (stat(spec.cwd.c_str(), &status) < 0) throw_errno("chdir", spec.cwd);
-      if (!S_ISDIR(status.st_mode)) throw SystemError(ENOTDIR, "chdir", spec.cwd);
-      if (access(spec.cwd.c_str(), X_OK) < 0) throw_errno("chdir", spec.cwd);
-    }
-    throw SystemError(error, "posix_spawn", spec.program);
+  if (posix_spawn_can_start(spec)) {
+    pid = spawn_with_posix_spawn(spec, argv.data(), child_env, child_stdin.get(),
+                                 child_stdout.get(), stderr_source);
+  } else {
+    ForkExec plan;
+    plan.program = spec.program.c_str();
+    plan.argv = argv.data();
+    plan.envp = child_env;
+    plan.stdin_fd = child_stdin.get();
+    plan.stdout_fd = child_stdout.get();
+    plan.stderr_fd = stderr_source;
+    plan.cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+    plan.new_session = spec.new_session;
+    pid = fork_exec(plan);
   }
 
   Child child;
   child.pid = pid;
-  child.pidfd = pidfd_open_or_minus_one(pid);
+  child.pidfd = open_exit_descriptor(pid);
   child.stdin_fd = parent_stdin.release();
   child.stdout_fd = parent_stdout.release();
   child.stderr_fd = parent_stderr.release();

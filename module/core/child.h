@@ -3,9 +3,11 @@
 //
 // spawn() uses posix_spawn, which glibc implements with clone(CLONE_VM |
 // CLONE_VFORK): the parent's address space is shared, not copied, so the cost
-// does not grow with the size of a multi-gigabyte Emacs.  Nothing here installs
-// a signal handler or touches SIGCHLD, which belongs to Emacs; a child is
-// reaped only by waiting on its own pid (or pidfd).
+// does not grow with the size of a multi-gigabyte Emacs.  Where posix_spawn
+// cannot set the working directory or start a session, fork and exec do
+// (core/spawn_fork.h).  Nothing here installs a signal handler or touches
+// SIGCHLD, which belongs to Emacs; a child is reaped only by waiting on its
+// own pid (or its exit descriptor, core/child_exit.h).
 //
 // Every function may be called from any thread, and none keeps global state.
 #pragma once
@@ -73,6 +75,10 @@ struct SpawnSpec {
   // new process group that can be signalled as a whole with kill(-pid, sig),
   // and a terminal's job-control signals meant for Emacs do not reach it.
   bool new_session = false;
+
+  // For tests: start the child by fork and exec even where posix_spawn
+  // could, so that the path other systems take runs on this one too.
+  bool force_fork = false;
 };
 
 // A started child.  It owns its descriptors: each one still >= 0 is closed
@@ -82,8 +88,10 @@ struct SpawnSpec {
 // pipe ends are non-blocking.
 struct Child {
   pid_t pid = -1;
-  // A pidfd for pid (readable once the child has exited), or -1 when the
-  // kernel lacks pidfd_open (before Linux 5.3).
+  // A descriptor that becomes readable once the child has exited: a pidfd
+  // on Linux, a kqueue on macOS and the BSDs (see core/child_exit.h); -1
+  // where there is none (before Linux 5.3, a portable build), and the
+  // child's exit is then found by waitpid alone.
   int pidfd = -1;
   int stdin_fd = -1;   // Write end of the child's stdin pipe, or -1.
   int stdout_fd = -1;  // Read end of the child's stdout pipe, or -1.
@@ -123,7 +131,9 @@ class EnvironmentCache {
 
 // Starts a child as SPEC says.  The child starts with an empty signal mask and
 // every signal at its default disposition, whatever the caller had blocked or
-// handled, and with no descriptor but 0, 1 and 2 open.  Throws SystemError:
+// handled, and with no descriptor but 0, 1 and 2 open (except, where the C
+// library cannot close them for the child, one that some other code opened
+// without close-on-exec: see spawn_with_posix_spawn).  Throws SystemError:
 // for a program that does not exist or cannot be executed, errno ENOENT,
 // EACCES, ENOEXEC... with function "posix_spawn" and path PROGRAM; for an
 // unusable CWD, function "chdir" and path CWD; for a redirection file,

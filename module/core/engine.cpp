@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -71,30 +70,21 @@ const std::array<StatsCounter, 13> kStatsCounters = {{
 Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
   try {
     prepare_wake_fd(wake_fd_);
-    command_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (command_fd_ < 0) throw_errno("eventfd");
-    records_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-    if (records_fd_ < 0) {
-      close(command_fd_);
-      throw_errno("eventfd");
-    }
+    // Destroyed with the engine's other members if a later step throws.
+    commands_signal_.emplace();
+    records_signal_.emplace();
     int status = uv_loop_init(&loop_);
-    if (status < 0) {
-      close(command_fd_);
-      close(records_fd_);
-      throw SystemError(-status, "uv_loop_init");
-    }
+    if (status < 0) throw SystemError(-status, "uv_loop_init");
   } catch (...) {
     close(wake_fd_);
     throw;
   }
-  // Commands arrive through an eventfd of our own rather than a uv_async_t,
-  // whose receiving side spins while a sender is between its steps.
-  int status = uv_poll_init(&loop_, &command_poll_, command_fd_);
+  // Commands arrive through a wake signal of our own rather than a
+  // uv_async_t, whose receiving side spins while a sender is between its
+  // steps.
+  int status = uv_poll_init(&loop_, &command_poll_, commands_signal_->fd());
   if (status < 0) {
     uv_loop_close(&loop_);
-    close(command_fd_);
-    close(records_fd_);
     close(wake_fd_);
     throw SystemError(-status, "uv_poll_init");
   }
@@ -109,8 +99,6 @@ Engine::Engine(int wake_fd) : wake_fd_(wake_fd) {
     uv_close(reinterpret_cast<uv_handle_t*>(&command_poll_), nullptr);
     uv_run(&loop_, UV_RUN_DEFAULT);
     uv_loop_close(&loop_);
-    close(command_fd_);
-    close(records_fd_);
     close(wake_fd_);
     throw;
   }
@@ -147,9 +135,7 @@ bool Engine::stop_within(std::chrono::milliseconds timeout) {
       if (lock.owns_lock()) {
         signal_commands_locked();
       } else {
-        std::uint64_t one = 1;
-        ssize_t ignored = write(command_fd_, &one, sizeof one);
-        (void)ignored;
+        commands_signal_->signal();
       }
     }
   }
@@ -169,13 +155,12 @@ bool Engine::stop_within(std::chrono::milliseconds timeout) {
   }
   if (!detached_) thread_.join();
   uv_loop_close(&loop_);
-  close(command_fd_);
+  commands_signal_->close();
   // Taken for the same reason as the commands' lock above: an interrupted
   // frame may hold it, and then the descriptors are left open for exit.
   std::unique_lock<std::mutex> lock(outbox_mutex_, std::try_to_lock);
   if (lock.owns_lock()) {
-    close(records_fd_);
-    records_fd_ = -1;
+    records_signal_->close();
     close(wake_fd_);
     wake_fd_ = -1;
   }
@@ -240,11 +225,7 @@ void Engine::wake_locked(Wake wake) {
   if (wake == Wake::no) return;
   // Without a waiter this costs no system call.
   outbox_filled_.notify_all();
-  if (records_watched_ && records_fd_ >= 0) {
-    std::uint64_t one = 1;
-    ssize_t ignored = write(records_fd_, &one, sizeof one);
-    (void)ignored;
-  }
+  if (records_watched_) records_signal_->signal();
   if (wake_pending_ || wake_holds_ > 0 || wake_fd_ < 0) return;
   wake_pending_ = true;
   char byte = '!';
@@ -418,13 +399,7 @@ bool Engine::wait_for_records(std::chrono::nanoseconds timeout,
 void Engine::signal_commands_locked() {
   if (commands_signalled_) return;
   commands_signalled_ = true;
-  std::uint64_t one = 1;
-  ssize_t written;
-  do {
-    written = write(command_fd_, &one, sizeof one);
-  } while (written < 0 && errno == EINTR);
-  // An eventfd only refuses a write when its counter would overflow, which
-  // one write per batch of commands never approaches.
+  commands_signal_->signal();
 }
 
 void Engine::report_failure(const char* what) noexcept {
@@ -444,11 +419,9 @@ void Engine::run_commands() {
     std::deque<Command> batch;
     {
       std::lock_guard<std::mutex> lock(commands_mutex_);
-      // Reset the eventfd with the queue, under the lock, so that a command
+      // Reset the signal with the queue, under the lock, so that a command
       // posted from now on signals it again.
-      std::uint64_t count;
-      ssize_t ignored = read(command_fd_, &count, sizeof count);
-      (void)ignored;
+      commands_signal_->reset();
       commands_signalled_ = false;
       batch.swap(commands_);
     }

@@ -20,11 +20,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <typeindex>
 #include <unordered_map>
 #include <vector>
+
+#include "core/wake_signal.h"
 
 namespace fastrevert {
 
@@ -159,11 +162,15 @@ class Engine {
   // for records emitted with Wake::no, once the last of them is queued.
   void wake_if_pending();
 
-  // An eventfd that becomes readable when a record is emitted while the
+  // A descriptor that becomes readable when a record is emitted while the
   // main thread watches it (see watch_records), for a main thread that
   // polls descriptors of its own and must also learn of the engine's
-  // results.  The watcher reads it to reset it.
-  int records_fd() const noexcept { return records_fd_; }
+  // results.  The watcher resets it with clear_records_fd().
+  int records_fd() const noexcept { return records_signal_ ? records_signal_->fd() : -1; }
+  // Main thread.  Makes records_fd() unreadable until the next record.
+  void clear_records_fd() noexcept {
+    if (records_signal_) records_signal_->reset();
+  }
 
   // Main thread.  Starts or stops signalling records_fd() on every emitted
   // record.
@@ -262,7 +269,7 @@ class Engine {
 
  private:
   static void on_commands(uv_poll_t* handle, int status, int events);
-  // Writes to command_fd_ unless a write is already unread; commands_mutex_
+  // Signals commands_signal_ unless a signal is already unread; commands_mutex_
   // must be held.
   void signal_commands_locked();
   void run_commands();
@@ -278,7 +285,7 @@ class Engine {
 
   uv_loop_t loop_{};
   // Readable when commands wait; see signal_commands_locked().
-  int command_fd_ = -1;
+  std::optional<WakeSignal> commands_signal_;
   uv_poll_t command_poll_{};
   std::thread thread_;
   int wake_fd_ = -1;
@@ -318,7 +325,7 @@ class Engine {
   Command drained_callback_;
   std::size_t drained_low_ = 0;
   // Signalled on every record while records_watched_; see watch_records().
-  int records_fd_ = -1;
+  std::optional<WakeSignal> records_signal_;
   bool records_watched_ = false;
   // How many records were taken from the front of outbox_ since the engine
   // started (less those put back by unread()): outbox_[i] is record number

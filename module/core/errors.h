@@ -26,6 +26,16 @@ class SystemError : public std::system_error {
 // Throws a SystemError for the current errno.
 [[noreturn]] void throw_errno(const char* function, std::string path = {});
 
+// The symbolic name of the errno ERROR ("ENOSPC"), for notices that tell the
+// user which limit was reached; "errno N" for a number without one.
+std::string errno_name(int error);
+
+// The name of ERROR in the module's own table of POSIX's errnos, or null
+// for one not in it: what errno_name() says where the C library has no
+// strerrorname_np (before glibc 2.32, musl, macOS, the BSDs, a portable
+// build).
+const char* errno_table_name(int error) noexcept;
+
 // The error condition Emacs's report_file_errno signals for ERROR: ENOENT is
 // `file-missing', EACCES `permission-denied', EEXIST `file-already-exists',
 // and any other errno `file-error'.

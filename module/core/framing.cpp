@@ -1,7 +1,8 @@
 #include "core/framing.h"
 
-#include <cstring>
 #include <utility>
+
+#include "core/find_last.h"
 
 namespace fastrevert {
 
@@ -75,11 +76,8 @@ void RawFramer::scan() {
 
 void LineFramer::scan() {
   std::size_t unscanned = buffer_.size() - scanned_;
-  const void* newline = memrchr(buffer_.data() + scanned_, '\n', unscanned);
-  if (newline) {
-    complete_end_ =
-        static_cast<std::size_t>(static_cast<const char*>(newline) - buffer_.data()) + 1;
-  }
+  const char* newline = find_last(buffer_.data() + scanned_, '\n', unscanned);
+  if (newline) complete_end_ = static_cast<std::size_t>(newline - buffer_.data()) + 1;
   scanned_ = buffer_.size();
 }
 

@@ -1,37 +1,25 @@
 #include "core/handoff.h"
 
-#include <sys/timerfd.h>
-#include <time.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <exception>
 
 #include "core/errors.h"
+#include "core/poll_wait.h"
 
 namespace fastrevert {
 
-Nursery::Nursery(std::chrono::microseconds adoption_delay) : delay_(adoption_delay) {
-  timer_fd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
-  if (timer_fd_ < 0) throw_errno("timerfd_create");
-}
+Nursery::Nursery(std::chrono::microseconds adoption_delay) : delay_(adoption_delay) {}
 
 Nursery::~Nursery() {
   // The children's destructors kill and reap them.
   children_.clear();
-  close(timer_fd_);
 }
 
 void Nursery::put(std::uint64_t id, std::unique_ptr<ProcessHandover> child) {
   std::lock_guard<std::mutex> lock(mutex_);
   children_[id] = std::move(child);
   if (armed_) return;
-  itimerspec due{};
-  auto micros = delay_.count() > 0 ? delay_.count() : 1;
-  due.it_value.tv_sec = static_cast<time_t>(micros / 1000000);
-  due.it_value.tv_nsec = static_cast<long>(micros % 1000000) * 1000;
-  // Arming a valid timerfd with a valid time cannot fail.
-  timerfd_settime(timer_fd_, 0, &due, nullptr);
+  timer_.arm(delay_);
   armed_ = true;
 }
 
@@ -57,8 +45,7 @@ std::vector<std::pair<std::uint64_t, std::unique_ptr<ProcessHandover>>> Nursery:
 
 void Nursery::disarm_if_empty_locked() noexcept {
   if (!armed_ || !children_.empty()) return;
-  itimerspec never{};
-  timerfd_settime(timer_fd_, 0, &never, nullptr);
+  timer_.disarm();
   armed_ = false;
 }
 
@@ -69,9 +56,7 @@ std::size_t Nursery::size() const {
 
 void Nursery::acknowledge() noexcept {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::uint64_t expirations;
-  ssize_t ignored = read(timer_fd_, &expirations, sizeof expirations);
-  (void)ignored;
+  timer_.acknowledge();
   armed_ = false;
 }
 
@@ -191,12 +176,8 @@ std::optional<bool> Handoff::serve(std::chrono::nanoseconds timeout,
       Clock::time_point until = std::min(
           {deadline, now + std::chrono::milliseconds(10), linger_end.value_or(deadline), changes});
       auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now);
-      timespec span{static_cast<time_t>(left.count() / 1000000000),
-                    static_cast<long>(left.count() % 1000000000)};
-      if (ppoll(fds_.data(), fds_.size(), &span, nullptr) > 0 && (fds_.back().revents & POLLIN)) {
-        std::uint64_t count;
-        ssize_t ignored = read(engine_.records_fd(), &count, sizeof count);
-        (void)ignored;
+      if (poll_for(fds_.data(), fds_.size(), left) > 0 && (fds_.back().revents & POLLIN)) {
+        engine_.clear_records_fd();
       }
       table_.serve(fds_, owners_);
     }

@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/alarm.h"
 #include "core/engine.h"
 #include "core/process_table.h"
 
@@ -39,7 +40,7 @@ namespace fastrevert {
 // yet.  Every method may be called from any thread.
 class Nursery {
  public:
-  // Throws SystemError when the timer cannot be made.
+  // Throws SystemError when the timer cannot be made (see core/alarm.h).
   explicit Nursery(std::chrono::microseconds adoption_delay);
   // Kills and reaps the children still here.
   ~Nursery();
@@ -62,7 +63,7 @@ class Nursery {
 
   // Readable once the adoption delay has passed since the timer was armed;
   // disarmed again when the nursery empties.
-  int timer_fd() const noexcept { return timer_fd_; }
+  int timer_fd() const noexcept { return timer_.fd(); }
 
   // Resets the timer after it became readable, so that the next put() arms
   // it again.  Call it before take_all(), so that no child put in between
@@ -75,7 +76,7 @@ class Nursery {
   void disarm_if_empty_locked() noexcept;
 
   const std::chrono::microseconds delay_;
-  int timer_fd_ = -1;
+  Alarm timer_;
   mutable std::mutex mutex_;
   std::map<std::uint64_t, std::unique_ptr<ProcessHandover>> children_;
   bool armed_ = false;

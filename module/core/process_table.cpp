@@ -108,7 +108,8 @@ struct ProcessTable::Process {
   std::size_t stdin_queued_bytes = 0;
   bool stdin_close_requested = false;
 
-  int pidfd = -1;
+  // Readable once the child has exited (see core/child_exit.h), or -1.
+  int exit_fd = -1;
   uv_poll_t exit_poll{};
   bool exit_poll_open = false;
   uv_timer_t exit_timer{};
@@ -154,7 +155,7 @@ std::unique_ptr<ProcessTable::Process> ProcessTable::process_from_child(Child& c
   process->out.fd = std::exchange(child.stdout_fd, -1);
   process->err.fd = std::exchange(child.stderr_fd, -1);
   process->stdin_fd = std::exchange(child.stdin_fd, -1);
-  process->pidfd = std::exchange(child.pidfd, -1);
+  process->exit_fd = std::exchange(child.pidfd, -1);
   process->out.memfd_wanted = options.stdout_to_memfd;
   process->out.splice_failed = options.memfd_without_splice;
   return process;
@@ -231,18 +232,18 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
                "uv_poll_start");
     }
     if (process.reaped) {
-      close_fd(process.pidfd);
+      close_fd(process.exit_fd);
     } else if (!loop_) {
       // Watched by the table's thread; see watched() and serve().
-    } else if (process.pidfd >= 0 && !process.options.poll_exit_with_waitpid) {
-      check_uv(uv_poll_init(loop_, &process.exit_poll, process.pidfd), "uv_poll_init");
+    } else if (process.exit_fd >= 0 && !process.options.poll_exit_with_waitpid) {
+      check_uv(uv_poll_init(loop_, &process.exit_poll, process.exit_fd), "uv_poll_init");
       process.exit_poll.data = &process;
       process.exit_poll_open = true;
       ++process.open_handles;
-      check_uv(uv_poll_start(&process.exit_poll, UV_READABLE, &ProcessTable::on_pidfd_readable),
+      check_uv(uv_poll_start(&process.exit_poll, UV_READABLE, &ProcessTable::on_exit_readable),
                "uv_poll_start");
     } else {
-      close_fd(process.pidfd);
+      close_fd(process.exit_fd);
       check_uv(uv_timer_init(loop_, &process.exit_timer), "uv_timer_init");
       process.exit_timer.data = &process;
       process.exit_timer_open = true;
@@ -302,7 +303,7 @@ void ProcessTable::move_state(Process& from, Process& to) noexcept {
   to.stdin_front_offset = std::exchange(from.stdin_front_offset, 0);
   to.stdin_queued_bytes = std::exchange(from.stdin_queued_bytes, 0);
   to.stdin_close_requested = from.stdin_close_requested;
-  to.pidfd = std::exchange(from.pidfd, -1);
+  to.exit_fd = std::exchange(from.exit_fd, -1);
   to.exit_poll_delay_ms = from.exit_poll_delay_ms;
   to.reaped = from.reaped;
   to.wait_status = from.wait_status;
@@ -314,7 +315,7 @@ void ProcessTable::discard(Process& process) noexcept {
     process.reaped = true;
   }
   for (int* fd : {&process.out.fd, &process.err.fd, &process.out.memfd, &process.err.memfd,
-                  &process.stdin_fd, &process.pidfd}) {
+                  &process.stdin_fd, &process.exit_fd}) {
     close_fd(*fd);
   }
 }
@@ -347,8 +348,8 @@ ProcessTable::Clock::time_point ProcessTable::watched(
       fds.push_back(pollfd{fd, POLLIN, 0});
       owners.emplace_back(entry.first, what);
     };
-    bool exit_watched = !process.reaped && process.pidfd >= 0;
-    if (exit_watched) add(process.pidfd, Watch::exit);
+    bool exit_watched = !process.reaped && process.exit_fd >= 0;
+    if (exit_watched) add(process.exit_fd, Watch::exit);
     Clock::time_point of_age = process.born + quiet;
     if (exit_watched && now < of_age) {
       next = std::min(next, of_age);
@@ -378,7 +379,7 @@ void ProcessTable::serve(const std::vector<pollfd>& fds,
           if (process.err.fd == fds[i].fd) read_stream(process, process.err);
           break;
         case Watch::exit:
-          if (process.pidfd != fds[i].fd) break;
+          if (process.exit_fd != fds[i].fd) break;
           try_reap(process);
           // What the child wrote is all in its pipes now, unless it left
           // them to a child of its own; the reads end where they are empty.
@@ -389,10 +390,10 @@ void ProcessTable::serve(const std::vector<pollfd>& fds,
       }
     });
   }
-  // Without a pidfd, an exit is only seen by looking.
+  // Without an exit descriptor, an exit is only seen by looking.
   std::vector<std::uint64_t> blind;
   for (const auto& entry : processes_) {
-    if (entry.second->pidfd < 0 && !entry.second->reaped) blind.push_back(entry.first);
+    if (entry.second->exit_fd < 0 && !entry.second->reaped) blind.push_back(entry.first);
   }
   for (std::uint64_t id : blind) {
     auto found = processes_.find(id);
@@ -609,7 +610,7 @@ void ProcessTable::on_stdin_writable(uv_poll_t* handle, int, int) {
   process.table->guarded(process, [&] { process.table->write_queued_stdin(process); });
 }
 
-void ProcessTable::on_pidfd_readable(uv_poll_t* handle, int, int) {
+void ProcessTable::on_exit_readable(uv_poll_t* handle, int, int) {
   Process& process = *static_cast<Process*>(handle->data);
   process.table->guarded(process, [&] { process.table->try_reap(process); });
 }
@@ -894,7 +895,7 @@ void ProcessTable::stop_exit_watch(Process& process) {
     process.exit_poll_open = false;
     close_handle(process, reinterpret_cast<uv_handle_t*>(&process.exit_poll));
   }
-  close_fd(process.pidfd);
+  close_fd(process.exit_fd);
   if (process.exit_timer_open) {
     process.exit_timer_open = false;
     close_handle(process, reinterpret_cast<uv_handle_t*>(&process.exit_timer));

@@ -3,10 +3,10 @@
 // Every method runs on the thread that runs the table: the engine thread for
 // the engine's table (post a command to reach it).  The table watches each
 // child's stdout and stderr with uv_poll, its exit with a uv_poll on its
-// pidfd (or, on kernels without pidfd_open, a uv_timer that calls
-// waitpid(pid, WNOHANG) on that pid only), and feeds its stdin without ever
-// blocking; a table without a loop leaves the watching to its thread (see
-// core/handoff.h).  It installs no signal handler and never waits on any pid
+// exit descriptor (core/child_exit.h: a pidfd, or a kqueue; where there is
+// none, a uv_timer that calls waitpid(pid, WNOHANG) on that pid only), and
+// feeds its stdin without ever blocking; a table without a loop leaves the
+// watching to its thread (see core/handoff.h).  It installs no signal handler and never waits on any pid
 // but its own children's, so Emacs keeps SIGCHLD and its own subprocesses.
 //
 // Records, per process ID:
@@ -122,8 +122,8 @@ class ProcessTable : public Service {
 
     // Test hooks: paths the tests reach on purpose.  No caller outside the
     // tests sets them.
-    // Watch the exit with the waitpid timer even when a pidfd exists, as on
-    // a kernel without pidfd_open.
+    // Watch the exit with the waitpid timer even when an exit descriptor
+    // exists, as where there is none.
     bool poll_exit_with_waitpid = false;
     // Fill the memfd with read and pwrite from the start, as after a failed
     // splice.
@@ -165,7 +165,7 @@ class ProcessTable : public Service {
                             Clock::time_point now, Clock::duration quiet) const;
   // Serves the events poll(2) reported in FDS, as watched() filled them and
   // OWNERS; an exit also reads what the child left in its pipes.  A child
-  // without a pidfd is looked at each time.
+  // without an exit descriptor is looked at each time.
   void serve(const std::vector<pollfd>& fds,
              const std::vector<std::pair<std::uint64_t, Watch>>& owners);
   ~ProcessTable() override;
@@ -251,7 +251,7 @@ class ProcessTable : public Service {
  private:
   static void on_stream_readable(uv_poll_t* handle, int status, int events);
   static void on_stdin_writable(uv_poll_t* handle, int status, int events);
-  static void on_pidfd_readable(uv_poll_t* handle, int status, int events);
+  static void on_exit_readable(uv_poll_t* handle, int status, int events);
   static void on_exit_timer(uv_timer_t* handle);
   static void on_handle_closed(uv_handle_t* handle);
 

@@ -14,6 +14,8 @@
 #include <initializer_list>
 #include <vector>
 
+#include "core/stat_time.h"
+
 namespace fastrevert {
 
 namespace {
@@ -77,14 +79,11 @@ std::string read_gitdir_file(const std::string& dir, const std::string& file) {
 bool changed_lately(std::initializer_list<std::string> dirs) {
   timespec now;
   if (clock_gettime(CLOCK_REALTIME, &now) != 0) return false;
-  auto ns = [](const timespec& time) {
-    return static_cast<std::int64_t>(time.tv_sec) * 1000000000 + time.tv_nsec;
-  };
   std::int64_t quiet =
       std::chrono::duration_cast<std::chrono::nanoseconds>(kLockQuiet).count();
   for (const auto& dir : dirs) {
     struct stat status;
-    if (stat(dir.c_str(), &status) == 0 && ns(now) - ns(status.st_mtim) < quiet) return true;
+    if (stat(dir.c_str(), &status) == 0 && timespec_ns(now) - mtime_ns(status) < quiet) return true;
   }
   return false;
 }

@@ -1,6 +1,5 @@
 #include "core/watcher.h"
 
-#include <sys/inotify.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,19 +13,14 @@
 #include <system_error>
 #include <thread>
 #include <tuple>
+#include <utility>
+
+#include "core/errors.h"
+#include "core/stat_time.h"
 
 namespace fastrevert {
 
 namespace {
-
-// What a directory watch listens for.  Every event that can change what a
-// name in the directory refers to, or its contents or attributes, and the
-// events that end the watch itself.  IN_EXCL_UNLINK keeps writes to a file
-// that is already unlinked (but still open somewhere) from waking us: the
-// registered name no longer refers to it.
-constexpr std::uint32_t kDirectoryEventMask = IN_MODIFY | IN_ATTRIB | IN_CREATE | IN_DELETE |
-                                              IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF |
-                                              IN_MOVE_SELF | IN_ONLYDIR | IN_EXCL_UNLINK;
 
 // A file appended to continuously never goes quiet; after this many settle
 // delays its batch is flushed anyway.
@@ -37,38 +31,27 @@ constexpr std::uint64_t kSettleCapFactor = 10;
 // pending list.
 constexpr std::size_t kMaxSweepsInFlight = 2;
 
-// Bounds the reads of one readable callback, so that a flood of events
-// cannot starve the other handles of the loop; uv_poll is level-triggered
-// and calls us again.
-constexpr int kMaxReadsPerCallback = 16;
-
-std::int64_t to_ns(const timespec& time) {
-  return static_cast<std::int64_t>(time.tv_sec) * 1000000000 + time.tv_nsec;
-}
-
-// Errors of inotify_add_watch that concern one directory (it is gone, not a
-// directory, unreadable) rather than a resource running out.  Those fall back
-// to polling silently; the others deserve a notice.
+// Errors of adding a directory watch that concern one directory (it is gone,
+// not a directory, unreadable) rather than a resource running out.  Those
+// fall back to polling silently; the others deserve a notice.
 bool is_path_specific_error(int error) {
   return error == ENOENT || error == ENOTDIR || error == EACCES || error == ELOOP ||
          error == ENAMETOOLONG;
 }
 
-std::string errno_name(int error) {
-  if (const char* name = strerrorname_np(error)) return name;
-  return "errno " + std::to_string(error);
-}
-
 // Explains the usual cause of a resource error, so the user knows which
-// limit to raise.
-std::string failure_hint(const std::string& function, int error) {
-  if (error == ENOSPC && function == "inotify_add_watch")
+// limit to raise.  On Linux every backend's directory watches are inotify's.
+std::string failure_hint([[maybe_unused]] const std::string& function, int error) {
+#if defined(__linux__)
+  if (error == ENOSPC && (function == "inotify_add_watch" || function == "uv_fs_event_start"))
     return ": the inotify watch limit (sysctl fs.inotify.max_user_watches) is reached";
-  if (error == EMFILE && function == "inotify_init1")
+  if (error == EMFILE && (function == "inotify_init1" || function == "uv_fs_event_start"))
     return ": the inotify instance limit (sysctl fs.inotify.max_user_instances) or the "
            "open-file limit is reached";
+#endif
   if (error == EMFILE) return ": the open-file limit of this process is reached";
   if (error == ENFILE) return ": the system-wide open-file limit is reached";
+  if (error == ENOSPC) return ": the system's limit on file watches is reached";
   return "";
 }
 
@@ -95,8 +78,8 @@ FileSignature read_file_signature(const std::string& path) {
   signature.inode = status.st_ino;
   signature.mode = status.st_mode;
   signature.size = status.st_size;
-  signature.mtime_ns = to_ns(status.st_mtim);
-  signature.ctime_ns = to_ns(status.st_ctim);
+  signature.mtime_ns = mtime_ns(status);
+  signature.ctime_ns = ctime_ns(status);
   return signature;
 }
 
@@ -114,6 +97,9 @@ WatcherTestHooks& watcher_test_hooks() noexcept {
 
 Watcher::Watcher(Engine& engine)
     : engine_(engine),
+      backend_(make_watch_backend(
+          engine.loop(), *this,
+          watcher_test_hooks().use_libuv_backend.load(std::memory_order_relaxed) ? "libuv" : "")),
       hold_(
           engine.loop(),
           [this](const std::unordered_set<std::uint64_t>& ids) { report_held_changes(ids); },
@@ -124,13 +110,20 @@ Watcher::Watcher(Engine& engine)
   flush_timer_.data = this;
   uv_timer_init(engine_.loop(), &poll_timer_);
   poll_timer_.data = this;
+  uv_timer_init(engine_.loop(), &visible_timer_);
+  visible_timer_.data = this;
 }
 
-Watcher::~Watcher() {
-  // The engine destroys services only after shutdown() and after the loop
-  // has run every close callback, which closes the inotify fd.  This covers a
-  // watcher whose poll handle never got that far.
-  if (inotify_fd_ >= 0 && !inotify_poll_initialized_) close(inotify_fd_);
+Watcher::~Watcher() = default;
+
+bool Watcher::sees_entry_names() const noexcept {
+  return backend_->sees_entry_names() &&
+         !watcher_test_hooks().blind_directory_watches.load(std::memory_order_relaxed);
+}
+
+bool Watcher::sees_file_writes() const noexcept {
+  return backend_->sees_file_writes() &&
+         !watcher_test_hooks().blind_directory_watches.load(std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------------------
@@ -197,6 +190,39 @@ void Watcher::set_poll_interval(std::chrono::milliseconds interval) {
     auto repeat = static_cast<std::uint64_t>(poll_interval_.count());
     uv_timer_start(&poll_timer_, &Watcher::guarded<&Watcher::on_poll_timer>, repeat, repeat);
   }
+  update_visible_timer();
+}
+
+void Watcher::set_visible(std::vector<std::uint64_t> ids) {
+  if (shutting_down_) return;
+  visible_ids_.clear();
+  visible_ids_.insert(ids.begin(), ids.end());
+  update_visible_timer();
+}
+
+void Watcher::update_visible_timer() {
+  if (shutting_down_) return;
+  bool needed = !visible_ids_.empty() && !sees_file_writes();
+  if (!needed) {
+    uv_timer_stop(&visible_timer_);
+    return;
+  }
+  auto repeat = static_cast<std::uint64_t>(std::min(poll_interval_, kVisiblePollInterval).count());
+  if (uv_is_active(reinterpret_cast<uv_handle_t*>(&visible_timer_)) &&
+      uv_timer_get_repeat(&visible_timer_) == repeat) {
+    return;
+  }
+  uv_timer_start(&visible_timer_, &Watcher::guarded<&Watcher::on_visible_timer>, repeat, repeat);
+}
+
+void Watcher::on_visible_timer(uv_timer_t* handle) {
+  auto* self = static_cast<Watcher*>(handle->data);
+  if (self->shutting_down_) return;
+  for (std::uint64_t id : self->visible_ids_) {
+    WatchedPath* watched = self->registry_.find_by_id(id);
+    if (watched && watched->has_kernel_interest) self->request_stat(*watched);
+  }
+  if (!self->pending_paths_.empty()) self->schedule_flush(FlushUrgency::now);
 }
 
 void Watcher::set_poll_notified(bool enabled) {
@@ -241,30 +267,15 @@ void Watcher::shutdown() {
   pending_probes_.clear();
   uv_close(reinterpret_cast<uv_handle_t*>(&flush_timer_), nullptr);
   uv_close(reinterpret_cast<uv_handle_t*>(&poll_timer_), nullptr);
-  if (inotify_poll_initialized_) {
-    // The fd is closed in the close callback, once libuv has stopped
-    // polling it.
-    uv_close(reinterpret_cast<uv_handle_t*>(&inotify_poll_), [](uv_handle_t* handle) {
-      auto* self = static_cast<Watcher*>(handle->data);
-      close(self->inotify_fd_);
-      self->inotify_fd_ = -1;
-      self->inotify_poll_initialized_ = false;
-    });
-  } else if (inotify_fd_ >= 0) {
-    close(inotify_fd_);
-    inotify_fd_ = -1;
-  }
+  uv_close(reinterpret_cast<uv_handle_t*>(&visible_timer_), nullptr);
+  backend_->shutdown();
   engine_.stats().watches.store(0, std::memory_order_relaxed);
   engine_.stats().polled_files.store(0, std::memory_order_relaxed);
 }
 
 // ---------------------------------------------------------------------------
-// Kernel watches.
-//
-// inotify_add_watch resolves a path and so could block on a dead network
-// mount.  It runs on the loop anyway: the Lisp side registers remote and
-// excluded directories (auto-revert-notify-exclude-dir-regexp) in poll mode,
-// and inotify cannot see remote changes there in any case.
+// Kernel watches, one per directory, through the backend (see
+// core/watch_backend.h).
 
 template <typename Visit>
 bool Watcher::any_interest_dir(const WatchedPath& watched, Visit visit) const {
@@ -305,83 +316,72 @@ void Watcher::drop_interest(std::string_view dir) {
   }
 }
 
-bool Watcher::ensure_inotify() {
-  if (inotify_fd_ >= 0) return true;
-  int fd;
-  if (int injected = watcher_test_hooks().init_errno.load(std::memory_order_relaxed)) {
-    fd = -1;
-    errno = injected;
-  } else {
-    fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
-  }
-  if (fd < 0) {
-    notice_failure_once("inotify_init1", errno);
+bool Watcher::ensure_backend() {
+  if (backend_started_) return true;
+  const char* function = backend_->start_function();
+  int error = watcher_test_hooks().init_errno.load(std::memory_order_relaxed);
+  if (error == 0) error = backend_->start(function);
+  if (error != 0) {
+    notice_failure_once(function, error);
     return false;
   }
-  int status = uv_poll_init(engine_.loop(), &inotify_poll_, fd);
-  if (status < 0) {
-    close(fd);
-    notice_failure_once("uv_poll_init", -status);
-    return false;
-  }
-  inotify_poll_.data = this;
-  inotify_poll_initialized_ = true;
-  inotify_fd_ = fd;
-  uv_poll_start(&inotify_poll_, UV_READABLE, &Watcher::guarded<&Watcher::on_inotify_readable>);
+  backend_started_ = true;
   return true;
 }
 
 bool Watcher::try_watch_directory(const std::string& dir, WatchedDir& watched) {
-  if (!ensure_inotify()) return false;
-  int wd;
+  if (!ensure_backend()) return false;
+  int watch;
   if (int injected = watcher_test_hooks().add_watch_errno.load(std::memory_order_relaxed)) {
-    wd = -1;
-    errno = injected;
+    watch = -injected;
   } else {
-    wd = inotify_add_watch(inotify_fd_, dir.c_str(), kDirectoryEventMask);
+    watch = backend_->add(dir);
   }
-  if (wd < 0) {
-    int error = errno;
-    if (!is_path_specific_error(error)) notice_failure_once("inotify_add_watch", error);
+  if (watch < 0) {
+    if (!is_path_specific_error(-watch)) notice_failure_once(backend_->add_function(), -watch);
     // Whatever the old watch was on, it no longer serves this name.
     unwatch_directory(dir, watched);
     return false;
   }
-  if (wd != watched.wd) {
-    // A different descriptor means the name now leads to a different inode
-    // (the directory was recreated); the old watch is stale.
+  if (watch != watched.watch) {
+    // A different watch means the name now leads to a different directory
+    // (it was made anew); the old watch is stale.
     unwatch_directory(dir, watched);
-    watched.wd = wd;
-    auto& keys = dirs_by_wd_[wd];
+    watched.watch = watch;
+    auto& keys = dirs_by_watch_[watch];
     if (std::find(keys.begin(), keys.end(), dir) == keys.end()) keys.push_back(dir);
-    engine_.stats().watches.store(dirs_by_wd_.size(), std::memory_order_relaxed);
+    engine_.stats().watches.store(dirs_by_watch_.size(), std::memory_order_relaxed);
+    if (backend_->add_may_lose_events() ||
+        watcher_test_hooks().add_loses_events.load(std::memory_order_relaxed)) {
+      restat_all_pending_ = true;
+      schedule_flush(FlushUrgency::settle);
+    }
   }
   return true;
 }
 
 void Watcher::unwatch_directory(const std::string& dir, WatchedDir& watched) {
-  if (watched.wd < 0) return;
-  int wd = watched.wd;
-  watched.wd = -1;
-  auto keys_it = dirs_by_wd_.find(wd);
-  if (keys_it != dirs_by_wd_.end()) {
+  if (watched.watch < 0) return;
+  int watch = watched.watch;
+  watched.watch = -1;
+  auto keys_it = dirs_by_watch_.find(watch);
+  if (keys_it != dirs_by_watch_.end()) {
     auto& keys = keys_it->second;
     keys.erase(std::remove(keys.begin(), keys.end(), dir), keys.end());
     if (keys.empty()) {
-      dirs_by_wd_.erase(keys_it);
-      // EINVAL here only means the kernel dropped the watch already.
-      if (inotify_fd_ >= 0) inotify_rm_watch(inotify_fd_, wd);
+      dirs_by_watch_.erase(keys_it);
+      backend_->remove(watch);
     }
   }
-  engine_.stats().watches.store(dirs_by_wd_.size(), std::memory_order_relaxed);
+  engine_.stats().watches.store(dirs_by_watch_.size(), std::memory_order_relaxed);
 }
 
-void Watcher::lose_watch(int wd, bool still_registered) {
-  auto keys_it = dirs_by_wd_.find(wd);
+void Watcher::lose_watch(int watch, bool still_registered) {
+  auto keys_it = dirs_by_watch_.find(watch);
   std::vector<std::string> keys = std::move(keys_it->second);
-  dirs_by_wd_.erase(keys_it);
-  if (still_registered && inotify_fd_ >= 0) inotify_rm_watch(inotify_fd_, wd);
-  engine_.stats().watches.store(dirs_by_wd_.size(), std::memory_order_relaxed);
+  dirs_by_watch_.erase(keys_it);
+  if (still_registered) backend_->remove(watch);
+  engine_.stats().watches.store(dirs_by_watch_.size(), std::memory_order_relaxed);
   // Every file seen through this directory is stat'ed (to report the
   // deletion) and polled from now on, once the events read with this one
   // are handled; the poll timer also retries the watch, and once the
@@ -389,7 +389,7 @@ void Watcher::lose_watch(int wd, bool still_registered) {
   for (auto& dir : keys) {
     auto dir_it = dirs_.find(dir);
     if (dir_it == dirs_.end()) continue;
-    dir_it->second.wd = -1;
+    dir_it->second.watch = -1;
     lost_dirs_.insert(std::move(dir));
   }
 }
@@ -415,13 +415,14 @@ void Watcher::restat_paths_in(const std::unordered_set<std::string>& dirs) {
 void Watcher::refresh_coverage(WatchedPath& watched) {
   auto watched_dir = [this](std::string_view dir) {
     auto it = dirs_.find(std::string(dir));
-    return it != dirs_.end() && it->second.wd >= 0;
+    return it != dirs_.end() && it->second.watch >= 0;
   };
   // An entry has kernel interest exactly while one of its ids watches by
   // notification; the kernel covers it when every directory it needs is
-  // watched.
+  // watched, and the backend sees writes to the files in them.
   bool kernel_covers =
       watched.has_kernel_interest && !watched.base().empty() && !watched.link_unresolved &&
+      sees_file_writes() &&
       !any_interest_dir(watched, [&](std::string_view dir) { return !watched_dir(dir); });
   bool should_poll = registry_.has_id_with_mode(watched, WatchMode::poll) ||
                      (watched.has_kernel_interest && !kernel_covers);
@@ -451,90 +452,97 @@ void Watcher::update_poll_timer() {
   }
 }
 
-void Watcher::on_inotify_readable(uv_poll_t* handle, int status, int /*events*/) {
-  auto* self = static_cast<Watcher*>(handle->data);
-  if (status < 0) {
-    // libuv has stopped the handle.  This does not happen for an inotify fd
-    // in practice; if it ever does, say so and catch up once.
-    self->notice_failure_once("uv_poll", -status, kKernelEventsLost);
-    self->handle_overflow();
-    return;
-  }
-  self->read_inotify_events();
+// ---------------------------------------------------------------------------
+// Events.  The backend delivers them one by one, then says it has delivered
+// what it read; the flush and the re-stat of lost directories wait for that.
+
+void Watcher::on_entry_event(int watch, std::string_view name) {
+  guarded([&] {
+    if (shutting_down_) return;
+    if (!sees_entry_names()) {
+      on_directory_event(watch);
+      return;
+    }
+    Stats& stats = engine_.stats();
+    stats.kernel_events.fetch_add(1, std::memory_order_relaxed);
+    bool matched = false;
+    auto keys = dirs_by_watch_.find(watch);
+    if (keys != dirs_by_watch_.end()) {
+      for (const auto& dir : keys->second) {
+        // The event's own name, a symlink whose target it is, and the
+        // directory itself when registered with its contents, which every
+        // event inside it concerns.
+        auto dirty = [&](WatchedPath* watched) {
+          if (!watched || !watched->has_kernel_interest) return;
+          request_stat(*watched);
+          matched = true;
+        };
+        if (!name.empty()) {
+          dirty(registry_.find_in(dir, name));
+          if (const auto* links = registry_.links_to(dir, name)) {
+            for (WatchedPath* link : *links) dirty(link);
+          }
+        }
+        WatchedPath* listed = registry_.find(dir);
+        if (listed && listed->contents) dirty(listed);
+      }
+    }
+    if (matched) {
+      events_marked_ = true;
+    } else {
+      stats.events_dropped_natively.fetch_add(1, std::memory_order_relaxed);
+    }
+  });
 }
 
-void Watcher::read_inotify_events() {
-  Stats& stats = engine_.stats();
-  bool marked = false;
-  for (int reads = 0; reads < kMaxReadsPerCallback && !shutting_down_; ++reads) {
-    ssize_t length = read(inotify_fd_, event_buffer_.data(), event_buffer_.size());
-    if (length < 0) {
-      if (errno == EINTR) continue;
-      if (errno != EAGAIN) notice_failure_once("read", errno, kKernelEventsLost);
-      break;
+void Watcher::on_directory_event(int watch) {
+  guarded([&] {
+    if (shutting_down_) return;
+    engine_.stats().kernel_events.fetch_add(1, std::memory_order_relaxed);
+    auto keys = dirs_by_watch_.find(watch);
+    if (keys == dirs_by_watch_.end()) {
+      engine_.stats().events_dropped_natively.fetch_add(1, std::memory_order_relaxed);
+      return;
     }
-    if (length == 0) break;
-    std::size_t offset = 0;
-    auto total = static_cast<std::size_t>(length);
-    while (offset + sizeof(inotify_event) <= total) {
-      // Copied out rather than cast in place, so that no alignment or
-      // aliasing assumption is made about the kernel's packing.
-      inotify_event event;
-      std::memcpy(&event, event_buffer_.data() + offset, sizeof event);
-      const char* name_start = event_buffer_.data() + offset + sizeof event;
-      std::size_t name_room = std::min<std::size_t>(event.len, total - offset - sizeof event);
-      std::string name(name_start, strnlen(name_start, name_room));
-      offset += sizeof event + event.len;
-      stats.kernel_events.fetch_add(1, std::memory_order_relaxed);
+    // Which entry changed is not known: every name seen through the
+    // directory is stat'ed.
+    std::unordered_set<std::string> dirs(keys->second.begin(), keys->second.end());
+    restat_paths_in(dirs);
+  });
+}
 
-      if (event.mask & IN_Q_OVERFLOW) {
-        handle_overflow();
-        continue;
-      }
-      bool known_watch = dirs_by_wd_.count(event.wd) != 0;
-      if (event.mask & (IN_IGNORED | IN_DELETE_SELF | IN_MOVE_SELF | IN_UNMOUNT)) {
-        // IN_IGNORED means the kernel already removed the watch; after the
-        // others, a watch may remain (a moved directory keeps its watch at the
-        // new place), and it must go because it no longer serves the name.
-        if (known_watch) {
-          lose_watch(event.wd, (event.mask & IN_IGNORED) == 0);
-        } else {
-          stats.events_dropped_natively.fetch_add(1, std::memory_order_relaxed);
-        }
-        continue;
-      }
-      bool matched = false;
-      if (known_watch) {
-        for (const auto& dir : dirs_by_wd_[event.wd]) {
-          // The event's own name, a symlink whose target it is, and the
-          // directory itself when registered with its contents, which every
-          // event inside it concerns.
-          auto dirty = [&](WatchedPath* watched) {
-            if (!watched || !watched->has_kernel_interest) return;
-            request_stat(*watched);
-            matched = true;
-          };
-          if (!name.empty()) {
-            dirty(registry_.find_in(dir, name));
-            if (const auto* links = registry_.links_to(dir, name)) {
-              for (WatchedPath* link : *links) dirty(link);
-            }
-          }
-          WatchedPath* listed = registry_.find(dir);
-          if (listed && listed->contents) dirty(listed);
-        }
-      }
-      if (matched) {
-        marked = true;
-      } else {
-        stats.events_dropped_natively.fetch_add(1, std::memory_order_relaxed);
-      }
+void Watcher::on_watch_lost(int watch, bool still_registered) {
+  guarded([&] {
+    if (shutting_down_) return;
+    engine_.stats().kernel_events.fetch_add(1, std::memory_order_relaxed);
+    if (dirs_by_watch_.count(watch) != 0) {
+      lose_watch(watch, still_registered);
+    } else {
+      engine_.stats().events_dropped_natively.fetch_add(1, std::memory_order_relaxed);
     }
-  }
-  if (marked) schedule_flush(FlushUrgency::settle);
-  std::unordered_set<std::string> lost;
-  lost.swap(lost_dirs_);
-  restat_paths_in(lost);
+  });
+}
+
+void Watcher::on_events_lost() {
+  guarded([&] {
+    if (shutting_down_) return;
+    engine_.stats().kernel_events.fetch_add(1, std::memory_order_relaxed);
+    handle_overflow();
+  });
+}
+
+void Watcher::on_backend_failure(const char* function, int error) {
+  guarded([&] { notice_failure_once(function, error, kKernelEventsLost); });
+}
+
+void Watcher::on_events_delivered() {
+  guarded([&] {
+    if (shutting_down_) return;
+    if (std::exchange(events_marked_, false)) schedule_flush(FlushUrgency::settle);
+    std::unordered_set<std::string> lost;
+    lost.swap(lost_dirs_);
+    restat_paths_in(lost);
+  });
 }
 
 void Watcher::handle_overflow() {
@@ -557,7 +565,7 @@ void Watcher::on_poll_timer(uv_timer_t* handle) {
   std::unordered_set<std::string> returned;
   for (auto& dir_entry : self->dirs_) {
     WatchedDir& dir = dir_entry.second;
-    if (dir.wd >= 0 || !self->try_watch_directory(dir_entry.first, dir)) continue;
+    if (dir.watch >= 0 || !self->try_watch_directory(dir_entry.first, dir)) continue;
     returned.insert(dir_entry.first);
   }
   self->restat_paths_in(returned);
@@ -620,7 +628,9 @@ void Watcher::on_flush_timer(uv_timer_t* handle) {
 }
 
 void Watcher::launch_sweeps() {
-  if (shutting_down_ || (pending_paths_.empty() && pending_probes_.empty())) return;
+  if (shutting_down_) return;
+  if (std::exchange(restat_all_pending_, false)) mark_all_pending();
+  if (pending_paths_.empty() && pending_probes_.empty()) return;
   // At the cap, the pending names wait; after_sweep calls back here.
   if (sweeps_in_flight_.size() >= kMaxSweepsInFlight) return;
 
@@ -761,12 +771,12 @@ void Watcher::guarded(uv_timer_t* handle) noexcept {
   }
 }
 
-template <void (*Callback)(uv_poll_t*, int, int)>
-void Watcher::guarded(uv_poll_t* handle, int status, int events) noexcept {
+template <typename Fn>
+void Watcher::guarded(Fn&& fn) noexcept {
   try {
-    Callback(handle, status, events);
+    fn();
   } catch (...) {
-    static_cast<Watcher*>(handle->data)->recover();
+    recover();
   }
 }
 

@@ -2,11 +2,12 @@
 //
 // Emacs registers each visited file under an id (one id per buffer).  The
 // watcher learns about possible changes in two ways, kernel notification
-// (one inotify watch per directory, shared by every registered file in it)
-// and stat polling at the auto-revert interval, and confirms both the same
-// way: it stats the file and compares the result with the signature recorded
-// for that id.  A difference emits one Record{file_changed, id, 0, path} and
-// becomes the new baseline, so one change is reported once.
+// (one directory watch per directory, shared by every registered file in it,
+// through the backend of core/watch_backend.h) and stat polling at the
+// auto-revert interval, and confirms both the same way: it stats the file
+// and compares the result with the signature recorded for that id.  A
+// difference emits one Record{file_changed, id, 0, path} and becomes the new
+// baseline, so one change is reported once.
 //
 // Everything here runs on the engine thread, except the stat sweeps, which
 // run on threads of a WorkerPool so that a hung file system stalls only the
@@ -17,7 +18,6 @@
 #include <sys/types.h>
 #include <uv.h>
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
@@ -33,6 +33,7 @@
 
 #include "core/engine.h"
 #include "core/vcs.h"
+#include "core/watch_backend.h"
 #include "core/watch_registry.h"
 #include "core/worker_pool.h"
 
@@ -46,11 +47,12 @@ FileSignature read_file_signature(const std::string& path);
 // created on demand inside an engine; each is zero, meaning no fault, unless
 // a test sets it.
 struct WatcherTestHooks {
-  // When non-zero, inotify_add_watch fails with this errno instead of running.
-  // Relaxed: read on the engine thread, set by a test before it posts work.
+  // When non-zero, adding a directory watch (inotify_add_watch,
+  // uv_fs_event_start) fails with this errno instead of running.  Relaxed:
+  // read on the engine thread, set by a test before it posts work.
   std::atomic<int> add_watch_errno{0};
-  // When non-zero, inotify_init1 fails with this errno instead of running.
-  // Relaxed for the same reason.
+  // When non-zero, starting the backend (inotify_init1) fails with this
+  // errno instead of running.  Relaxed for the same reason.
   std::atomic<int> init_errno{0};
   // Milliseconds each sweep stat sleeps first, standing in for a hung mount.
   // Relaxed: read on threadpool threads, and only its value matters.
@@ -58,6 +60,18 @@ struct WatcherTestHooks {
   // How many delayed stats have begun, so a test can wait for one to be
   // under way.  Relaxed: a counter read for its value alone.
   std::atomic<int> delayed_stats_started{0};
+  // When true, a watcher made from now on uses libuv's backend even where
+  // inotify exists.  Relaxed: read on the engine thread when it makes the
+  // watcher, set by a test before it posts work.
+  std::atomic<bool> use_libuv_backend{false};
+  // When true, the backend is taken to name no entry and to see no write to
+  // a file in a watched directory, as kqueue's directory watches: every
+  // event re-stats its directory's names, and the files are polled.
+  // Relaxed: read on the engine thread, set by a test before it posts work.
+  std::atomic<bool> blind_directory_watches{false};
+  // When true, every new directory watch is taken to have lost the other
+  // directories' events for a moment, as FSEvents does.  Relaxed likewise.
+  std::atomic<bool> add_loses_events{false};
 
   // The fault a test names KIND: "add-watch-errno", "init-errno" or
   // "stat-delay-ms"; nullptr for any other name.
@@ -66,7 +80,7 @@ struct WatcherTestHooks {
 
 WatcherTestHooks& watcher_test_hooks() noexcept;
 
-class Watcher : public Service {
+class Watcher : public Service, private WatchListener {
  public:
   // Engine thread, as are all the methods below.
   explicit Watcher(Engine& engine);
@@ -107,6 +121,12 @@ class Watcher : public Service {
   // Whether the index of each repository (Mercurial's dirstate) is watched
   // as well as what HEAD names: `auto-revert-check-vc-info'.  Default off.
   void set_watch_index(bool enabled);
+  // The ids of the files Emacs shows in a window.  Where the backend sees
+  // no write to a file in a watched directory (kqueue), the watched files
+  // are polled, and these every kVisiblePollInterval rather than at the
+  // poll interval, so that what the user looks at follows within a moment.
+  void set_visible(std::vector<std::uint64_t> ids);
+  static constexpr std::chrono::milliseconds kVisiblePollInterval{500};
 
   // True when no stat is in flight or pending: every event read so far has
   // been confirmed and reported.  Tests use it as a synchronization point.
@@ -125,13 +145,21 @@ class Watcher : public Service {
     return hold_.held_changes([](std::uint64_t id) { return !is_control_id(id); });
   }
 
+  // The kernel interface in use ("inotify" or "libuv"; see
+  // core/watch_backend.h), and what it can see.
+  const char* backend_name() const noexcept { return backend_->name(); }
+  const WatchBackend& backend() const noexcept { return *backend_; }
+  bool sees_entry_names() const noexcept;
+  bool sees_file_writes() const noexcept;
+
   void shutdown() override;
 
  private:
   // One directory that registered names live in, that a registered
   // symlink points into, or that is registered with its contents.
   struct WatchedDir {
-    int wd = -1;
+    // The backend's watch number, or -1 while the directory has none.
+    int watch = -1;
     // How many registered names need this directory watched: each name in
     // it, each symlink into it, and itself when registered with contents.
     std::size_t interests = 0;
@@ -171,9 +199,10 @@ class Watcher : public Service {
 
   enum class FlushUrgency { settle, now };
 
-  static void on_inotify_readable(uv_poll_t* handle, int status, int events);
   static void on_flush_timer(uv_timer_t* handle);
   static void on_poll_timer(uv_timer_t* handle);
+  static void on_visible_timer(uv_timer_t* handle);
+  void update_visible_timer();
   static void run_sweep(SweepJob& job) noexcept;
   void after_sweep(SweepJob& job);
   // The watcher's libuv callbacks are registered through these, so that no
@@ -181,9 +210,19 @@ class Watcher : public Service {
   // reported and every registered file is re-stat'ed, so no change is lost.
   template <void (*Callback)(uv_timer_t*)>
   static void guarded(uv_timer_t* handle) noexcept;
-  template <void (*Callback)(uv_poll_t*, int, int)>
-  static void guarded(uv_poll_t* handle, int status, int events) noexcept;
+  // Runs FN, which handles a backend's event, so that no exception leaves
+  // the backend's callback: a failure is recovered from as above.
+  template <typename Fn>
+  void guarded(Fn&& fn) noexcept;
   void recover() noexcept;
+
+  // What the backend reports (see WatchListener).
+  void on_entry_event(int watch, std::string_view name) override;
+  void on_directory_event(int watch) override;
+  void on_watch_lost(int watch, bool still_registered) override;
+  void on_events_lost() override;
+  void on_backend_failure(const char* function, int error) override;
+  void on_events_delivered() override;
 
   // Calls VISIT on each directory whose kernel watch a name with kernel
   // interest needs: its own directory, the name itself when registered with
@@ -197,16 +236,15 @@ class Watcher : public Service {
   // watches (or unwatches) it on the first (or the last).
   void add_interest(std::string_view dir);
   void drop_interest(std::string_view dir);
-  bool ensure_inotify();
+  bool ensure_backend();
   bool try_watch_directory(const std::string& dir, WatchedDir& watched);
   void unwatch_directory(const std::string& dir, WatchedDir& watched);
-  void lose_watch(int wd, bool still_registered);
+  void lose_watch(int watch, bool still_registered);
   // Stats, and re-decides the coverage of, every name with kernel interest
   // seen through one of DIRS: in it, linked into it, or DIRS itself.
   void restat_paths_in(const std::unordered_set<std::string>& dirs);
   void refresh_coverage(WatchedPath& watched);
   void update_poll_timer();
-  void read_inotify_events();
   void handle_overflow();
   void mark_all_pending();
   void request_stat(WatchedPath& watched);
@@ -285,8 +323,8 @@ class Watcher : public Service {
   WatchRegistry registry_;
   std::unordered_map<std::string, WatchedDir> dirs_;
   // Several directory names can lead to one inode (a symlinked directory),
-  // and the kernel then hands out one watch descriptor for all of them.
-  std::unordered_map<int, std::vector<std::string>> dirs_by_wd_;
+  // and the backend then hands out one watch for all of them.
+  std::unordered_map<int, std::vector<std::string>> dirs_by_watch_;
   std::unordered_set<std::string> polled_paths_;
   // Directories whose watch went away while events were being read; their
   // files are stat'ed once the read is done.
@@ -295,11 +333,18 @@ class Watcher : public Service {
   // the flag decides.
   std::vector<std::string> pending_paths_;
 
-  int inotify_fd_ = -1;
-  uv_poll_t inotify_poll_{};
-  bool inotify_poll_initialized_ = false;
+  std::unique_ptr<WatchBackend> backend_;
+  bool backend_started_ = false;
+  // A new directory watch may have cost other directories' events
+  // (WatchBackend::add_may_lose_events): the next flush stats every name.
+  bool restat_all_pending_ = false;
+  // Whether an event read since the last delivery marked a name.
+  bool events_marked_ = false;
   uv_timer_t flush_timer_{};
   uv_timer_t poll_timer_{};
+  uv_timer_t visible_timer_{};
+  // See set_visible().
+  std::unordered_set<std::uint64_t> visible_ids_;
 
   bool flush_armed_ = false;
   bool urgent_flush_requested_ = false;
@@ -352,9 +397,6 @@ class Watcher : public Service {
   bool watch_index_ = false;
   // Failure kinds ("function:errno") already reported with a notice.
   std::set<std::pair<std::string, int>> noticed_failures_;
-
-  // Filled by read(2) on the inotify fd; aligned for struct inotify_event.
-  alignas(8) std::array<char, 64 * 1024> event_buffer_{};
 };
 
 }  // namespace fastrevert

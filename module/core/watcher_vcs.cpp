@@ -254,7 +254,11 @@ void Watcher::set_watch_index(bool enabled) {
 }
 
 void Watcher::report_repository_changes() {
-  for (auto& [control_dir, repository] : repositories_) {
+  for (auto& entry : repositories_) {
+    // Named rather than bound: a lambda may not capture a structured
+    // binding before C++20.
+    const std::string& control_dir = entry.first;
+    WatchedRepository& repository = entry.second;
     if (repository.changed == 0) continue;
     unsigned changed = std::exchange(repository.changed, 0u);
     registry_.for_each([&](WatchedPath& watched) {

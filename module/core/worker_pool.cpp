@@ -1,8 +1,5 @@
 #include "core/worker_pool.h"
 
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <cerrno>
 #include <condition_variable>
 #include <cstddef>
@@ -10,6 +7,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <system_error>
 #include <thread>
 #include <utility>
@@ -17,6 +15,7 @@
 
 #include "core/errors.h"
 #include "core/threads.h"
+#include "core/wake_signal.h"
 
 namespace fastrevert {
 
@@ -29,11 +28,7 @@ struct WorkerPool::Shared {
     Done done;
   };
 
-  ~Shared() {
-    if (done_fd >= 0) ::close(done_fd);
-  }
-
-  // Guards every member below but done_fd, which is set once.
+  // Guards every member below but done_signal, which is set once.
   std::mutex mutex;
   std::condition_variable job_ready;
   std::deque<std::unique_ptr<Job>> queued;
@@ -43,7 +38,7 @@ struct WorkerPool::Shared {
   std::size_t idle = 0;
   bool closed = false;
   // Readable when finished holds jobs; the loop polls it.
-  int done_fd = -1;
+  std::optional<WakeSignal> done_signal;
 };
 
 namespace {
@@ -72,9 +67,7 @@ void thread_main(const std::shared_ptr<WorkerPool::Shared>& shared) {
       // DONE never runs.  The watcher re-stats on its next poll or event.
       continue;
     }
-    std::uint64_t one = 1;
-    ssize_t ignored = write(shared->done_fd, &one, sizeof one);
-    (void)ignored;
+    shared->done_signal->signal();
   }
   --shared->threads;
 }
@@ -84,9 +77,8 @@ void thread_main(const std::shared_ptr<WorkerPool::Shared>& shared) {
 WorkerPool::WorkerPool(uv_loop_t* loop, std::size_t max_threads)
     : shared_(std::make_shared<Shared>()) {
   max_threads_ = max_threads == 0 ? 1 : max_threads;
-  shared_->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (shared_->done_fd < 0) throw_errno("eventfd");
-  int status = uv_poll_init(loop, &poll_, shared_->done_fd);
+  shared_->done_signal.emplace();
+  int status = uv_poll_init(loop, &poll_, shared_->done_signal->fd());
   if (status < 0) throw SystemError(-status, "uv_poll_init");
   poll_.data = this;
   uv_poll_start(&poll_, UV_READABLE, &WorkerPool::on_done);
@@ -132,9 +124,7 @@ void WorkerPool::close() noexcept {
 
 void WorkerPool::on_done(uv_poll_t* handle, int, int) {
   auto& pool = *static_cast<WorkerPool*>(handle->data);
-  std::uint64_t count;
-  ssize_t ignored = read(pool.shared_->done_fd, &count, sizeof count);
-  (void)ignored;
+  pool.shared_->done_signal->reset();
   std::vector<std::unique_ptr<Shared::Job>> finished;
   {
     std::lock_guard<std::mutex> lock(pool.shared_->mutex);

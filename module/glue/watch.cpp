@@ -6,9 +6,11 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "core/duration.h"
 #include "core/engine.h"
+#include "core/watch_backend.h"
 #include "core/watch_registry.h"
 #include "core/watcher.h"
 #include "glue/env.h"
@@ -93,6 +95,30 @@ FASTREVERT_DEFUN("fastrevert--mod-watch-vc-info", mod_watch_vc_info, 1, 1,
   post_or_signal(env,
                  [with_index](Engine& e) { e.service<Watcher>().set_watch_index(with_index); });
   return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-watch-visible", mod_watch_visible, 1, 1,
+                 "Have the files watched under IDS, a list, polled more often.\n"
+                 "Where a directory watch sees no write to the files in it (kqueue),\n"
+                 "the engine polls the watched files; those of IDS, the buffers shown\n"
+                 "in a window, every half second.  IDS replaces the earlier list.\n\n"
+                 "(fn IDS)") {
+  std::vector<std::uint64_t> ids;
+  for (emacs_value rest = args[0]; env.truthy(rest); rest = env.call("cdr", {rest})) {
+    ids.push_back(watch_id(env, env.call("car", {rest})));
+  }
+  post_or_signal(env, [ids](Engine& e) { e.service<Watcher>().set_visible(ids); });
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-watch-backend", mod_watch_backend, 0, 0,
+                 "Return how the engine watches directories, as a plist.\n"
+                 "`:name' is \"inotify\" or \"libuv\"; `:sees-file-writes' is nil where\n"
+                 "a directory watch sees no write to the files in it (kqueue), whose\n"
+                 "watched files the engine then polls.") {
+  WatchBackendTraits traits = default_watch_backend_traits();
+  return env.list({env.intern(":name"), env.string(traits.name), env.intern(":sees-file-writes"),
+                   env.boolean(traits.sees_file_writes)});
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-test-watch-fault", mod_test_watch_fault, 2, 2,

@@ -9,10 +9,10 @@
 
 (require 'fastrevert-test-helpers)
 
-(ert-deftest fastrevert-compile-builds-a-missing-module-on-require ()
+(ert-deftest fastrevert-compile-builds-a-missing-module-on-require-without-colour-escapes ()
   (fastrevert-test-with-temp-dir dir
     ;; A source tree without a built module.
-    (dolist (entry '("CMakeLists.txt" "module" "lisp"))
+    (dolist (entry '("CMakeLists.txt" "cmake" "module" "lisp"))
       (let ((from (expand-file-name entry fastrevert-test-root))
             (to (expand-file-name entry dir)))
         (if (file-directory-p from)
@@ -28,12 +28,21 @@
                                 fastrevert-module-cmake-options
                                 '("-DCMAKE_BUILD_TYPE=Debug" "-DFASTREVERT_BUILD_TESTS=OFF"))
                           (require 'fastrevert)
-                          (princ (format "version=%s mode=%s\n" (fastrevert--mod-version)
-                                         (with-current-buffer "*fastrevert-module-compile*"
-                                           major-mode))))
+                          (with-current-buffer "*fastrevert-module-compile*"
+                            (princ (format "version=%s mode=%s escapes=%s built=%s\n"
+                                           (fastrevert--mod-version) major-mode
+                                           (save-excursion
+                                             (goto-char (point-min))
+                                             (and (search-forward "\e[" nil t) t))
+                                           (save-excursion
+                                             (goto-char (point-min))
+                                             (and (search-forward "Built target" nil t)
+                                                  t))))))
                       (error (princ (format "failed: %S" err)) (kill-emacs 3))))))
       (should (= (car result) 0))
       (should (string-match-p "version=[0-9.]+ mode=compilation-mode" (cdr result)))
+      ;; The buffer shows CMake's output as text, without a raw colour escape.
+      (should (string-match-p "escapes=nil built=t" (cdr result)))
       (should (file-exists-p (expand-file-name (concat "lisp/fastrevert-module" module-file-suffix)
                                                dir))))))
 

@@ -93,6 +93,16 @@ They are read from the module's sources, with `_' written `-'."
     (should (equal (fastrevert--memfd-range-entry (concat older newer))
                    (cons #x0102030405060708 "wxyz")))))
 
+(ert-deftest fastrevert-module-names-how-it-watches-directories ()
+  "The module says which backend watches directories, and whether it sees writes."
+  (let ((backend (fastrevert--mod-watch-backend)))
+    (should (member (plist-get backend :name) '("inotify" "libuv")))
+    ;; inotify sees writes to the files of a watched directory, and so
+    ;; does libuv on Linux and macOS, where it uses inotify and FSEvents;
+    ;; only kqueue's directory watches, on the BSDs, do not.
+    (should (eq (plist-get backend :sees-file-writes)
+                (and (memq system-type '(gnu/linux darwin)) t)))))
+
 ;;;; The module boundary
 
 (ert-deftest fastrevert-module-wrong-type-signals-wrong-type-argument ()

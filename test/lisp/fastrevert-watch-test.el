@@ -100,6 +100,34 @@
     (should-not (fastrevert--descriptor-p '(inotify . 7)))
     (should-not (fastrevert--descriptor-p 7))))
 
+(ert-deftest fastrevert-watch-the-engine-hears-which-watched-buffers-are-shown-once-per-change ()
+  ;; Where the engine polls watched files (kqueue), it polls those of the
+  ;; buffers shown more often; it is told their ids when they change.
+  (fastrevert-watch-test--with-table
+    (let ((shown (generate-new-buffer " *shown*"))
+          (hidden (generate-new-buffer " *hidden*"))
+          (plain (generate-new-buffer " *not watched*"))
+          (sent nil)
+          (fastrevert--visible-ids nil))
+      (unwind-protect
+          (cl-letf (((symbol-function 'fastrevert--mod-running-p) (lambda () t))
+                    ((symbol-function 'fastrevert--mod-watch-visible)
+                     (lambda (ids) (push ids sent))))
+            (let ((shown-id (fastrevert-watch-test--file shown)))
+              (fastrevert-watch-test--file hidden)
+              (save-window-excursion
+                (delete-other-windows)
+                (set-window-buffer (selected-window) shown)
+                (set-window-buffer (split-window) plain)
+                (should (equal (fastrevert--shown-watch-ids) (list shown-id)))
+                (fastrevert--update-visible)
+                (fastrevert--update-visible)
+                (should (equal sent (list (list shown-id))))
+                (set-window-buffer (selected-window) plain)
+                (fastrevert--update-visible)
+                (should (equal sent (list nil (list shown-id)))))))
+        (mapc #'kill-buffer (list shown hidden plain))))))
+
 (provide 'fastrevert-watch-test)
 
 ;;; fastrevert-watch-test.el ends here

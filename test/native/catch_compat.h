@@ -7,6 +7,7 @@
 #include <string>
 
 #if FASTREVERT_CATCH2_MAJOR >= 3
+#include <catch2/catch_template_test_macros.hpp>
 #include <catch2/catch_test_macros.hpp>
 #include <catch2/generators/catch_generators.hpp>
 #include <catch2/matchers/catch_matchers_string.hpp>

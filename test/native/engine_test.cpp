@@ -114,7 +114,8 @@ TEST_CASE("many records emitted while undrained cost one wake byte", "[engine]")
   WakePipe wake;
   Engine engine(wake.write_fd);
   run_on_engine(engine, [](Engine& e) {
-    for (int i = 0; i < 10000; ++i) e.emit(Record{RecordKind::echo, static_cast<uint64_t>(i), 0, "x"});
+    for (int i = 0; i < 10000; ++i)
+      e.emit(Record{RecordKind::echo, static_cast<uint64_t>(i), 0, "x"});
   });
   REQUIRE(wake.wait_readable(std::chrono::seconds(5)));
   REQUIRE(wake.take_bytes() == 1);
@@ -142,7 +143,8 @@ TEST_CASE("a full wake pipe neither blocks the engine nor loses records", "[engi
   REQUIRE(errno == EAGAIN);
   Engine engine(wake.write_fd);
   run_on_engine(engine, [](Engine& e) {
-    for (int i = 0; i < 100; ++i) e.emit(Record{RecordKind::echo, static_cast<uint64_t>(i), 0, "full"});
+    for (int i = 0; i < 100; ++i)
+      e.emit(Record{RecordKind::echo, static_cast<uint64_t>(i), 0, "full"});
   });
   REQUIRE(engine.pending() == 100);
   REQUIRE(wake.take_bytes() > 0);
@@ -223,7 +225,7 @@ TEST_CASE("starting and stopping the engine 100 times leaks no descriptor", "[en
   REQUIRE(open_fds() == before);
 }
 
-TEST_CASE("commands posted before stop run; commands after stop are refused", "[engine]") {
+TEST_CASE("commands posted before stop run, and commands after stop are refused", "[engine]") {
   WakePipe wake;
   Engine engine(wake.write_fd);
   int ran = 0;

@@ -9,6 +9,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "catch_compat.h"
+#include "core/child_exit.h"
 #include "core/engine.h"
 #include "core/errors.h"
 #include "core/handoff.h"
@@ -719,6 +721,32 @@ TEST_CASE("a young child's exit alone is watched, and its output is read with it
   std::vector<pollfd> fds;
   std::vector<std::pair<std::uint64_t, ProcessTable::Watch>> owners;
   auto now = Clock::now();
+  if (kChildExitMechanism == ChildExitMechanism::waitpid) {
+    // Without an exit descriptor there is no exit to watch: the output is
+    // watched from the start, and each serve looks for the exit.
+    CHECK(near.watched(fds, owners, now, std::chrono::hours(1)) == Clock::time_point::max());
+    REQUIRE(owners.size() == 4);
+    for (const auto& owner : owners) CHECK(owner.second != ProcessTable::Watch::exit);
+    std::vector<Record> records;
+    auto deadline = Clock::now() + std::chrono::seconds(20);
+    while (std::none_of(records.begin(), records.end(),
+                        [](const Record& r) { return r.kind == RecordKind::process_exit; })) {
+      REQUIRE(Clock::now() < deadline);
+      poll(fds.data(), fds.size(), 10);
+      near.serve(fds, owners);
+      for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
+    }
+    std::string out;
+    for (const auto& record : records) {
+      CHECK(record.id == 2);
+      if (record.kind == RecordKind::process_output && record.code == 1) out += record.data;
+    }
+    CHECK(out == "abc");
+    pid_t pid = near.pid(1);
+    near.remove(1);
+    CHECK(is_gone(pid));
+    return;
+  }
   // Young: exits only, until the first comes of age.
   auto changes = near.watched(fds, owners, now, std::chrono::hours(1));
   CHECK(changes > now + std::chrono::minutes(59));

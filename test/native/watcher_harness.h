@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdlib>
 #include <cstdint>
 #include <functional>
 #include <mutex>
@@ -88,8 +89,17 @@ inline std::size_t open_fd_count() {
   return count;
 }
 
+// The watcher backend the tests run against: the build's own, or libuv's
+// when FASTREVERT_TEST_WATCH_BACKEND is "libuv".  ctest runs the watcher's
+// tests once per backend that Linux has (see test/CMakeLists.txt).
+inline bool testing_libuv_backend() {
+  const char* chosen = std::getenv("FASTREVERT_TEST_WATCH_BACKEND");
+  return chosen && std::string(chosen) == "libuv";
+}
+
 // Clears every injected fault when a test starts and when it ends, so that a
-// failing test cannot leave a fault behind for the next.
+// failing test cannot leave a fault behind for the next, and selects the
+// backend under test.
 struct HookReset {
   HookReset() { reset(); }
   ~HookReset() { reset(); }
@@ -97,6 +107,9 @@ struct HookReset {
     watcher_test_hooks().add_watch_errno.store(0);
     watcher_test_hooks().init_errno.store(0);
     watcher_test_hooks().stat_delay_ms.store(0);
+    watcher_test_hooks().blind_directory_watches.store(false);
+    watcher_test_hooks().add_loses_events.store(false);
+    watcher_test_hooks().use_libuv_backend.store(testing_libuv_backend());
   }
 };
 
@@ -138,6 +151,18 @@ class Harness {
   }
   void set_poll_interval(std::chrono::milliseconds interval) {
     call([&](Watcher& watcher) { watcher.set_poll_interval(interval); });
+  }
+  // The system calls the backend's notices name for starting it and for
+  // adding a directory.
+  std::string start_function() {
+    std::string function;
+    call([&](Watcher& watcher) { function = watcher.backend().start_function(); });
+    return function;
+  }
+  std::string add_function() {
+    std::string function;
+    call([&](Watcher& watcher) { function = watcher.backend().add_function(); });
+    return function;
   }
 
   // Waits until the watcher has confirmed everything it has seen: baselines

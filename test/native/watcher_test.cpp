@@ -26,6 +26,7 @@
 
 #include "catch_compat.h"
 #include "core/engine.h"
+#include "core/platform.h"
 #include "core/watcher.h"
 #include "support.h"
 #include "watcher_harness.h"
@@ -256,7 +257,7 @@ TEST_CASE("watcher: a write to an unregistered file in a watched directory emits
   CHECK(harness.stats().batches == 0);
 }
 
-TEST_CASE("watcher: each id on a path gets its own record; removed and replaced ids do not") {
+TEST_CASE("watcher: each id on a path gets its own record, and removed and replaced ids none") {
   HookReset hooks;
   TempDir dir;
   create_file(dir / "a", "x");
@@ -395,7 +396,9 @@ TEST_CASE("watcher: an overflow re-stats every registered file and reports the c
   harness.expect_one_change(2);
 }
 
-TEST_CASE("watcher: a real inotify queue overflow is counted and re-stats every file") {
+// Named apart from the watcher's other tests: it is inotify's alone, and
+// does not run against the libuv backend (see test/CMakeLists.txt).
+TEST_CASE("inotify: a real queue overflow is counted and every watched file re-stat'ed") {
   HookReset hooks;
   long queue_limit = 0;
   if (FILE* limit_file = std::fopen("/proc/sys/fs/inotify/max_queued_events", "r")) {
@@ -452,7 +455,7 @@ TEST_CASE("watcher: a real inotify queue overflow is counted and re-stats every 
   CHECK(harness.stats().kernel_events >= static_cast<std::uint64_t>(queue_limit));
 }
 
-TEST_CASE("watcher: running out of inotify watches falls back to polling with one notice") {
+TEST_CASE("watcher: running out of directory watches falls back to polling with one notice") {
   HookReset hooks;
   int error = GENERATE(ENOSPC, EMFILE);
   std::string error_name = error == ENOSPC ? "ENOSPC" : "EMFILE";
@@ -481,7 +484,7 @@ TEST_CASE("watcher: running out of inotify watches falls back to polling with on
   CHECK(harness.changes_for(3) == 1);
   auto notices = harness.notices();
   REQUIRE(notices.size() == 1);
-  CHECK_THAT(notices[0], contains_text(error_name) && contains_text("inotify_add_watch") &&
+  CHECK_THAT(notices[0], contains_text(error_name) && contains_text(harness.add_function()) &&
                              contains_text("falls back to polling"));
   harness.clear();
 
@@ -497,7 +500,7 @@ TEST_CASE("watcher: running out of inotify watches falls back to polling with on
   harness.expect_one_change(2);
 }
 
-TEST_CASE("watcher: running out of inotify instances falls back to polling with one notice") {
+TEST_CASE("watcher: a backend that cannot start falls back to polling with one notice") {
   HookReset hooks;
   watcher_test_hooks().init_errno.store(EMFILE);
   TempDir dir;
@@ -518,7 +521,7 @@ TEST_CASE("watcher: running out of inotify instances falls back to polling with 
   CHECK(harness.changes_for(2) == 1);
   auto notices = harness.notices();
   REQUIRE(notices.size() == 1);
-  CHECK_THAT(notices[0], contains_text("EMFILE") && contains_text("inotify_init1") &&
+  CHECK_THAT(notices[0], contains_text("EMFILE") && contains_text(harness.start_function()) &&
                              contains_text("falls back to polling"));
 
   watcher_test_hooks().init_errno.store(0);
@@ -784,4 +787,125 @@ TEST_CASE("watcher: a test names each fault hook by the word Lisp uses") {
   CHECK(hooks.fault("stat-delay-ms") == &hooks.stat_delay_ms);
   CHECK(hooks.fault("overflow") == nullptr);
   CHECK(hooks.fault("delayed-stats-started") == nullptr);
+}
+
+TEST_CASE("watcher: the backend under test is the one the run asked for") {
+  HookReset hooks;
+  Harness harness;
+  std::string name;
+  harness.call([&](Watcher& watcher) { name = watcher.backend_name(); });
+  if (fastrevert::test::testing_libuv_backend() || !FASTREVERT_HAVE_INOTIFY) {
+    CHECK(name == "libuv");
+  } else {
+    CHECK(name == "inotify");
+  }
+}
+
+TEST_CASE("watcher: a backend blind to writes in a directory has its watched files polled") {
+  HookReset hooks;
+  watcher_test_hooks().blind_directory_watches.store(true);
+  TempDir dir;
+  std::string alias = make_hard_linked_file(dir);
+  Harness harness;
+  harness.set_poll_interval(50ms);
+  harness.add(1, dir / "watched/file");
+  harness.settle();
+  // One watch for the directory, which still reports entries coming and
+  // going, and the file polled for what it cannot see.
+  CHECK(harness.stats().watches == 1);
+  CHECK(harness.stats().polled_files == 1);
+
+  // No event in the watched directory: only a stat sees this write.
+  append_file(alias, "unseen by the directory watch");
+  harness.expect_one_change(1);
+  harness.remove(1);
+  CHECK(harness.stats().polled_files == 0);
+  CHECK(harness.stats().watches == 0);
+}
+
+TEST_CASE("watcher: an event that names no entry re-stats every name of its directory") {
+  HookReset hooks;
+  TempDir dir;
+  std::string alias = make_hard_linked_file(dir);
+  create_file(dir / "watched/other", "x");
+  Harness harness;
+  // Polling is far too slow to report anything in this test.
+  harness.set_poll_interval(60s);
+  bool blind = GENERATE(false, true);
+  watcher_test_hooks().blind_directory_watches.store(blind);
+  harness.add(1, dir / "watched/file");
+  harness.add(2, dir / "watched/other");
+  harness.settle();
+
+  // The write through the other name raises no event; a new entry beside
+  // the file does.  A backend that names the entry stats only that name; one
+  // that cannot (kqueue) stats every watched name of the directory.
+  append_file(alias, "unseen");
+  create_file(dir / "watched/newcomer", "x");
+  if (blind) {
+    REQUIRE(harness.wait_for_change(1));
+    harness.settle();
+    CHECK(harness.changes_for(1) == 1);
+    CHECK(harness.changes_for(2) == 0);
+  } else {
+    REQUIRE(harness.wait_until([&] { return harness.stats().events_dropped_natively > 0; },
+                               kReportTimeout));
+    harness.settle();
+    CHECK(harness.change_count() == 0);
+  }
+}
+
+TEST_CASE("watcher: a backend that may lose events on an add re-stats every name after one") {
+  HookReset hooks;
+  TempDir dir;
+  std::string alias = make_hard_linked_file(dir);
+  REQUIRE(mkdir((dir / "later").c_str(), 0755) == 0);
+  create_file(dir / "later/file", "x");
+  Harness harness;
+  harness.set_poll_interval(60s);
+  bool loses = GENERATE(false, true);
+  watcher_test_hooks().add_loses_events.store(loses);
+  harness.add(1, dir / "watched/file");
+  harness.settle();
+
+  // A change the watch cannot see, then a new directory watch: where adding
+  // a watch may have lost events (FSEvents), the add re-stats every name.
+  append_file(alias, "unseen");
+  harness.add(2, dir / "later/file");
+  harness.settle();
+  CHECK(harness.changes_for(1) == (loses ? 1u : 0u));
+  CHECK(harness.changes_for(2) == 0);
+}
+
+TEST_CASE("watcher: where writes go unseen, the files Emacs shows are polled more often") {
+  HookReset hooks;
+  TempDir dir;
+  REQUIRE(mkdir((dir / "watched").c_str(), 0755) == 0);
+  REQUIRE(mkdir((dir / "unwatched").c_str(), 0755) == 0);
+  for (std::string name : {"shown", "hidden"}) {
+    create_file(dir / ("watched/" + name), "x");
+    REQUIRE(link((dir / ("watched/" + name)).c_str(), (dir / ("unwatched/" + name)).c_str()) == 0);
+  }
+  bool blind = GENERATE(false, true);
+  watcher_test_hooks().blind_directory_watches.store(blind);
+  Harness harness;
+  // The poll interval is far too long to report anything in this test.
+  harness.set_poll_interval(60s);
+  harness.add(1, dir / "watched/shown");
+  harness.add(2, dir / "watched/hidden");
+  harness.call([](Watcher& watcher) { watcher.set_visible({1}); });
+  harness.settle();
+
+  // Writes through the other names raise no event in the watched directory.
+  append_file(dir / "unwatched/shown", "unseen");
+  append_file(dir / "unwatched/hidden", "unseen");
+  if (blind) {
+    REQUIRE(harness.wait_for_change(1, 5s));
+    harness.settle();
+    CHECK(harness.changes_for(1) == 1);
+    CHECK(harness.changes_for(2) == 0);
+  } else {
+    // A backend that sees writes needs no such polling.
+    CHECK_FALSE(harness.wait_for_change(1, 3 * Watcher::kVisiblePollInterval));
+  }
 }
