@@ -41,9 +41,9 @@
 (defconst fastrevert-bench-vcinfo--sizes
   '((:counts (50 300 1000) (50))
     (:runs 10 2)
-    (:stock-runs 3 1)
-    (:idle-seconds 5 1)
-    (:stock-cap 5 2))
+    (:stock-runs 1 1)
+    (:idle-seconds 3 1)
+    (:stock-cap 3 2))
   "Workload sizes of this benchmark as (KEY DEFAULT QUICK).")
 
 (defun fastrevert-bench-vcinfo--size (key)

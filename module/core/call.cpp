@@ -369,8 +369,27 @@ int next_tick(int tick_ms, bool got_more) {
   return got_more ? kFirstTickMs : std::min(tick_ms * 2, kLongestTickMs);
 }
 
+// Whether the child PID has exited, leaving it to be reaped: the look that
+// stands in for a descriptor of its exit where there is none.
+bool exited_unreaped(pid_t pid) {
+  siginfo_t info;
+  std::memset(&info, 0, sizeof info);
+  return waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+         info.si_pid == pid;
+}
+
 bool Call::wait_for_more(Wait wait, int tick_ms) {
-  if (child_.pidfd < 0 || exited_) wait = Wait::pipe;
+  if (exited_) wait = Wait::pipe;
+  if (child_.pidfd < 0 && wait != Wait::pipe) {
+    // Nothing tells of the exit: the wait is a tick's (or, for the first
+    // bytes, until they come), and then a look at the child.
+    pollfd fd = {child_.stdout_fd, POLLIN, 0};
+    int ready =
+        wait == Wait::exit_or_pipe ? poll(&fd, 1, kLongestTickMs) : poll(nullptr, 0, tick_ms);
+    if (ready < 0 && errno != EINTR) throw_errno("poll");
+    if (exited_unreaped(child_.pid)) exited_ = true;
+    return !should_quit();
+  }
   // The child's exit first, then the pipe, so that an exit is never missed.
   pollfd fds[2] = {{child_.pidfd, POLLIN, 0}, {child_.stdout_fd, POLLIN, 0}};
   pollfd* first = wait == Wait::pipe ? &fds[1] : &fds[0];
@@ -586,9 +605,7 @@ CallResult Call::run() {
   KillOnUnwind cleanup{child_};
   // A caller that wants every line as it comes (a CHUNK below a string's
   // worth) gets them through the memfd; any other may read the pipe itself.
-  // Without a pidfd, nothing but the pipe tells when to look again, and
-  // this thread reads it.
-  if (hooks_.insert_pipe && child_.pidfd >= 0 && (step_ == 0 || step_ >= hooks_.string_limit)) {
+  if (hooks_.insert_pipe && (step_ == 0 || step_ >= hooks_.string_limit)) {
     PipeState seen = watch();
     if (quit_) return quit_now();
     // An exited child's string's worth is read here.  Its end is then
