@@ -45,6 +45,7 @@
 (declare-function fastrevert-bench--heading "fastrevert-bench" (title))
 (declare-function fastrevert-bench--out "fastrevert-bench" (format-string &rest args))
 (declare-function fastrevert-bench--progress "fastrevert-bench" (format-string &rest args))
+(declare-function fastrevert-bench-median "fastrevert-bench" (numbers))
 (declare-function fastrevert-bench--loud "fastrevert-bench" (format-string &rest args))
 (declare-function fastrevert-bench--print-table "fastrevert-bench" (header rows))
 (declare-function fastrevert-bench--fmt "fastrevert-bench" (format-string value))
@@ -377,14 +378,6 @@ fastrevert-lines uses :framing 'lines (the filter sees complete lines only).\n\n
                                                   "ls" "/")))))
     (string-to-number (car fields))))
 
-(defun fastrevert-bench-process--median (numbers)
-  "Return the median of the non-empty list NUMBERS."
-  (let* ((sorted (sort (copy-sequence numbers) #'<))
-         (n (length sorted)))
-    (if (cl-oddp n)
-        (nth (/ n 2) sorted)
-      (/ (+ (nth (1- (/ n 2)) sorted) (nth (/ n 2) sorted)) 2.0))))
-
 (defun fastrevert-bench-process--spawn-rows (root)
   "Measure `ls /' many times with every method under ROOT.
 The runs are split into rounds; each round runs the C loop and then
@@ -436,7 +429,7 @@ method's time divided by the C loop's time in the same round."
           (list (list fastrevert-bench-process--cbaseline-label (list c-total 0 0.0) 1.0)))
      (mapcar (lambda (entry)
                (list (car entry) (cadr entry)
-                     (and (cddr entry) (fastrevert-bench-process--median (cddr entry)))))
+                     (and (cddr entry) (fastrevert-bench-median (cddr entry)))))
              results))))
 
 (defun fastrevert-bench-process--row-cells (rows before gc-format &optional extra)
@@ -573,7 +566,7 @@ method's time divided by `insert-file-contents' time in that round."
                       (list (/ (apply #'+ (mapcar #'car triples)) n)
                             (/ (apply #'+ (mapcar #'cadr triples)) n)
                             (/ (apply #'+ (mapcar #'caddr triples)) n))
-                      (and (nth 2 entry) (fastrevert-bench-process--median (nth 2 entry))))))
+                      (and (nth 2 entry) (fastrevert-bench-median (nth 2 entry))))))
             results)))
 
 (defun fastrevert-bench-process--print-buffer-rows (title rows &optional before)

@@ -215,14 +215,6 @@ and branches point along the history."
 
 ;;;; Paired measurement
 
-(defun fastrevert-bench-workload--median (numbers)
-  "Return the median of the non-empty list NUMBERS."
-  (let* ((sorted (sort (copy-sequence numbers) #'<))
-         (n (length sorted)))
-    (if (cl-oddp n)
-        (nth (/ n 2) sorted)
-      (/ (+ (nth (1- (/ n 2)) sorted) (nth (/ n 2) sorted)) 2.0))))
-
 (defun fastrevert-bench-workload--time (thunk)
   "Return the seconds THUNK takes."
   (let ((start (float-time)))
@@ -394,16 +386,16 @@ Return the table rows, as lists of strings."
                       (fastrevert-bench-workload--sync-thunk row #'call-process)
                       (fastrevert-bench-workload--sync-thunk row #'fastrevert-call-process)
                       limit))
-             (stock (fastrevert-bench-workload--median (plist-get result :stock)))
-             (native (fastrevert-bench-workload--median (plist-get result :native)))
-             (limit-seconds (and limit (apply #'+ (mapcar #'fastrevert-bench-workload--median
+             (stock (fastrevert-bench-median (plist-get result :stock)))
+             (native (fastrevert-bench-median (plist-get result :native)))
+             (limit-seconds (and limit (apply #'+ (mapcar #'fastrevert-bench-median
                                                           (plist-get result :extra))))))
         (push (list (car row) size
                     (number-to-string (length (plist-get result :ratios)))
                     (fastrevert-bench-workload--ms stock)
                     (fastrevert-bench-workload--ms native)
                     (if limit-seconds (fastrevert-bench-workload--ms limit-seconds) "-")
-                    (format "%.2f" (fastrevert-bench-workload--median (plist-get result :ratios)))
+                    (format "%.2f" (fastrevert-bench-median (plist-get result :ratios)))
                     (if limit-seconds (format "%.2f" (/ native limit-seconds)) "-"))
               rows)))
     (nreverse rows)))
@@ -592,13 +584,13 @@ Return the table rows, as lists of strings."
 The rows are those of `fastrevert-bench-workload--async-rows'."
   (mapcar (lambda (row)
             (let* ((result (fastrevert-bench-workload--pair (car row) (nth 1 row) (nth 2 row)))
-                   (stock (fastrevert-bench-workload--median (plist-get result :stock)))
-                   (native (fastrevert-bench-workload--median (plist-get result :native))))
+                   (stock (fastrevert-bench-median (plist-get result :stock)))
+                   (native (fastrevert-bench-median (plist-get result :native))))
               (list (car row)
                     (number-to-string (length (plist-get result :ratios)))
                     (fastrevert-bench-workload--ms stock)
                     (fastrevert-bench-workload--ms native)
-                    (format "%.2f" (fastrevert-bench-workload--median
+                    (format "%.2f" (fastrevert-bench-median
                                     (plist-get result :ratios))))))
           (fastrevert-bench-workload--async-rows repository root)))
 

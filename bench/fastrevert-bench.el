@@ -277,6 +277,14 @@ Each reads \"COLUMN-HEADER TITLE\", columns outermost."
   "Return the arithmetic mean of NUMBERS, or nil when there are none."
   (and numbers (/ (float (apply #'+ numbers)) (length numbers))))
 
+(defun fastrevert-bench-median (numbers)
+  "Return the median of the non-empty list NUMBERS."
+  (let* ((sorted (sort (copy-sequence numbers) #'<))
+         (n (length sorted)))
+    (if (cl-oddp n)
+        (nth (/ n 2) sorted)
+      (/ (+ (nth (1- (/ n 2)) sorted) (nth (/ n 2) sorted)) 2.0))))
+
 ;;;; Processes
 
 (defun fastrevert-bench-wait-for-exit (proc)
