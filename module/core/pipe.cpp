@@ -111,7 +111,7 @@ ReadResult AdaptiveReader::read_append(int fd, std::string& out) {
 void AdaptiveReader::after_full_read(int fd, std::size_t bytes) {
   if (!pipe_growth_done_ && grow_pipe_to_ > 0) {
     if (pipe_capacity_ == 0) {
-      std::size_t capacity = pipe_capacity(fd);
+      std::size_t capacity = fastrevert::pipe_capacity(fd);
       if (capacity == 0) {
         // Not a pipe, or a system that does not size pipes: nothing to enlarge.
         pipe_growth_done_ = true;
