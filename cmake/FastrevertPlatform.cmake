@@ -75,6 +75,17 @@ fastrevert_check(FASTREVERT_HAVE_PUNCH_HOLE FALLOC_FL_PUNCH_HOLE fcntl.h)
 fastrevert_check(FASTREVERT_HAVE_SIGTIMEDWAIT sigtimedwait signal.h)
 fastrevert_check(FASTREVERT_HAVE_MSG_NOSIGNAL MSG_NOSIGNAL sys/socket.h)
 fastrevert_check(FASTREVERT_HAVE_F_SETNOSIGPIPE F_SETNOSIGPIPE fcntl.h)
+# How Emacs opens a descriptor of the module's by name.  Linux's
+# /proc/self/fd/N opens the file anew, with an offset and flags of its
+# own; /dev/fd/N elsewhere duplicates the descriptor, whose O_NONBLOCK then
+# reaches Emacs's reads too.  A system, not a symbol: what the target is
+# named, which a cross build sets as well.
+if(FASTREVERT_PORTABLE OR NOT CMAKE_SYSTEM_NAME STREQUAL "Linux")
+  set(FASTREVERT_HAVE_PROC_SELF_FD 0)
+else()
+  set(FASTREVERT_HAVE_PROC_SELF_FD 1)
+endif()
+string(APPEND fastrevert_platform_summary " /proc/self/fd=${FASTREVERT_HAVE_PROC_SELF_FD}")
 
 # File times with nanoseconds: POSIX's st_mtim, or Darwin's st_mtimespec.
 # Neither is a Linux fast path, so a portable build looks for them too.
@@ -94,7 +105,7 @@ string(APPEND fastrevert_platform_summary
 cmake_pop_check_state()
 
 # The choices.  Each names the file of module/core/os/ that implements it.
-# The portable wake, alarm, spawn and watcher files are always compiled, so that
+# The portable wake, alarm, spawn, spill and watcher files are always compiled, so that
 # the tests exercise them on Linux beside the fast paths they stand in for;
 # a child's exit has one mechanism per build, and its waitpid fallback is
 # what every user of an exit descriptor does when there is none.
@@ -124,6 +135,12 @@ if(FASTREVERT_HAVE_EVENTFD)
 endif()
 if(FASTREVERT_HAVE_TIMERFD)
   list(APPEND fastrevert_os_sources "${PROJECT_SOURCE_DIR}/module/core/os/alarm_timerfd.cpp")
+endif()
+# Output spilled to a file is compiled everywhere, as the portable wake and
+# alarm are, so that the tests run it on Linux too (FASTREVERT_TEST_SPILL).
+list(APPEND fastrevert_os_sources "${PROJECT_SOURCE_DIR}/module/core/os/spill_file.cpp")
+if(FASTREVERT_HAVE_MEMFD_CREATE)
+  list(APPEND fastrevert_os_sources "${PROJECT_SOURCE_DIR}/module/core/os/spill_memfd.cpp")
 endif()
 list(APPEND fastrevert_os_sources
      "${PROJECT_SOURCE_DIR}/module/core/os/child_exit_${FASTREVERT_CHILD_EXIT}.cpp")

@@ -19,8 +19,9 @@
 ;; - inserting output into a buffer as Emacs's default filter does,
 ;;   markers, narrowing and read-only text included;
 ;; - inserting a byte range of a memfd (an anonymous in-memory file the
-;;   engine filled) straight into the buffer gap, decoded by
-;;   `insert-file-contents', with no Lisp string made.
+;;   engine filled; where there is none, a file with no name left)
+;;   straight into the buffer gap, decoded by `insert-file-contents',
+;;   with no Lisp string made.
 ;;
 ;; Nothing here knows of the engine or of processes: the process
 ;; object (fastrevert-process.el) and the `call-process' drop-in
@@ -340,10 +341,20 @@ takes its output undecoded there, and detects nothing.)"
 (defvar fastrevert--memfd-file-names (make-hash-table :test #'eql)
   "Descriptor number -> the file name that opens it, made once per number.")
 
+(defconst fastrevert--descriptor-name-format
+  (if (file-directory-p "/proc/self/fd") "/proc/self/fd/%d" "/dev/fd/%d")
+  "The name of one of Emacs's own descriptors, for `format'.
+Linux's /proc/self/fd/N opens the file anew; elsewhere (macOS, the
+BSDs, where FreeBSD wants fdescfs mounted on /dev/fd) /dev/fd/N
+duplicates the descriptor.  The module reads and writes the files
+it hands over at explicit offsets only, and makes a pipe blocking
+before it hands it over there, so either serves.")
+
 (defun fastrevert--memfd-file-name (fd)
-  "Return a file name that opens the memfd FD."
+  "Return a file name that opens the memfd FD, or the pipe FD."
   (or (gethash fd fastrevert--memfd-file-names)
-      (puthash fd (format "/proc/self/fd/%d" fd) fastrevert--memfd-file-names)))
+      (puthash fd (format fastrevert--descriptor-name-format fd)
+               fastrevert--memfd-file-names)))
 
 (defun fastrevert--insert-memfd-range (fd beg end coding &optional before-markers)
   "Insert bytes [BEG, END) of the memfd FD at point, decoded with CODING.

@@ -2,9 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/epoll.h>
 #include <sys/ioctl.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -21,6 +19,9 @@
 #include "core/engine.h"
 #include "core/errors.h"
 #include "core/fd.h"
+#include "core/find_last.h"
+#include "core/platform.h"
+#include "core/spill.h"
 
 namespace fastrevert {
 
@@ -182,9 +183,8 @@ std::uint64_t line_boundary(int memfd, std::uint64_t from, std::uint64_t to) {
     std::uint64_t start = end - from > kWindow ? end - kWindow : from;
     ssize_t got = pread(memfd, window, end - start, static_cast<off_t>(start));
     if (got <= 0) return from;
-    const void* newline = memrchr(window, '\n', static_cast<std::size_t>(got));
-    if (newline)
-      return start + static_cast<std::uint64_t>(static_cast<const char*>(newline) - window) + 1;
+    const char* newline = find_last(window, '\n', static_cast<std::size_t>(got));
+    if (newline) return start + static_cast<std::uint64_t>(newline - window) + 1;
     end = start;
   }
   return from;
@@ -290,8 +290,8 @@ class Call {
 
 void Call::open_memfd() {
   if (memfd_) return;
-  memfd_.reset(memfd_create("fastrevert-call-process", MFD_CLOEXEC));
-  if (!memfd_) throw_errno("memfd_create");
+  memfd_.reset(open_spill("fastrevert-call-process"));
+  if (!memfd_) throw_errno(spill_call());
   if (int error = write_all_at(memfd_.get(), head_, 0)) throw SystemError(error, "write", "memfd");
   head_ = std::string();
 }
@@ -306,9 +306,8 @@ void Call::take(const char* bytes, std::size_t size) {
       throw SystemError(error, "write", "memfd");
     }
   }
-  if (const void* newline = memrchr(bytes, '\n', size)) {
-    line_end_ =
-        written_ + static_cast<std::uint64_t>(static_cast<const char*>(newline) - bytes) + 1;
+  if (const char* newline = find_last(bytes, '\n', size)) {
+    line_end_ = written_ + static_cast<std::uint64_t>(newline - bytes) + 1;
   }
   written_ += size;
 }
@@ -324,8 +323,7 @@ void Call::release_inserted() {
   constexpr std::uint64_t kReleaseStep = std::uint64_t{1} << 20;
   if (consumed_ - released_ < kReleaseStep) return;
   // A failure only leaves the memory in use until the memfd is closed.
-  fallocate(memfd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0,
-            static_cast<off_t>(consumed_));
+  give_back_spilled(memfd_.get(), static_cast<off_t>(consumed_));
   released_ = consumed_;
 }
 
@@ -425,8 +423,8 @@ Call::PipeState Call::watch() {
     // full matters from here on.
     if (!capacity_known && state.waiting >= kPageSize) {
       capacity_known = true;
-      int capacity = fcntl(child_.stdout_fd, F_GETPIPE_SZ);
-      if (capacity > 0) state.capacity = static_cast<std::size_t>(capacity);
+      std::size_t capacity = pipe_capacity(child_.stdout_fd);
+      if (capacity > 0) state.capacity = capacity;
     }
     // A pipe is full once its pages are, which small writes can make it
     // with far fewer bytes than its capacity: a pipe holding a good part
@@ -507,9 +505,8 @@ void Call::read_on_this_thread() {
   // worth) has this thread wait on the pipe itself.
   bool ticking = step_ == 0 || step_ >= hooks_.string_limit;
   char buffer[65536];
-  int capacity = fcntl(child_.stdout_fd, F_GETPIPE_SZ);
-  std::uint64_t pipe_capacity =
-      capacity > 0 ? static_cast<std::uint64_t>(capacity) : kDefaultPipeCapacity;
+  std::size_t capacity = fastrevert::pipe_capacity(child_.stdout_fd);
+  std::uint64_t pipe_capacity = capacity > 0 ? capacity : kDefaultPipeCapacity;
   bool pipe_grown = pipe_capacity > kDefaultPipeCapacity;
   int tick_ms = kFirstTickMs;
   bool quiet = false;
@@ -622,6 +619,16 @@ CallResult Call::run() {
     // pipe.  Anything else, a quiet child's output included, the caller
     // reads straight into its buffer: nothing is copied on the way.
     if (!(seen.full && step_ > 0) && !small) {
+#if !FASTREVERT_HAVE_PROC_SELF_FD
+      // The caller opens the pipe as /dev/fd/N, a duplicate of this
+      // descriptor that shares its O_NONBLOCK: its reads must wait for the
+      // child, as they do where /proc/self/fd/N opens the pipe anew.  The
+      // drain below polls before it reads, so it never blocks either way.
+      int flags = fcntl(child_.stdout_fd, F_GETFL);
+      if (flags < 0 || fcntl(child_.stdout_fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+        throw_errno("fcntl", "process output");
+      }
+#endif
       PipeInsert read = hooks_.insert_pipe(child_.stdout_fd);
       written_ = read.bytes;
       if (read.quit) return quit_now();

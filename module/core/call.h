@@ -6,10 +6,12 @@
 // stderr and the child's exit with poll(), and hands each stream's bytes to a
 // sink.  run_call() is what `call-process' needs: a small output reaches the
 // caller as one string once the child has closed it; a larger one is read
-// into a memfd and handed over as byte ranges of that file, each as soon as
-// enough whole lines have arrived, so that the caller decodes straight from
-// the file while the child writes the rest.  Only a child that writes faster
-// than the caller inserts gets a MemfdCopier thread to drain its pipe.
+// into a memfd (where there is none, a file removed as it is made:
+// core/spill.h) and handed over as byte ranges of that file, each as soon
+// as enough whole lines have arrived, so that the caller decodes straight
+// from the file while the child writes the rest.  Only a child that writes
+// faster than the caller inserts gets a MemfdCopier thread to drain its
+// pipe.
 //
 // Nothing here calls Emacs: the caller passes what it needs as plain values
 // and callbacks.  Callbacks may throw (a Lisp error in the inserter, a quit

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -13,6 +12,7 @@
 
 #include "core/errors.h"
 #include "core/pipe.h"
+#include "core/spill.h"
 #include "core/threads.h"
 
 namespace fastrevert {
@@ -26,19 +26,11 @@ constexpr std::size_t kChunk = std::size_t{1} << 20;
 
 MemfdCopier::MemfdCopier(int pipe_fd, int memfd, std::uint64_t written, Options options)
     : pipe_fd_(pipe_fd), memfd_(memfd), use_splice_(!options.without_splice), written_(written) {
-  wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) throw_errno("eventfd");
-  try {
-    thread_ = start_thread_blocking_signals([this] { run(); });
-  } catch (...) {
-    close(wake_fd_);
-    throw;
-  }
+  thread_ = start_thread_blocking_signals([this] { run(); });
 }
 
 MemfdCopier::~MemfdCopier() {
   stop();
-  close(wake_fd_);
 }
 
 std::uint64_t MemfdCopier::wait(std::uint64_t wanted, std::chrono::milliseconds timeout,
@@ -79,9 +71,7 @@ std::uint64_t MemfdCopier::released() {
 }
 
 void MemfdCopier::wake() noexcept {
-  std::uint64_t one = 1;
-  ssize_t ignored = write(wake_fd_, &one, sizeof one);
-  (void)ignored;
+  wake_.signal();
 }
 
 void MemfdCopier::run() noexcept {
@@ -91,18 +81,14 @@ void MemfdCopier::run() noexcept {
   for (;;) {
     // Once the copy has ended the thread stays, to give back memory, until
     // it is stopped.
-    pollfd fds[2] = {{copying ? pipe_fd_ : -1, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+    pollfd fds[2] = {{copying ? pipe_fd_ : -1, POLLIN, 0}, {wake_.fd(), POLLIN, 0}};
     if (poll(fds, 2, -1) < 0) {
       if (errno == EINTR) continue;
       std::lock_guard<std::mutex> lock(mutex_);
       if (copying) error_ = errno;
       break;
     }
-    if (fds[1].revents) {
-      std::uint64_t count;
-      ssize_t ignored = read(wake_fd_, &count, sizeof count);
-      (void)ignored;
-    }
+    if (fds[1].revents) wake_.reset();
     std::uint64_t target;
     bool stopping;
     {
@@ -111,7 +97,7 @@ void MemfdCopier::run() noexcept {
       stopping = stop_requested_;
     }
     if (target > punched) {
-      fallocate(memfd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(target));
+      give_back_spilled(memfd_, static_cast<off_t>(target));
       punched = target;
       std::lock_guard<std::mutex> lock(mutex_);
       released_ = target;

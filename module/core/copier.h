@@ -3,13 +3,14 @@
 // A synchronous caller (fastrevert-call-process) wants three things to run at
 // once: the child writing, the copy out of the pipe, and Emacs decoding what
 // has already arrived.  MemfdCopier is the copy: its thread moves the pipe's
-// bytes into the memfd (splice, which moves pipe pages without a copy
-// through user space, or read and pwrite where the kernel refuses splice
-// into the file) and tells the caller how far the file is written.  It also
-// gives back the memory of bytes the caller has consumed (a hole punched in
-// the file), so that neither the caller's thread nor the memory peak pays
-// for output already decoded.  The thread blocks every signal and never
-// calls Emacs.
+// bytes into the memfd, or the file that stands in for one (core/spill.h),
+// with splice, which moves pipe pages without a copy through user space, or
+// with read and pwrite where the kernel refuses splice into the file or has
+// none.  It tells the caller how far the file is written.  It also gives
+// back the memory of bytes the caller has consumed (a hole punched in the
+// file, where the kernel can), so that neither the caller's thread nor the
+// memory peak pays for output already decoded.  The thread blocks every
+// signal and never calls Emacs.
 #pragma once
 
 #include <chrono>
@@ -17,6 +18,8 @@
 #include <cstdint>
 #include <mutex>
 #include <thread>
+
+#include "core/wake_signal.h"
 
 namespace fastrevert {
 
@@ -68,7 +71,9 @@ class MemfdCopier {
 
   int pipe_fd_;
   int memfd_;
-  int wake_fd_ = -1;
+  // Wakes the copy thread for a release or a stop.  Declared before the
+  // thread, so that it exists before the thread starts and after it ends.
+  WakeSignal wake_;
   bool use_splice_;
   std::thread thread_;
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "core/process_table.h"
+#include "core/spill.h"
 
 namespace fastrevert {
 
@@ -41,7 +42,7 @@ void HandedFds::release(int fd, off_t length, bool close, Engine* engine) {
   // of it is refused, even before the engine has closed it.
   if (close) remove(fd);
   auto release_now = [fd, length, close] {
-    if (length > 0) fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, length);
+    if (length > 0) give_back_spilled(fd, length);
     if (close) ::close(fd);
   };
   // Freeing a few pages costs less than waking the engine for it.

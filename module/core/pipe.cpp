@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "core/errors.h"
+#include "core/platform.h"
 
 namespace fastrevert {
 
@@ -31,13 +32,29 @@ std::size_t pipe_max_size() noexcept {
   return cached;
 }
 
+std::size_t pipe_capacity(int fd) noexcept {
+#if FASTREVERT_HAVE_PIPE_SIZE
+  int current = fcntl(fd, F_GETPIPE_SZ);
+  return current < 0 ? 0 : static_cast<std::size_t>(current);
+#else
+  (void)fd;
+  return 0;
+#endif
+}
+
 std::size_t grow_pipe(int fd, std::size_t size) noexcept {
+#if FASTREVERT_HAVE_PIPE_SIZE
   int current = fcntl(fd, F_GETPIPE_SZ);
   if (current < 0) return 0;
   std::size_t wanted = size < pipe_max_size() ? size : pipe_max_size();
   if (wanted <= static_cast<std::size_t>(current)) return static_cast<std::size_t>(current);
   int granted = fcntl(fd, F_SETPIPE_SZ, static_cast<int>(wanted));
   return granted < 0 ? static_cast<std::size_t>(current) : static_cast<std::size_t>(granted);
+#else
+  (void)fd;
+  (void)size;
+  return 0;
+#endif
 }
 
 char* ReadScratch::reserve(std::size_t size) {
@@ -94,11 +111,12 @@ ReadResult AdaptiveReader::read_append(int fd, std::string& out) {
 void AdaptiveReader::after_full_read(int fd, std::size_t bytes) {
   if (!pipe_growth_done_ && grow_pipe_to_ > 0) {
     if (pipe_capacity_ == 0) {
-      int capacity = fcntl(fd, F_GETPIPE_SZ);
-      if (capacity < 0) {
-        pipe_growth_done_ = true;  // Not a pipe: nothing to enlarge.
+      std::size_t capacity = fastrevert::pipe_capacity(fd);
+      if (capacity == 0) {
+        // Not a pipe, or a system that does not size pipes: nothing to enlarge.
+        pipe_growth_done_ = true;
       } else {
-        pipe_capacity_ = static_cast<std::size_t>(capacity);
+        pipe_capacity_ = capacity;
       }
     }
     // Reading a whole pipe's worth at once means the writer had filled it and
@@ -112,7 +130,45 @@ void AdaptiveReader::after_full_read(int fd, std::size_t bytes) {
   if (read_size_ < max_size_) read_size_ = std::min(read_size_ * 2, max_size_);
 }
 
+namespace {
+
+ssize_t write_retrying(int fd, const char* data, std::size_t size) noexcept {
+  ssize_t written;
+  do {
+    written = write(fd, data, size);
+  } while (written < 0 && errno == EINTR);
+  return written;
+}
+
+// Takes the SIGPIPE that a failed write raised in this thread, where
+// SIGPIPE is blocked, off the thread's pending signals.
+void consume_own_sigpipe(const sigset_t& sigpipe_only) noexcept {
+#if FASTREVERT_HAVE_SIGTIMEDWAIT
+  struct timespec no_wait = {0, 0};
+  int taken;
+  do {
+    taken = sigtimedwait(&sigpipe_only, nullptr, &no_wait);
+  } while (taken < 0 && errno == EINTR);
+#else
+  // sigwait waits for a signal that is not pending, so it is asked only for
+  // one that is.
+  sigset_t pending;
+  if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+    int taken;
+    sigwait(&sigpipe_only, &taken);
+  }
+#endif
+}
+
+}  // namespace
+
 ssize_t write_without_sigpipe(int fd, const char* data, std::size_t size) noexcept {
+#if FASTREVERT_HAVE_F_SETNOSIGPIPE
+  // macOS and the BSDs: a descriptor can be told to fail with EPIPE alone,
+  // which leaves the signal mask out of it.  Should that be refused, the
+  // mask does it.
+  if (fcntl(fd, F_SETNOSIGPIPE, 1) == 0) return write_retrying(fd, data, size);
+#endif
   sigset_t sigpipe_only;
   sigset_t previous_mask;
   sigemptyset(&sigpipe_only);
@@ -123,19 +179,10 @@ ssize_t write_without_sigpipe(int fd, const char* data, std::size_t size) noexce
   sigpending(&pending);
   bool already_pending = sigismember(&pending, SIGPIPE) == 1;
 
-  ssize_t written;
-  do {
-    written = write(fd, data, size);
-  } while (written < 0 && errno == EINTR);
+  ssize_t written = write_retrying(fd, data, size);
   int saved_errno = errno;
 
-  if (written < 0 && saved_errno == EPIPE && !already_pending) {
-    struct timespec no_wait = {0, 0};
-    int taken;
-    do {
-      taken = sigtimedwait(&sigpipe_only, nullptr, &no_wait);
-    } while (taken < 0 && errno == EINTR);
-  }
+  if (written < 0 && saved_errno == EPIPE && !already_pending) consume_own_sigpipe(sigpipe_only);
   pthread_sigmask(SIG_SETMASK, &previous_mask, nullptr);
   errno = saved_errno;
   return written;
@@ -173,6 +220,17 @@ std::string read_at(int fd, std::uint64_t begin, std::uint64_t end) {
 }
 
 SpliceResult splice_into(int pipe_fd, int file_fd, std::uint64_t offset, std::size_t max) noexcept {
+#if !FASTREVERT_HAVE_SPLICE
+  // No splice here: the caller copies, as it does where the kernel refuses.
+  (void)pipe_fd;
+  (void)file_fd;
+  (void)offset;
+  (void)max;
+  SpliceResult refused;
+  refused.status = SpliceResult::Status::refused;
+  refused.error = ENOSYS;
+  return refused;
+#else
   auto at = static_cast<loff_t>(offset);
   ssize_t moved;
   do {
@@ -194,6 +252,7 @@ SpliceResult splice_into(int pipe_fd, int file_fd, std::uint64_t offset, std::si
     result.error = errno;
   }
   return result;
+#endif
 }
 
 }  // namespace fastrevert

@@ -24,10 +24,14 @@ namespace fastrevert {
 // cannot be read.
 std::size_t pipe_max_size() noexcept;
 
+// What pipe FD holds when full, or 0 when FD is not a pipe or the system
+// does not tell (F_GETPIPE_SZ is Linux's; macOS grows its pipes itself).
+std::size_t pipe_capacity(int fd) noexcept;
+
 // Asks for pipe FD to hold SIZE bytes (capped at pipe_max_size()).  Returns
-// the capacity the pipe now has, or 0 when FD is not a pipe.  Never throws: a
-// refused enlargement (EPERM past a user's pipe quota) leaves the pipe as it
-// was.
+// the capacity the pipe now has, or 0 when FD is not a pipe or the system
+// does not size pipes (F_SETPIPE_SZ is Linux's).  Never throws: a refused
+// enlargement (EPERM past a user's pipe quota) leaves the pipe as it was.
 std::size_t grow_pipe(int fd, std::size_t size) noexcept;
 
 // The largest read an AdaptiveReader grows to, unless told otherwise.
@@ -103,10 +107,13 @@ class AdaptiveReader {
   bool pipe_growth_done_ = false;
 };
 
-// write(2) that never raises SIGPIPE in the calling thread: it blocks SIGPIPE
-// around the write and, when the write fails with EPIPE, consumes the
-// thread-directed SIGPIPE it caused.  Returns what write() returns, with errno
-// set on failure (EINTR is retried).
+// write(2) that never raises SIGPIPE in the calling thread, and installs no
+// handler.  Where a descriptor can be told to raise none (F_SETNOSIGPIPE:
+// macOS, the BSDs), FD is told so.  Otherwise it blocks SIGPIPE around the
+// write and, when the write fails with EPIPE, consumes the thread-directed
+// SIGPIPE it caused: with sigtimedwait (Linux), else with sigwait once
+// sigpending shows it.  Returns what write() returns, with errno set on
+// failure (EINTR is retried).
 ssize_t write_without_sigpipe(int fd, const char* data, std::size_t size) noexcept;
 
 // Writes every byte of DATA to the file FD at OFFSET (a memfd: never short in
@@ -135,7 +142,8 @@ struct SpliceResult {
 
 // Moves up to MAX bytes from the non-blocking pipe PIPE_FD into FILE_FD at
 // OFFSET with splice(2), which moves pipe pages without a copy through user
-// space.  Retries EINTR.
+// space.  Retries EINTR.  Where there is no splice (Linux's alone), always
+// Status::refused, with ENOSYS: the caller reads and writes instead.
 SpliceResult splice_into(int pipe_fd, int file_fd, std::uint64_t offset, std::size_t max) noexcept;
 
 }  // namespace fastrevert

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,6 +18,7 @@
 
 #include "core/errors.h"
 #include "core/fd.h"
+#include "core/spill.h"
 
 namespace fastrevert {
 
@@ -742,7 +742,7 @@ bool ProcessTable::start_memfd(Process& process, Stream& stream) {
       stream.bytes_read <= process.options.memfd_threshold)
     return false;
   stream.memfd_wanted = false;
-  int memfd = memfd_create("fastrevert-process", MFD_CLOEXEC);
+  int memfd = open_spill("fastrevert-process");
   int theirs = memfd >= 0 ? fcntl(memfd, F_DUPFD_CLOEXEC, 0) : -1;
   if (theirs < 0) {
     int error = errno;

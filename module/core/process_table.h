@@ -6,8 +6,8 @@
 // exit descriptor (core/child_exit.h: a pidfd, or a kqueue; where there is
 // none, a uv_timer that calls waitpid(pid, WNOHANG) on that pid only), and
 // feeds its stdin without ever blocking; a table without a loop leaves the
-// watching to its thread (see core/handoff.h).  It installs no signal handler and never waits on any pid
-// but its own children's, so Emacs keeps SIGCHLD and its own subprocesses.
+// watching to its thread (see core/handoff.h).  It installs no signal handler and never waits on
+// any pid but its own children's, so Emacs keeps SIGCHLD and its own subprocesses.
 //
 // Records, per process ID:
 // - process_output (code OutputCode::stdout_bytes or stderr_bytes): the bytes of one stream, framed
@@ -25,7 +25,8 @@
 //   with stock Emacs, and memory stays bounded however fast it writes.
 // - With Options::stdout_to_memfd, once more than Options::memfd_threshold
 //   bytes of stdout were read, stdout goes to a memfd (an anonymous
-//   in-memory file) instead: first a process_output record with code
+//   in-memory file; where there is none, a file removed as it is made:
+//   core/spill.h) instead: first a process_output record with code
 //   kStdoutMemfdCode, whose data is the decimal number of a descriptor of
 //   that memfd that the consumer owns from then on; then, with code
 //   kStdoutRangeCode instead of code 1, records that say how far the memfd

@@ -372,18 +372,21 @@ a window showing the buffer."
         (progn
           (should (fastrevert-test-wait-for
                    (lambda () (setq fd (fastrevert--process-memfd process))) 30))
+          ;; A memfd, or where there is none a file removed as it was
+          ;; made: "/memfd:fastrevert-process (deleted)" or
+          ;; "/tmp/fastrevert-process-0123456789abcdef (deleted)".
           (let ((link (format "/proc/self/fd/%d" fd))
                 (listing (with-temp-buffer
                            (call-process "sh" nil t nil "-c" "ls -l /proc/$$/fd")
                            (buffer-string))))
-            (should (string-match-p "memfd:fastrevert-process" (file-symlink-p link)))
+            (should (string-match-p "fastrevert-process.* (deleted)" (file-symlink-p link)))
             (should (string-match-p "total" listing))
-            (should-not (string-match-p "memfd" listing))
+            (should-not (string-match-p "memfd:\\|(deleted)" listing))
             (should (fastrevert-test-wait-for (lambda () done) 30))
             (should (= (buffer-size buffer) size))
             (should-not (fastrevert--process-memfd process))
             (should (fastrevert-test-wait-for
-                     (lambda () (not (string-match-p "memfd:fastrevert-process"
+                     (lambda () (not (string-match-p "fastrevert-process"
                                                      (or (file-symlink-p link) ""))))
                      10))))
       (kill-buffer buffer)))
@@ -634,6 +637,10 @@ which both read at once."
           (should (fastrevert-test-wait-for
                    (lambda () (= (buffer-size buffer) 8388608)) 30))
           (setq path (format "/proc/%d/fd/%d" (emacs-pid) (fastrevert--process-memfd process)))
+          ;; Memory goes back before the close by a hole punched in the
+          ;; memfd; a file standing in for one (a portable build) keeps it
+          ;; until then.
+          (skip-unless (string-match-p "memfd:" (file-symlink-p path)))
           ;; Under 1 MiB of the 8 MiB still held (blocks of 512 bytes).
           (should (fastrevert-test-wait-for (lambda () (< (funcall blocks) 2048)) 10)))
       (fastrevert-delete-process process)

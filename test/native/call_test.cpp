@@ -25,6 +25,7 @@
 #include "core/child.h"
 #include "core/engine.h"
 #include "core/errors.h"
+#include "core/platform.h"
 #include "support.h"
 
 using namespace fastrevert;
@@ -335,6 +336,53 @@ TEST_CASE("run_call leaves a long output in the pipe for a caller that reads it 
       }
     }
   }
+}
+
+TEST_CASE("run_call hands its pipe to a caller that opens it by name, whose reads then wait",
+          "[call]") {
+  // A string's worth and more, a pause in which the pipe is empty, and the
+  // rest: a read that did not wait would fail in the pause.
+  Child child =
+      spawn(shell("head -c 20000 /dev/zero; sleep 0.3; head -c 30000 /dev/zero | tr '\\0' y"));
+  std::string got;
+  int pipe_reads = 0;
+  int read_error = 0;
+  CallHooks hooks;
+  hooks.insert_bytes = [](std::string_view) { FAIL("a string was handed over"); };
+  hooks.insert_range = [](int, std::uint64_t, std::uint64_t) { FAIL("a range was handed over"); };
+  hooks.insert_pipe = [&](int pipe_fd) {
+    ++pipe_reads;
+#if FASTREVERT_HAVE_PROC_SELF_FD
+    // Emacs opens /proc/self/fd/N: the pipe anew, with flags of its own.
+    int own = open(("/proc/self/fd/" + std::to_string(pipe_fd)).c_str(), O_RDONLY | O_CLOEXEC);
+#else
+    // Emacs opens /dev/fd/N, which on macOS and the BSDs is a duplicate
+    // of the descriptor, sharing its flags.
+    int own = fcntl(pipe_fd, F_DUPFD_CLOEXEC, 0);
+#endif
+    REQUIRE(own >= 0);
+    PipeInsert result;
+    char buffer[65536];
+    for (;;) {
+      ssize_t count = read(own, buffer, sizeof buffer);
+      if (count == 0) break;
+      if (count < 0) {
+        if (errno == EINTR) continue;
+        read_error = errno;
+        break;
+      }
+      got.append(buffer, static_cast<std::size_t>(count));
+      result.bytes += static_cast<std::uint64_t>(count);
+    }
+    close(own);
+    return result;
+  };
+  CallResult result = run_call(child, 0, hooks);
+  CHECK(read_error == 0);
+  CHECK(pipe_reads == 1);
+  CHECK(got == std::string(20000, '\0') + std::string(30000, 'y'));
+  CHECK(result.bytes == 50000);
+  CHECK(exit_status(result.wait_status).code == 0);
 }
 
 TEST_CASE("run_call streams through the memfd a child that fills the pipe faster than it is read",

@@ -1,8 +1,9 @@
-// Tests of MemfdCopier: a pipe copied into a memfd on a thread of its own.
+// Tests of MemfdCopier: a pipe copied into a memfd, or the file that stands
+// in for one (FASTREVERT_TEST_SPILL=file, a portable build), on a thread of
+// its own.
 #include "core/copier.h"
 
 #include <fcntl.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "catch_compat.h"
+#include "core/spill.h"
 #include "support.h"
 
 using fastrevert::MemfdCopier;
@@ -23,7 +25,7 @@ using fastrevert::test::TestPipe;
 namespace {
 
 struct Memfd {
-  int fd = memfd_create("fastrevert-copier-test", MFD_CLOEXEC);
+  int fd = fastrevert::open_spill("fastrevert-copier-test");
   Memfd() { REQUIRE(fd >= 0); }
   ~Memfd() { close(fd); }
   std::string read_all(std::size_t size) const {
@@ -72,8 +74,7 @@ std::uint64_t wait_until_done(MemfdCopier& copier) {
 
 }  // namespace
 
-TEST_CASE("MemfdCopier copies every byte in order, by splice and by read and pwrite",
-          "[copier]") {
+TEST_CASE("MemfdCopier copies every byte in order, by splice and by read and pwrite", "[copier]") {
   bool without_splice = GENERATE(false, true);
   INFO("without splice: " << without_splice);
   const std::string bytes = pattern_bytes(9 * 1024 * 1024 + 7, 42);
@@ -95,8 +96,7 @@ TEST_CASE("MemfdCopier copies every byte in order, by splice and by read and pwr
   CHECK(memfd.read_all(written) == head + bytes);
 }
 
-TEST_CASE("MemfdCopier gives back the memory of released bytes and keeps the rest",
-          "[copier]") {
+TEST_CASE("MemfdCopier gives back the memory of released bytes and keeps the rest", "[copier]") {
   const std::string bytes = pattern_bytes(8 * 1024 * 1024, 7);
   TestPipe pipe;
   Memfd memfd;
@@ -106,7 +106,10 @@ TEST_CASE("MemfdCopier gives back the memory of released bytes and keeps the res
   REQUIRE(wait_until_done(copier) == bytes.size());
   writer.join();
   long long before = memfd.allocated();
-  REQUIRE(before >= static_cast<long long>(bytes.size()));
+  // A file on disk may not be written out yet; a memfd holds every byte.
+  if (fastrevert::spill_mechanism() == fastrevert::SpillMechanism::memfd) {
+    REQUIRE(before >= static_cast<long long>(bytes.size()));
+  }
 
   // Released after the copy ended: the thread stays to give memory back.
   const std::uint64_t half = bytes.size() / 2;
@@ -116,7 +119,12 @@ TEST_CASE("MemfdCopier gives back the memory of released bytes and keeps the res
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
   REQUIRE(copier.released() == half);
-  CHECK(memfd.allocated() <= before - static_cast<long long>(half) + 65536);
+  // Where no hole can be punched the memory stays until the file is
+  // closed; the bytes kept are the same either way.
+  if (fastrevert::kSpillGivesBackMemory &&
+      fastrevert::spill_mechanism() == fastrevert::SpillMechanism::memfd) {
+    CHECK(memfd.allocated() <= before - static_cast<long long>(half) + 65536);
+  }
   struct stat status;
   REQUIRE(fstat(memfd.fd, &status) == 0);
   CHECK(static_cast<std::uint64_t>(status.st_size) == bytes.size());

@@ -17,6 +17,7 @@
 #include "catch_compat.h"
 #include "core/engine.h"
 #include "core/process_table.h"
+#include "core/spill.h"
 #include "engine_harness.h"
 
 using fastrevert::Engine;
@@ -98,7 +99,8 @@ TEST_CASE("a small memfd is released and closed at once, with or without an engi
     int fd = memfd_of_size(8192);
     handed.add(fd);
     handed.release(fd, 8192, false, engine);
-    CHECK(blocks_of(fd) == 0);
+    // Where no hole can be punched, the memory goes with the close.
+    CHECK((blocks_of(fd) == 0) == fastrevert::kSpillGivesBackMemory);
     CHECK(handed.contains(fd));
     handed.release(fd, 0, true, engine);
     CHECK_FALSE(handed.contains(fd));
