@@ -322,8 +322,11 @@ TEST_CASE("run_call leaves a long output in the pipe for a caller that reads it 
       CHECK(result.bytes == size);
       CHECK(exit_status(result.wait_status).code == 0);
       if (size <= kCallStringLimit) {
-        CHECK(got.string_calls == 1);
-        CHECK(pipe_reads == 0);
+        // A string, unless the child paused long enough between two
+        // writes to seem quiet (a loaded machine): then the caller reads
+        // the pipe.  Never both, and never a range.
+        CHECK(got.string_calls + pipe_reads == 1);
+        CHECK(got.ranges.empty());
       } else if (chunk == 0) {
         // Nothing but the caller ever reads a long output it cannot cut.
         CHECK(pipe_reads == 1);
