@@ -670,7 +670,15 @@ buffer current and leave its VC state as it was mid-operation."
       (let* ((log (expand-file-name "git.log" dir))
              (refreshes (make-hash-table :test #'eq))
              (count (lambda () (puthash (current-buffer) (1+ (gethash (current-buffer) refreshes 0))
-                                        refreshes))))
+                                        refreshes)))
+             (followed-up (make-hash-table :test #'eq))
+             (follow-up (lambda (function id &rest args)
+                          (let* ((buffer (fastrevert--buffer-of id))
+                                 (pending (and buffer (gethash buffer fastrevert--vc-pending))))
+                            (apply function id args)
+                            (when (and buffer (not pending)
+                                       (gethash buffer fastrevert--vc-pending))
+                              (puthash buffer t followed-up))))))
         (fastrevert-vc-test--with-git-log log
           (let ((buffers (fastrevert-vc-test--visit (directory-files-recursively dir "\\.txt\\'"))))
             (dolist (buffer buffers)
@@ -684,6 +692,11 @@ buffer current and leave its VC state as it was mid-operation."
                                 (revert-buffer--default ignore-auto noconfirm))))))
             (delete-file log)
             (advice-add 'vc-refresh-state :before count '((name . count-refreshes)))
+            ;; A move of HEAD seen after a buffer's revert refreshes it once
+            ;; more, by design (on a loaded machine Git can leave that much
+            ;; time between the index and HEAD): such a buffer counts two.
+            (advice-add 'fastrevert--on-vc-changed :around follow-up
+                        '((name . note-follow-ups)))
             (unwind-protect
                 (progn
                   (fastrevert-vc-test--sh dir "git checkout -q other")
@@ -694,13 +707,14 @@ buffer current and leave its VC state as it was mid-operation."
                                                      buffers)
                                            (fastrevert-vc-test--settled-p)))
                            30)))
-              (advice-remove 'vc-refresh-state 'count-refreshes))
-            (should (cl-every (lambda (buffer) (eql (gethash buffer refreshes) 1)) buffers))
+              (advice-remove 'vc-refresh-state 'count-refreshes)
+              (advice-remove 'fastrevert--on-vc-changed 'note-follow-ups))
+            (should (cl-every (lambda (buffer)
+                                (eql (gethash buffer refreshes)
+                                     (if (gethash buffer followed-up) 2 1)))
+                              buffers))
             (should (<= (length (fastrevert-vc-test--log-lines log)) 3))))))))
 
-(provide 'fastrevert-vc-test)
-
-;;; fastrevert-vc-test.el ends here
 
 ;;;; The mode line follows the repository
 
@@ -818,3 +832,7 @@ showing the old branch, does it move HEAD under HEAD.lock."
         ;; Nor does a bookmark: the active one is what the mode line shows.
         (fastrevert-vc-test--sh dir "hg bookmark -q feature")
         (fastrevert-vc-test--wait-for-mode-lines (list buffer) " Hg-feature")))))
+
+(provide 'fastrevert-vc-test)
+
+;;; fastrevert-vc-test.el ends here
