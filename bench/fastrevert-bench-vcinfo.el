@@ -47,9 +47,8 @@
   "Workload sizes of this benchmark as (KEY DEFAULT QUICK).")
 
 (defun fastrevert-bench-vcinfo--size (key)
-  "Return the size KEY for this run."
-  (let ((entry (assq key fastrevert-bench-vcinfo--sizes)))
-    (if (fastrevert-bench-quick-p) (nth 2 entry) (nth 1 entry))))
+  "Return the size KEY of this section for this run."
+  (fastrevert-bench-size key fastrevert-bench-vcinfo--sizes))
 
 ;;;; Cutting stock's ticks short
 

@@ -66,9 +66,8 @@
   "Workload sizes as (KEY DEFAULT QUICK).")
 
 (defun fastrevert-bench-workload--size (key)
-  "Return the size KEY for this run."
-  (let ((entry (assq key fastrevert-bench-workload--sizes)))
-    (if (fastrevert-bench-quick-p) (nth 2 entry) (nth 1 entry))))
+  "Return the size KEY of this section for this run."
+  (fastrevert-bench-size key fastrevert-bench-workload--sizes))
 
 ;;;; The repository
 

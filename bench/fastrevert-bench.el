@@ -120,9 +120,11 @@ QUICK applies when FASTREVERT_BENCH_QUICK is set.")
   (let ((value (getenv "FASTREVERT_BENCH_QUICK")))
     (and value (not (member value '("" "0" "no" "false"))))))
 
-(defun fastrevert-bench-size (key)
-  "Return the workload size KEY for this run (default or quick)."
-  (let ((entry (assq key fastrevert-bench--sizes)))
+(defun fastrevert-bench-size (key &optional table)
+  "Return the workload size KEY for this run (default or quick).
+TABLE is a section's list of (KEY DEFAULT QUICK), by default the
+harness's own."
+  (let ((entry (assq key (or table fastrevert-bench--sizes))))
     (unless entry
       (error "Unknown benchmark size %S" key))
     (if (fastrevert-bench-quick-p) (nth 2 entry) (nth 1 entry))))
