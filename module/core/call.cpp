@@ -190,6 +190,41 @@ std::uint64_t line_boundary(int memfd, std::uint64_t from, std::uint64_t to) {
   return from;
 }
 
+// Whether a cut right after BYTE is a character boundary in every coding
+// system the caller streams with (ASCII-compatible ones: UTF-8, single-byte
+// charsets, Shift-JIS, Big5, GB18030).  A byte below 0x80 never starts a
+// longer character in them, so one ends there, except an ASCII digit, which
+// may be the second byte of a four-byte GB18030 character, and a carriage
+// return, which may be half of a CRLF.
+bool ends_a_character(unsigned char byte) {
+  return byte < 0x80 && byte != '\r' && (byte < '0' || byte > '9');
+}
+
+// The end of the longest prefix of BYTES that ends_a_character() ends, or 0.
+std::size_t character_boundary(std::string_view bytes) {
+  for (std::size_t end = bytes.size(); end > 0; --end) {
+    if (ends_a_character(static_cast<unsigned char>(bytes[end - 1]))) return end;
+  }
+  return 0;
+}
+
+// The same for bytes [FROM, TO) of MEMFD: FROM when no byte ends a character.
+std::uint64_t character_boundary(int memfd, std::uint64_t from, std::uint64_t to) {
+  constexpr std::uint64_t kWindow = 4096;
+  char window[kWindow];
+  std::uint64_t end = to;
+  while (end > from) {
+    std::uint64_t start = end - from > kWindow ? end - kWindow : from;
+    ssize_t got = pread(memfd, window, end - start, static_cast<off_t>(start));
+    if (got <= 0) return from;
+    if (std::size_t cut = character_boundary({window, static_cast<std::size_t>(got)})) {
+      return start + cut;
+    }
+    end = start;
+  }
+  return from;
+}
+
 // Kills and reaps the child when a call unwinds early (an exception from a
 // hook), so that nothing is left running.  The copy thread, declared after
 // it, has stopped by then.
@@ -262,6 +297,10 @@ class Call {
   // megabyte, while this thread fills the memfd.
   void release_inserted();
   bool should_quit() const { return hooks_.should_quit && hooks_.should_quit(); }
+  // On a quit while output streams, hands over what was read and not yet
+  // inserted (and what waits in the pipe), up to a character boundary:
+  // stock has inserted what it read when the quit comes, and keeps it.
+  void keep_on_quit();
   // A quit: the child gets SIGINT and a second of grace before SIGKILL, and
   // is reaped, without waiting for a pipe a grandchild may hold.
   CallResult quit_now();
@@ -325,6 +364,27 @@ void Call::release_inserted() {
   // A failure only leaves the memory in use until the memfd is closed.
   give_back_spilled(memfd_.get(), static_cast<off_t>(consumed_));
   released_ = consumed_;
+}
+
+void Call::keep_on_quit() {
+  // An output that cannot be cut (CHUNK 0) keeps nothing: a prefix of it
+  // may decode otherwise than the whole would.
+  if (step_ == 0) return;
+  if (!eof_) {
+    // What the child wrote before the quit, stock would have read.
+    int waiting = 0;
+    if (ioctl(child_.stdout_fd, FIONREAD, &waiting) == 0 && waiting > 0) {
+      std::string bytes(static_cast<std::size_t>(waiting), '\0');
+      ssize_t got = read(child_.stdout_fd, bytes.data(), bytes.size());
+      if (got > 0) take(bytes.data(), static_cast<std::size_t>(got));
+    }
+  }
+  if (memfd_) {
+    std::uint64_t cut = character_boundary(memfd_.get(), consumed_, written_);
+    if (cut > consumed_ && hooks_.insert_range) insert(consumed_, cut);
+  } else if (std::size_t cut = character_boundary(head_); cut > 0 && hooks_.insert_bytes) {
+    hooks_.insert_bytes(std::string_view(head_).substr(0, cut));
+  }
 }
 
 CallResult Call::quit_now() {
@@ -582,6 +642,8 @@ void Call::copy_rest() {
     if (should_quit()) {
       copier_ = nullptr;
       capture.stop();
+      // What the copy thread wrote before it stopped counts too.
+      written_ = capture.wait(0, std::chrono::milliseconds(0), done);
       quit_ = true;
       return;
     }
@@ -604,7 +666,10 @@ CallResult Call::run() {
   // worth) gets them through the memfd; any other may read the pipe itself.
   if (hooks_.insert_pipe && (step_ == 0 || step_ >= hooks_.string_limit)) {
     PipeState seen = watch();
-    if (quit_) return quit_now();
+    if (quit_) {
+      keep_on_quit();
+      return quit_now();
+    }
     // An exited child's string's worth is read here.  Its end is then
     // most often the pipe's, and it goes over as a string; else something
     // the child started still holds the pipe, and this thread reads on.
@@ -641,14 +706,20 @@ CallResult Call::run() {
     }
   }
   read_on_this_thread();
-  if (quit_) return quit_now();
+  if (quit_) {
+    keep_on_quit();
+    return quit_now();
+  }
   if (eof_ && !memfd_) {
     if (!head_.empty()) hooks_.insert_bytes(head_);
     return finish();
   }
   if (!eof_) {
     copy_rest();
-    if (quit_) return quit_now();
+    if (quit_) {
+      keep_on_quit();
+      return quit_now();
+    }
   } else if (written_ > consumed_) {
     insert(consumed_, written_);
   }

@@ -107,7 +107,7 @@ struct CallHooks {
   // went.  PIPE_FD stays open until run_call returns.
   std::function<PipeInsert(int pipe_fd)> insert_pipe;
   // Whether the user asks to quit; looked at least every 50 ms, until it
-  // first says yes.  The child then gets its grace period before SIGKILL
+  // first says yes.  The insert hooks may still be called after that.  The child then gets its grace period before SIGKILL
   // however long the caller's quit stays pending (Emacs reports a quit
   // until it is handled), as a single C-g gives it with stock call-process.
   std::function<bool()> should_quit;
@@ -126,7 +126,10 @@ struct CallResult {
   // How the child ended: its raw wait status, or -1 when someone else reaped it.
   int wait_status = -1;
   // The user quit: the child got SIGINT, a second of grace, then SIGKILL,
-  // and was reaped; no further hook was called.
+  // and was reaped.  With CHUNK positive, what had been read by then (and
+  // what waited in the pipe) was handed over first, up to the last byte
+  // that ends a character in every coding that can be cut; with CHUNK 0,
+  // no hook was called after the quit.
   bool quit = false;
   // How many bytes of output were read.
   std::uint64_t bytes = 0;

@@ -65,7 +65,13 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
   if (!child) return failure;
 
   CallHooks hooks;
-  hooks.should_quit = [&env] { return env.quit_requested(); };
+  // A quit seen is put aside, so that the inserter can still take what was
+  // read before it; it is signalled once the child is gone.
+  hooks.should_quit = [&env] {
+    if (!env.quit_requested()) return false;
+    env.clear_exit();
+    return true;
+  };
   if (inserter) {
     hooks.insert_bytes = [&env, inserter](std::string_view bytes) {
       env.funcall(inserter, {env.unibyte(bytes), env.nil(), env.nil()});
@@ -91,8 +97,8 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
   if (counting) hooks.stats = &counting->stats();
   CallResult result = run_call(*child, static_cast<std::uint64_t>(chunk > 0 ? chunk : 0), hooks);
   if (result.quit) {
-    // A quit seen here is still pending, and this raises it; one the
-    // inserter caught while it read is raised anew.
+    // The quit was put aside, or the inserter caught it while it read: it
+    // is raised anew.  A second quit while the inserter ran is pending.
     env.check();
     env.signal("quit", env.nil());
   }

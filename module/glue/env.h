@@ -91,6 +91,9 @@ class Env {
     return raw_->process_input(raw_) == emacs_process_input_quit;
   }
 
+  // Forgets a pending non-local exit, so that Emacs can be called again.
+  void clear_exit() const noexcept { raw_->non_local_exit_clear(raw_); }
+
   // Throws PendingExit if a non-local exit is pending.
   void check() const {
     if (raw_->non_local_exit_check(raw_) != emacs_funcall_exit_return) throw PendingExit{};

@@ -554,7 +554,68 @@ TEST_CASE("run_call reports an exit code and a killing signal through exit_statu
   CHECK(exit_status(-1).how == ExitStatus::How::lost);
 }
 
-TEST_CASE("run_call on a quit interrupts the child and hands nothing more over", "[call]") {
+// Waits, up to a deadline, until PATH exists.
+bool file_appears(const std::string& path) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (access(path.c_str(), F_OK) != 0) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    poll(nullptr, 0, 5);
+  }
+  return true;
+}
+
+// Runs a child that writes OUTPUT (printf escapes), then creates a file and
+// waits to be killed, with CHUNK and the quit asked at the QUIT_AT-th look
+// once that file exists, so that the whole output waits in the pipe or has
+// been read when the quit comes.
+CallResult quit_after_output(const std::string& output, std::uint64_t chunk, int quit_at,
+                             Collected& got, bool with_pipe) {
+  TempDir dir;
+  std::string marker = dir.file("written");
+  SpawnSpec spec = shell("printf '" + output + "'; : > '" + marker + "'; exec sleep 1000");
+  spec.new_session = true;
+  Child child = spawn(spec);
+  REQUIRE(file_appears(marker));
+  int pipe_reads = 0;
+  CallHooks hooks = with_pipe ? collecting_with_pipe(got, pipe_reads) : collecting(got);
+  int asked = 0;
+  hooks.should_quit = [&asked, quit_at] { return ++asked == quit_at; };
+  CallResult result = run_call(child, chunk, hooks);
+  CHECK(pipe_reads == 0);
+  return result;
+}
+
+TEST_CASE("run_call on a quit while output streams keeps what was read, to a character's end",
+          "[call]") {
+  // Stock inserts each read as it comes, holding back only an unfinished
+  // character: a quit leaves those reads in the buffer.  A lone UTF-8 lead
+  // byte, an ASCII digit (maybe half a GB18030 character) and a CR (maybe
+  // half a CRLF) may not end a character; anything else below 0x80 does.
+  const std::string kept(60000, 'x');
+  Collected got;
+  SECTION("read, past a string's worth, with no newline to cut at") {
+    CallResult result = quit_after_output(kept + "\\303", 65536, 2, got, false);
+    CHECK(result.quit);
+    CHECK(got.bytes == kept);
+  }
+  SECTION("read, within a string's worth") {
+    CallResult result = quit_after_output("abc 12\\r", 65536, 2, got, false);
+    CHECK(result.quit);
+    CHECK(got.bytes == "abc ");
+  }
+  SECTION("still in the pipe, while the child is watched") {
+    CallResult result = quit_after_output(kept + "7", 65536, 1, got, true);
+    CHECK(result.quit);
+    CHECK(got.bytes == kept);
+  }
+  SECTION("nothing, for an output that cannot be cut") {
+    CallResult result = quit_after_output(kept, 0, 2, got, false);
+    CHECK(result.quit);
+    CHECK(got.bytes.empty());
+  }
+}
+
+TEST_CASE("run_call on a quit interrupts the child, keeping at most what it had read", "[call]") {
   SECTION("while output still fits a string") {
     SpawnSpec spec = shell("echo started; exec sleep 1000");
     spec.new_session = true;
@@ -576,7 +637,8 @@ TEST_CASE("run_call on a quit interrupts the child and hands nothing more over",
     TempDir dir;
     // More than one turn of the reading loop takes, so that ranges follow
     // the first.
-    write_file(dir / "out", lines_of(std::size_t{8} << 20));
+    const std::string output = lines_of(std::size_t{8} << 20);
+    write_file(dir / "out", output);
     // The trap comes first: the quit may come while cat still writes.
     SpawnSpec spec = shell("trap '' INT; cat '" + dir.file("out") + "'; exec sleep 1000");
     spec.new_session = true;
@@ -599,6 +661,11 @@ TEST_CASE("run_call on a quit interrupts the child and hands nothing more over",
     CHECK(result.copier_used);
     std::size_t ranges = got.ranges.size();
     CHECK(ranges >= 1);
+    // What was handed over is the output's start, in order, cut after a
+    // byte that ends a character.
+    REQUIRE(!got.bytes.empty());
+    CHECK(output.compare(0, got.bytes.size(), got.bytes) == 0);
+    CHECK(got.bytes.back() != '\r');
     // The child ignores SIGINT: the grace period ends with SIGKILL.
     ExitStatus status = exit_status(result.wait_status);
     CHECK(status.how == ExitStatus::How::signaled);
