@@ -258,6 +258,7 @@ class Call {
   // What the pipe looked like when watch() stopped watching it.
   struct PipeState {
     bool exited = false;       // The child exited (the pipe may stay open).
+    bool closed = false;       // The pipe has no writer left.
     bool full = false;         // The child waits on the pipe, or soon will.
     bool quiet = false;        // Output waits, and the child stopped writing.
     std::size_t waiting = 0;   // Bytes waiting in it.
@@ -321,6 +322,9 @@ class Call {
   bool quit_ = false;
   // The child has exited (its pidfd said so); its pipe may still be open.
   bool exited_ = false;
+  // The pipe has no writer left: what it holds is all there will be,
+  // though the child may not have exited yet.
+  bool hung_up_ = false;
   bool copier_used_ = false;
   // While the copy thread runs, it gives back the memory of what the caller
   // has inserted; what is left when the call ends goes with the memfd.
@@ -445,6 +449,7 @@ bool Call::wait_for_more(Wait wait, int tick_ms) {
     int ready =
         wait == Wait::exit_or_pipe ? poll(&fd, 1, kLongestTickMs) : poll(nullptr, 0, tick_ms);
     if (ready < 0 && errno != EINTR) throw_errno("poll");
+    if (ready > 0 && (fd.revents & POLLHUP)) hung_up_ = true;
     if (exited_unreaped(child_.pid)) exited_ = true;
     return !should_quit();
   }
@@ -455,6 +460,7 @@ bool Call::wait_for_more(Wait wait, int tick_ms) {
   int ready = poll(first, count, wait == Wait::exit ? tick_ms : 50);
   if (ready < 0 && errno != EINTR) throw_errno("poll");
   if (wait != Wait::pipe && ready > 0 && fds[0].revents) exited_ = true;
+  if (ready > 0 && (fds[1].revents & POLLHUP)) hung_up_ = true;
   return !should_quit();
 }
 
@@ -479,6 +485,14 @@ Call::PipeState Call::watch() {
     // too (run() makes it), which saves a look at the pipe per wait.
     state.exited = exited_;
     if (exited_) return state;
+    // A pipe without a writer ends the watch as an exit does: its end is
+    // near, and a child that closed it is waited for without spinning on
+    // a hang-up that every poll reports at once (on a busy CPU that spin
+    // keeps the exiting child from running).
+    if (hung_up_) {
+      state.closed = true;
+      return state;
+    }
     // A page's worth or more may be near a full pipe: what it holds when
     // full matters from here on.
     if (!capacity_known && state.waiting >= kPageSize) {
@@ -673,7 +687,7 @@ CallResult Call::run() {
     // An exited child's string's worth is read here.  Its end is then
     // most often the pipe's, and it goes over as a string; else something
     // the child started still holds the pipe, and this thread reads on.
-    bool small = seen.exited && seen.waiting <= hooks_.string_limit;
+    bool small = (seen.exited || seen.closed) && seen.waiting <= hooks_.string_limit;
     if (small && read_waiting()) {
       if (!head_.empty()) hooks_.insert_bytes(head_);
       return finish();

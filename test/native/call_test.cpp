@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -583,6 +584,33 @@ CallResult quit_after_output(const std::string& output, std::uint64_t chunk, int
   CallResult result = run_call(child, chunk, hooks);
   CHECK(pipe_reads == 0);
   return result;
+}
+
+// The CPU time this thread has used, in seconds.
+double thread_cpu_seconds() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) / 1e9;
+}
+
+TEST_CASE("run_call waits for a child that closed its output without spinning", "[call]") {
+  // A pipe without a writer reports a hang-up to every poll at once: a
+  // wait that keeps polling it until the exit burns a CPU, and on a busy
+  // one keeps the exiting child from running.
+  for (std::uint64_t chunk : {std::uint64_t{0}, std::uint64_t{65536}}) {
+    Collected got;
+    int pipe_reads = 0;
+    CallHooks hooks = collecting_with_pipe(got, pipe_reads);
+    Child child = spawn(shell("exec >&- 2>&-; sleep 1.5"));
+    double cpu_before = thread_cpu_seconds();
+    CallResult result = run_call(child, chunk, hooks);
+    double cpu = thread_cpu_seconds() - cpu_before;
+    CHECK(exit_status(result.wait_status).code == 0);
+    CHECK(got.bytes.empty());
+    // A spin would have used most of the 1.5 s, a third of it even on a
+    // CPU shared with two busy loops.
+    CHECK(cpu < 0.25);
+  }
 }
 
 TEST_CASE("run_call on a quit while output streams keeps what was read, to a character's end",
