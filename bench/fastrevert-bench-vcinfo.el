@@ -172,11 +172,14 @@ in the selected window, and is the file a commit or stash concerns."
       seconds))))
 
 (defun fastrevert-bench-vcinfo--quiet ()
-  "Wait until fastrevert has had nothing to do for 0.2 s."
+  "Wait until fastrevert has had nothing to do for 0.2 s.
+It is looked at just before the wait ends, so that work a record
+brought in the last wait for events is waited for too."
   (let ((since (float-time))
         (deadline (+ (float-time) 60)))
-    (while (and (< (- (float-time) since) 0.2) (< (float-time) deadline))
-      (unless (fastrevert-bench-vc--settled-p) (setq since (float-time)))
+    (while (and (< (float-time) deadline)
+                (progn (unless (fastrevert-bench-vc--settled-p) (setq since (float-time)))
+                       (< (- (float-time) since) 0.2)))
       (read-event nil nil 0.01))))
 
 (defun fastrevert-bench-vcinfo--back-to-main (dir buffers)

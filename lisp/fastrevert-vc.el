@@ -648,6 +648,70 @@ how versions are read, which the batch notes when it starts."
 The advice is innermost, so that any other advice on these functions
 still runs as it would around the stock functions.")
 
+;;;; Showing the state early
+
+(defun fastrevert-vc--early-key (file)
+  "Return what decides the mode line of FILE in the running batch, or nil.
+FILE is an absolute name.  Two files of one directory with the same
+key get the same answers from Git: the same count of index entries
+and the same status codes, so stock's `vc-mode-line' shows the same
+text for both.  Nil for a file Git does not track, or one the batch
+cannot answer for."
+  (let ((answers (fastrevert-vc--answers-for file)))
+    (when answers
+      (let* ((repo (car answers))
+             (relative (cdr answers))
+             (count (gethash relative (fastrevert-vc--repo-index repo) 0)))
+        (and (> count 0)
+             (list (file-name-directory file) count
+                   (gethash relative (fastrevert-vc--repo-status repo))))))))
+
+(defun fastrevert-vc--copy-reverses-p (string)
+  "Return non-nil if a copy of STRING lists its text properties reversed.
+Emacs copies each run of properties in reverse order; a second copy
+then gives back the order of the first, as a fresh refresh makes it."
+  (not (equal (object-intervals (copy-sequence string)) (object-intervals string))))
+
+(defun fastrevert-vc-show-early (buffers refresh)
+  "Show in BUFFERS' mode lines the VC state their refresh will give them.
+Call this inside `fastrevert-vc-call-with-batch' for BUFFERS.  Files
+of one directory that Git answers for alike (see
+`fastrevert-vc--early-key') get the same `vc-mode' from stock's
+`vc-refresh-state'.  REFRESH is called on the first buffer of each
+such group to refresh it in full; every other buffer of the group
+whose file Git already backed gets a copy of that `vc-mode' at once.
+Their full refresh, which sets the rest of their VC state, is still
+to be done.  Return (REFRESHED . SHOWN): the buffers REFRESH was
+called on, and those given a copy."
+  (let ((groups (make-hash-table :test #'equal))
+        (order nil))
+    (dolist (buffer buffers)
+      (let ((file (and (buffer-live-p buffer) (buffer-local-value 'buffer-file-name buffer))))
+        (when file
+          (let* ((file (expand-file-name file))
+                 (key (fastrevert-vc--early-key file)))
+            (when key
+              (unless (gethash key groups) (push key order))
+              (push (cons buffer file) (gethash key groups)))))))
+    (let ((refreshed nil)
+          (shown nil))
+      (dolist (key (nreverse order))
+        (pcase-let ((`((,first . ,first-file) . ,others) (nreverse (gethash key groups))))
+          (funcall refresh first)
+          (push first refreshed)
+          (let ((mode (buffer-local-value 'vc-mode first)))
+            (when (and (stringp mode) (eq (vc-file-getprop first-file 'vc-backend) 'Git))
+              (let ((twice (fastrevert-vc--copy-reverses-p mode)))
+                (pcase-dolist (`(,buffer . ,file) others)
+                  (when (eq (vc-file-getprop file 'vc-backend) 'Git)
+                    (with-current-buffer buffer
+                      (setq vc-mode (if twice
+                                        (copy-sequence (copy-sequence mode))
+                                      (copy-sequence mode)))
+                      (force-mode-line-update))
+                    (push buffer shown))))))))
+      (cons refreshed shown))))
+
 ;;;; Entry point
 
 (defun fastrevert-vc-call-with-batch (buffers function)

@@ -340,6 +340,36 @@ Non-nil YIELD means stop at pending input when
                 (with-demoted-errors "fastrevert: %S"
                   (funcall refresh buffer)))))))))))
 
+(defconst fastrevert--vc-early-minimum 100
+  "The fewest buffers whose VC refresh is due that get their mode lines early.
+Below that, refreshing them all costs less than the second pair of Git
+processes that showing them early takes.")
+
+(defconst fastrevert--vc-early-pause 0.01
+  "Seconds between showing mode lines early and the full VC refresh.
+Long enough for Emacs to redisplay them.")
+
+(defvar fastrevert--vc-shown-early nil
+  "Non-nil when the pending buffers' mode lines were shown early.
+Their full VC refresh comes next, without another early showing.")
+
+(defun fastrevert--show-vc-early (refresh)
+  "Show the mode lines of many pending buffers before their full VC refresh.
+Call this in a batch for the buffers of `fastrevert--vc-pending'.
+When at least `fastrevert--vc-early-minimum' of them are pending and
+they were not just shown early, refresh one buffer per group of
+buffers that get the same mode line, copy its `vc-mode' to the others
+of the group, and return non-nil: the others' full refresh follows
+after `fastrevert--vc-early-pause' (see `fastrevert-vc-show-early').
+REFRESH refreshes one buffer.  Otherwise return nil, and clear the
+mark of an early showing."
+  (if (or fastrevert--vc-shown-early
+          (< (hash-table-count fastrevert--vc-pending) fastrevert--vc-early-minimum))
+      (setq fastrevert--vc-shown-early nil)
+    (let ((done (fastrevert-vc-show-early (fastrevert--queued fastrevert--vc-pending) refresh)))
+      (dolist (buffer (car done)) (remhash buffer fastrevert--vc-pending))
+      (setq fastrevert--vc-shown-early (and (cdr done) t)))))
+
 (defun fastrevert--call-deferring-vc (function)
   "Call FUNCTION, doing the VC refreshes it asks for as one batch at its end.
 The stock handler refreshes the VC state of each buffer it reverts.  A
@@ -408,16 +438,21 @@ resume as soon as Emacs is idle."
                  (fastrevert-vc-call-with-batch
                   (fastrevert--queued fastrevert--vc-pending)
                   (lambda ()
-                    (fastrevert--work-through fastrevert--vc-pending
-                                              (fastrevert--in-batch #'fastrevert--refresh-vc-of)
-                                              "fastrevert: refreshing VC state..."))))))))
+                    (let ((refresh (fastrevert--in-batch #'fastrevert--refresh-vc-of)))
+                      (unless (fastrevert--show-vc-early refresh)
+                        (fastrevert--work-through fastrevert--vc-pending refresh
+                                                  "fastrevert: refreshing VC state..."))))))))))
       (setq fastrevert--pending (fastrevert--fresh-if-large fastrevert--pending)
             fastrevert--vc-pending (fastrevert--fresh-if-large fastrevert--vc-pending))
       (when (and (not fastrevert--revert-timer)
                  (or (> (hash-table-count fastrevert--pending) 0)
                      (> (hash-table-count fastrevert--vc-pending) 0)))
         (setq fastrevert--revert-timer
-              (run-with-idle-timer 0 nil #'fastrevert--revert-pending)))
+              (if fastrevert--vc-shown-early
+                  ;; Not idle: Emacs is idle already, and an idle timer
+                  ;; would run before the mode lines are redisplayed.
+                  (run-at-time fastrevert--vc-early-pause nil #'fastrevert--revert-pending)
+                (run-with-idle-timer 0 nil #'fastrevert--revert-pending))))
       (setq fastrevert--main-thread-seconds
             (+ fastrevert--main-thread-seconds (- (float-time) start))))))
 
@@ -734,6 +769,7 @@ runs `fastrevert--poll-stock-buffers'."
   (fastrevert--forget-watched-buffers)
   (clrhash fastrevert--pending)
   (clrhash fastrevert--vc-pending)
+  (setq fastrevert--vc-shown-early nil)
   (clrhash fastrevert--held)
   (clrhash fastrevert--vc-refreshed-at)
   (setq fastrevert--stock-buffers nil)

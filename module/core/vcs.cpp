@@ -260,6 +260,20 @@ void OperationHold::set_limit(std::chrono::milliseconds limit) {
   }
 }
 
+namespace {
+
+// When a held repository in STATE is looked into next: once its locks
+// have been gone for kLockQuiet when nothing but their coming and going
+// keeps it busy, so that the end of an operation is seen that soon, and
+// every kProbeInterval while a lock or a sequence lasts.
+std::uint64_t probe_delay(const RepositoryState& state) {
+  bool settling_only = state.settling && !state.locked && !state.sequence;
+  auto delay = settling_only ? kLockQuiet : OperationHold::kProbeInterval;
+  return static_cast<std::uint64_t>(delay.count());
+}
+
+}  // namespace
+
 bool OperationHold::offer(std::uint64_t id, const std::string& control_dir,
                           const RepositoryState& state) {
   if (shut_down_ || limit_.count() == 0 || !state.busy()) return false;
@@ -269,7 +283,7 @@ bool OperationHold::offer(std::uint64_t id, const std::string& control_dir,
   Hold& hold = hold_it->second;
   if (inserted) {
     hold.started_at = now;
-    hold.next_probe_at = now + static_cast<std::uint64_t>(kProbeInterval.count());
+    hold.next_probe_at = now + probe_delay(state);
   }
   hold.state = state;
   hold.last_change_at = now;
@@ -288,10 +302,17 @@ std::unordered_set<std::uint64_t> OperationHold::update(const std::string& contr
   Hold& hold = hold_it->second;
   hold.state = state;
   hold.probe_requested = false;
-  hold.next_probe_at = now + static_cast<std::uint64_t>(kProbeInterval.count());
+  hold.next_probe_at = now + probe_delay(state);
   std::unordered_set<std::uint64_t> ended = evaluate(control_dir, hold, now);
   arm_timer(now);
   return ended;
+}
+
+std::int64_t OperationHold::next_probe_in(const std::string& control_dir) const {
+  auto hold_it = holds_.find(control_dir);
+  if (hold_it == holds_.end()) return -1;
+  return static_cast<std::int64_t>(hold_it->second.next_probe_at) -
+         static_cast<std::int64_t>(uv_now(loop_));
 }
 
 void OperationHold::forget(std::uint64_t id) {

@@ -125,7 +125,8 @@ class RepositoryFinder {
 // sequence, no change for kSequenceQuiet: a rebase picks commit after commit
 // with the lock released in between, and one that stops on a conflict is
 // quiet from then on.  While a hold lasts, the repository is looked into
-// every kProbeInterval.  No hold lasts longer than the limit; after that the
+// every kProbeInterval, or kLockQuiet after a look that found nothing but a
+// lock's recent coming or going.  No hold lasts longer than the limit; after that the
 // repository's changes are reported at once until a look finds it idle, so a
 // lock left behind by a crashed command delays one batch, once.
 class OperationHold {
@@ -164,6 +165,10 @@ class OperationHold {
 
   // Closes the timer; nothing is reported after this.
   void shutdown();
+
+  // Test hook: in how many ms of the loop's time the repository of
+  // CONTROL_DIR is looked into next; -1 if it is not held.
+  std::int64_t next_probe_in(const std::string& control_dir) const;
 
   // How many held changes' ids COUNTED accepts.
   template <typename Counted>

@@ -810,6 +810,85 @@ showing the old branch, does it move HEAD under HEAD.lock."
      dir "printf 'ref: refs/heads/other\\n' > .git/HEAD.lock && mv .git/HEAD.lock .git/HEAD")
     (fastrevert-vc-test--wait-for-mode-lines buffers " Git-other")))
 
+(ert-deftest fastrevert-vc-early-mode-lines-are-the-ones-the-full-refresh-gives ()
+  "A mode line shown early is the one stock `vc-refresh-state' then gives.
+Of the files of one directory that Git answers for alike, one is
+refreshed and the others get a copy of its `vc-mode'; a file with
+other codes, one Git does not track, or one whose backend is not
+yet Git, gets none."
+  (fastrevert-test-with-temp-dir dir
+    (let ((process-environment (fastrevert-vc-test--environment dir)))
+      (let ((buffers (fastrevert-vc-test--visit-branches dir)))
+        (unwind-protect
+            (progn
+              (fastrevert-vc-test--sh
+               dir (concat "printf 'edited\\n' >> a/f0.txt && printf 'edited\\n' >> a/f1.txt"
+                           " && printf 'new\\n' > a/new.txt && git add a/new.txt"
+                           " && printf 'loose\\n' > a/loose.txt && git switch -q -c topic"))
+              (let* ((extra (mapcar (lambda (name) (find-file-noselect (expand-file-name name dir)))
+                                    '("a/new.txt" "a/loose.txt")))
+                     (buffers (append buffers extra))
+                     (never-git (car (last buffers 3))))
+                (fastrevert-vc-call-with-batch
+                 buffers (lambda () (mapc #'fastrevert-vc-test--refresh buffers)))
+                ;; A file whose backend is not known yet gets no copy.
+                (with-current-buffer never-git (vc-file-clearprops buffer-file-name))
+                (dolist (buffer buffers)
+                  (with-current-buffer buffer (setq vc-mode "stale")))
+                (pcase-let ((`(,refreshed . ,shown)
+                             (fastrevert-vc-call-with-batch
+                              buffers (lambda ()
+                                        (fastrevert-vc-show-early
+                                         buffers #'fastrevert-vc-test--refresh)))))
+                  ;; One per group: a/ clean, a/ edited, a/new.txt, b/ clean.
+                  (should (= (length refreshed) 4))
+                  (should (= (length shown) (- (length buffers) 4 2)))
+                  (should-not (memq never-git shown))
+                  (should-not (cl-intersection extra shown))
+                  (let ((early (mapcar (lambda (buffer)
+                                         (plist-get (fastrevert-vc-test--state buffer) :vc-mode))
+                                       shown)))
+                    (should (member (car (car early)) '(" Git-topic" " Git:topic")))
+                    (dolist (buffer buffers)
+                      (fastrevert-vc-test--reset buffer)
+                      (fastrevert-vc-test--refresh buffer))
+                    (cl-loop for buffer in shown
+                             for mode in early
+                             do (ert-info ((buffer-file-name buffer))
+                                  (should (equal mode (plist-get (fastrevert-vc-test--state buffer)
+                                                                 :vc-mode)))))))))
+          (dolist (buffer (buffer-list))
+            (with-current-buffer buffer
+              (when buffer-file-name
+                (set-buffer-modified-p nil)
+                (kill-buffer buffer)))))))))
+
+(ert-deftest fastrevert-vc-check-vc-info-shows-many-mode-lines-early-then-refreshes-them ()
+  "Many buffers due a VC refresh see their mode lines first, then the full refresh.
+Each buffer ends with the state stock's refresh gives it, and nothing
+is left pending."
+  (let ((auto-revert-interval 3600)
+        (fastrevert--vc-early-minimum 5)
+        (early 0))
+    (fastrevert-vc-test--with-branches (dir buffers t)
+      (let ((count (lambda (result) (when (cdr result) (cl-incf early)) result)))
+        (advice-add 'fastrevert-vc-show-early :filter-return count)
+        (unwind-protect
+            (progn
+              (fastrevert-vc-test--sh dir "git switch -q -c topic")
+              (fastrevert-vc-test--wait-for-mode-lines buffers " Git-topic")
+              (should (fastrevert-test-wait-for #'fastrevert-vc-test--settled-p 30)))
+          (advice-remove 'fastrevert-vc-show-early count)))
+      (should (>= early 1))
+      (should-not fastrevert--vc-shown-early)
+      (let ((states (mapcar #'fastrevert-vc-test--state buffers)))
+        (dolist (buffer buffers)
+          (fastrevert-vc-test--reset buffer)
+          (fastrevert-vc-test--refresh buffer))
+        (cl-loop for buffer in buffers
+                 for state in states
+                 do (should (equal state (fastrevert-vc-test--state buffer))))))))
+
 (ert-deftest fastrevert-vc-check-vc-info-shows-mercurial-commits-and-bookmarks-from-outside ()
   "With `auto-revert-check-vc-info', a Mercurial buffer's mode line follows the repository."
   (fastrevert-test-with-temp-dir dir

@@ -1,8 +1,10 @@
 // Tests of finding a file's repository and of looking into it (vcs.h).
 #include <sys/stat.h>
 #include <unistd.h>
+#include <uv.h>
 
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include "catch_compat.h"
@@ -14,6 +16,9 @@ using fastrevert::ControlFile;
 using fastrevert::ControlRole;
 using fastrevert::git_common_dir;
 using fastrevert::head_ref_of;
+using fastrevert::kLockQuiet;
+using fastrevert::OperationHold;
+using fastrevert::RepositoryState;
 using fastrevert::probe_repository;
 using fastrevert::read_head_ref;
 using fastrevert::RepositoryFinder;
@@ -202,4 +207,38 @@ TEST_CASE("vcs: the control files are HEAD, its branch and packed-refs, and the 
         std::vector<std::string>{"/h/.hg/branch", "/h/.hg/bookmarks", "/h/.hg/bookmarks.current",
                                  "/h/.hg/dirstate"});
   CHECK(paths(hg, ControlRole::index).empty());
+}
+
+TEST_CASE("vcs: a hold looks again as soon as a lock's coming and going is quiet", "[vcs]") {
+  // Git takes its locks one after another: a look that finds only that one
+  // came or went lately is followed by another once that is kLockQuiet old,
+  // not a whole probe interval later.  A lock or a sequence under way is
+  // looked at every probe interval.
+  uv_loop_t loop{};
+  REQUIRE(uv_loop_init(&loop) == 0);
+  {
+    OperationHold hold(
+        &loop, [](const std::unordered_set<std::uint64_t>&) {}, [](const std::string&) {});
+    RepositoryState settling;
+    settling.settling = true;
+    RepositoryState locked;
+    locked.locked = true;
+    locked.settling = true;
+    RepositoryState sequence;
+    sequence.sequence = true;
+    sequence.settling = true;
+    REQUIRE(hold.offer(1, "/a/.git", settling));
+    REQUIRE(hold.offer(2, "/b/.git", locked));
+    REQUIRE(hold.offer(3, "/c/.git", sequence));
+    CHECK(hold.next_probe_in("/a/.git") == kLockQuiet.count());
+    CHECK(hold.next_probe_in("/b/.git") == OperationHold::kProbeInterval.count());
+    CHECK(hold.next_probe_in("/c/.git") == OperationHold::kProbeInterval.count());
+    // A look that finds the lock gone, but lately, looks again soon too.
+    CHECK(hold.update("/b/.git", settling).empty());
+    CHECK(hold.next_probe_in("/b/.git") == kLockQuiet.count());
+    CHECK(hold.next_probe_in("/d/.git") == -1);
+    hold.shutdown();
+  }
+  uv_run(&loop, UV_RUN_DEFAULT);
+  REQUIRE(uv_loop_close(&loop) == 0);
 }
