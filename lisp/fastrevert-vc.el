@@ -124,8 +124,9 @@ answer.")
   "The batch being refreshed, or nil.
 A plist: `:repos' maps a root to its `fastrevert-vc--repo', or to
 `failed' if Git could not answer for it; `:files' maps a root to
-the root-relative names of the batch's files in it, and `:places' an
-absolute file name to its `fastrevert-vc--place'; `:roots' memoizes
+the root-relative names of the batch's files in it, `:places' an
+absolute file name to its `fastrevert-vc--place', and `:buffers' a
+buffer of the batch to the place of its file; `:roots' memoizes
 `vc-git-root' by directory; `:listings' memoizes directory listings
 and `:masters' what they say for `fastrevert-vc--masters';
 `:versions' memoizes the answers of `version<=' under the
@@ -266,12 +267,13 @@ is left to the stock refresh."
   (equal (file-relative-name (file-truename directory) (file-truename root))
          (file-relative-name directory root)))
 
-(defun fastrevert-vc--collect (buffers places)
+(defun fastrevert-vc--collect (buffers places &optional by-buffer)
   "Return a hash table from Git root to the root-relative files of BUFFERS.
 Only local buffers in a Git work tree are counted, and only when
 nothing in the environment changes how Git reads a pathspec.  Each
 file counted is entered in the hash table PLACES, as the key of its
-`fastrevert-vc--place'."
+`fastrevert-vc--place', and its buffer in the hash table BY-BUFFER,
+when given, as the key of the same place."
   (let ((files (make-hash-table :test #'equal))
         (folders (make-hash-table :test #'equal)))
     (when (fastrevert-vc--environment-plain-p)
@@ -294,7 +296,9 @@ file counted is entered in the hash table PLACES, as the key of its
                 (let ((relative (if (string-prefix-p root file)
                                     (substring file (length root))
                                   (file-relative-name file root))))
-                  (puthash file (fastrevert-vc--place-create root relative folder) places)
+                  (let ((place (fastrevert-vc--place-create root relative folder)))
+                    (puthash file place places)
+                    (when by-buffer (puthash buffer place by-buffer)))
                   (push relative (gethash root files)))))))))
     files))
 
@@ -650,66 +654,59 @@ still runs as it would around the stock functions.")
 
 ;;;; Showing the state early
 
-(defun fastrevert-vc--early-key (file)
-  "Return what decides the mode line of FILE in the running batch, or nil.
-FILE is an absolute name.  Two files of one directory with the same
-key get the same answers from Git: the same count of index entries
-and the same status codes, so stock's `vc-mode-line' shows the same
-text for both.  Nil for a file Git does not track, or one the batch
-cannot answer for."
-  (let ((answers (fastrevert-vc--answers-for file)))
-    (when answers
-      (let* ((repo (car answers))
-             (relative (cdr answers))
-             (count (gethash relative (fastrevert-vc--repo-index repo) 0)))
-        (and (> count 0)
-             (list (file-name-directory file) count
-                   (gethash relative (fastrevert-vc--repo-status repo))))))))
-
-(defun fastrevert-vc--copy-reverses-p (string)
-  "Return non-nil if a copy of STRING lists its text properties reversed.
-Emacs copies each run of properties in reverse order; a second copy
-then gives back the order of the first, as a fresh refresh makes it."
-  (not (equal (object-intervals (copy-sequence string)) (object-intervals string))))
-
 (defun fastrevert-vc-show-early (buffers refresh)
   "Show in BUFFERS' mode lines the VC state their refresh will give them.
 Call this inside `fastrevert-vc-call-with-batch' for BUFFERS.  Files
-of one directory that Git answers for alike (see
-`fastrevert-vc--early-key') get the same `vc-mode' from stock's
-`vc-refresh-state'.  REFRESH is called on the first buffer of each
-such group to refresh it in full; every other buffer of the group
-whose file Git already backed gets a copy of that `vc-mode' at once.
-Their full refresh, which sets the rest of their VC state, is still
-to be done.  Return (REFRESHED . SHOWN): the buffers REFRESH was
-called on, and those given a copy."
-  (let ((groups (make-hash-table :test #'equal))
-        (order nil))
+of one directory that Git answers for alike, with the same count of
+index entries and the same status codes, get the same `vc-mode' from
+stock's `vc-refresh-state'.  REFRESH is called on the first buffer of
+each such group to refresh it in full; every other buffer of the
+group whose file Git already backed gets that `vc-mode' at once, the
+same string (stock never changes one in place, and copies of 1,000
+of them would cost a garbage collection).  Their full refresh, which
+sets the rest of their VC state and a string of their own, is still
+to be done.  A file Git does not track, or one the batch cannot
+answer for, is in no group.  Return (REFRESHED . SHOWN): the buffers
+REFRESH was called on, and those given the string."
+  (let ((by-buffer (plist-get fastrevert-vc--batch :buffers))
+        ;; A directory's folder, shared by its files, to its groups:
+        ;; ((COUNT . CODES) BUFFERS...), the buffers in reverse.
+        (folders (make-hash-table :test #'eq))
+        (groups nil))
     (dolist (buffer buffers)
-      (let ((file (and (buffer-live-p buffer) (buffer-local-value 'buffer-file-name buffer))))
-        (when file
-          (let* ((file (expand-file-name file))
-                 (key (fastrevert-vc--early-key file)))
-            (when key
-              (unless (gethash key groups) (push key order))
-              (push (cons buffer file) (gethash key groups)))))))
+      (let* ((place (and by-buffer (gethash buffer by-buffer)))
+             (repo (and place (fastrevert-vc--repo-of-root (fastrevert-vc--place-root place))))
+             (relative (and repo (fastrevert-vc--place-relative place)))
+             (count (if repo (gethash relative (fastrevert-vc--repo-index repo) 0) 0)))
+        (when (> count 0)
+          (let* ((folder (fastrevert-vc--place-folder place))
+                 (key (cons count (gethash relative (fastrevert-vc--repo-status repo))))
+                 (group (assoc key (gethash folder folders))))
+            (if group
+                (push buffer (cdr group))
+              (setq group (list key buffer))
+              (push group (gethash folder folders))
+              (push group groups))))))
     (let ((refreshed nil)
           (shown nil))
-      (dolist (key (nreverse order))
-        (pcase-let ((`((,first . ,first-file) . ,others) (nreverse (gethash key groups))))
+      (dolist (group (nreverse groups))
+        (let* ((members (nreverse (cdr group)))
+               (first (car members)))
           (funcall refresh first)
           (push first refreshed)
           (let ((mode (buffer-local-value 'vc-mode first)))
-            (when (and (stringp mode) (eq (vc-file-getprop first-file 'vc-backend) 'Git))
-              (let ((twice (fastrevert-vc--copy-reverses-p mode)))
-                (pcase-dolist (`(,buffer . ,file) others)
-                  (when (eq (vc-file-getprop file 'vc-backend) 'Git)
-                    (with-current-buffer buffer
-                      (setq vc-mode (if twice
-                                        (copy-sequence (copy-sequence mode))
-                                      (copy-sequence mode)))
-                      (force-mode-line-update))
-                    (push buffer shown))))))))
+            (when (and (stringp mode)
+                       (eq (vc-file-getprop (buffer-local-value 'buffer-file-name first)
+                                            'vc-backend)
+                           'Git))
+              (dolist (buffer (cdr members))
+                (when (eq (vc-file-getprop (buffer-local-value 'buffer-file-name buffer)
+                                           'vc-backend)
+                          'Git)
+                  (with-current-buffer buffer
+                    (setq vc-mode mode)
+                    (force-mode-line-update))
+                  (push buffer shown)))))))
       (cons refreshed shown))))
 
 ;;;; Entry point
@@ -735,12 +732,13 @@ not affected."
                  :separator version-separator
                  :version-regexps version-regexp-alist)))
       (let* ((places (make-hash-table :test #'equal))
-             (files (fastrevert-vc--collect buffers places)))
+             (by-buffer (make-hash-table :test #'eq))
+             (files (fastrevert-vc--collect buffers places by-buffer)))
         (if (zerop (hash-table-count files))
             (funcall function)
           (setq fastrevert-vc--batch
                 (nconc fastrevert-vc--batch
-                       (list :files files :places places
+                       (list :files files :places places :buffers by-buffer
                              :coding (or coding-system-for-read
                                          vc-git-log-output-coding-system))))
           (pcase-dolist (`(,symbol . ,advice) fastrevert-vc--advice)

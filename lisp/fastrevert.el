@@ -358,7 +358,7 @@ Their full VC refresh comes next, without another early showing.")
 Call this in a batch for the buffers of `fastrevert--vc-pending'.
 When at least `fastrevert--vc-early-minimum' of them are pending and
 they were not just shown early, refresh one buffer per group of
-buffers that get the same mode line, copy its `vc-mode' to the others
+buffers that get the same mode line, give its `vc-mode' to the others
 of the group, and return non-nil: the others' full refresh follows
 after `fastrevert--vc-early-pause' (see `fastrevert-vc-show-early').
 REFRESH refreshes one buffer.  Otherwise return nil, and clear the

@@ -813,9 +813,9 @@ showing the old branch, does it move HEAD under HEAD.lock."
 (ert-deftest fastrevert-vc-early-mode-lines-are-the-ones-the-full-refresh-gives ()
   "A mode line shown early is the one stock `vc-refresh-state' then gives.
 Of the files of one directory that Git answers for alike, one is
-refreshed and the others get a copy of its `vc-mode'; a file with
-other codes, one Git does not track, or one whose backend is not
-yet Git, gets none."
+refreshed and the others get its `vc-mode'; a file with other codes,
+one Git does not track, or one whose backend is not yet Git, gets
+none."
   (fastrevert-test-with-temp-dir dir
     (let ((process-environment (fastrevert-vc-test--environment dir)))
       (let ((buffers (fastrevert-vc-test--visit-branches dir)))
