@@ -171,11 +171,11 @@ RunResult SyncRun::run() {
   return result_;
 }
 
-// The end of the longest prefix of MEMFD[FROM, TO) that ends in a newline,
-// or FROM when there is none.  A newline is a character boundary in every
-// coding system the caller streams with (ASCII-compatible ones), and never
-// splits a CRLF.
-std::uint64_t line_boundary(int memfd, std::uint64_t from, std::uint64_t to) {
+// The end of the longest prefix of MEMFD[FROM, TO) that END_IN accepts, or
+// FROM when there is none.  END_IN takes a window of the bytes and returns
+// the end of the longest prefix of it that it accepts, or 0.
+template <typename EndIn>
+std::uint64_t boundary_in(int memfd, std::uint64_t from, std::uint64_t to, EndIn end_in) {
   constexpr std::uint64_t kWindow = 65536;
   char window[kWindow];
   std::uint64_t end = to;
@@ -183,11 +183,23 @@ std::uint64_t line_boundary(int memfd, std::uint64_t from, std::uint64_t to) {
     std::uint64_t start = end - from > kWindow ? end - kWindow : from;
     ssize_t got = pread(memfd, window, end - start, static_cast<off_t>(start));
     if (got <= 0) return from;
-    const char* newline = find_last(window, '\n', static_cast<std::size_t>(got));
-    if (newline) return start + static_cast<std::uint64_t>(newline - window) + 1;
+    if (std::size_t cut = end_in(std::string_view(window, static_cast<std::size_t>(got)))) {
+      return start + cut;
+    }
     end = start;
   }
   return from;
+}
+
+// The end of the longest prefix of MEMFD[FROM, TO) that ends in a newline,
+// or FROM when there is none.  A newline is a character boundary in every
+// coding system the caller streams with (ASCII-compatible ones), and never
+// splits a CRLF.
+std::uint64_t line_boundary(int memfd, std::uint64_t from, std::uint64_t to) {
+  return boundary_in(memfd, from, to, [](std::string_view bytes) -> std::size_t {
+    const char* newline = find_last(bytes.data(), '\n', bytes.size());
+    return newline ? static_cast<std::size_t>(newline - bytes.data()) + 1 : 0;
+  });
 }
 
 // Whether a cut right after BYTE is a character boundary in every coding
@@ -210,19 +222,8 @@ std::size_t character_boundary(std::string_view bytes) {
 
 // The same for bytes [FROM, TO) of MEMFD: FROM when no byte ends a character.
 std::uint64_t character_boundary(int memfd, std::uint64_t from, std::uint64_t to) {
-  constexpr std::uint64_t kWindow = 4096;
-  char window[kWindow];
-  std::uint64_t end = to;
-  while (end > from) {
-    std::uint64_t start = end - from > kWindow ? end - kWindow : from;
-    ssize_t got = pread(memfd, window, end - start, static_cast<off_t>(start));
-    if (got <= 0) return from;
-    if (std::size_t cut = character_boundary({window, static_cast<std::size_t>(got)})) {
-      return start + cut;
-    }
-    end = start;
-  }
-  return from;
+  return boundary_in(memfd, from, to,
+                     [](std::string_view bytes) { return character_boundary(bytes); });
 }
 
 // Kills and reaps the child when a call unwinds early (an exception from a
