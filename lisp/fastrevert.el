@@ -366,7 +366,10 @@ mark of an early showing."
   (if (or fastrevert--vc-shown-early
           (< (hash-table-count fastrevert--vc-pending) fastrevert--vc-early-minimum))
       (setq fastrevert--vc-shown-early nil)
-    (let ((done (fastrevert-vc-show-early (fastrevert--queued fastrevert--vc-pending) refresh)))
+    (let ((done (fastrevert-vc-show-early
+                 (fastrevert--queued fastrevert--vc-pending)
+                 (lambda (buffer)
+                   (with-demoted-errors "fastrevert: %S" (funcall refresh buffer))))))
       (dolist (buffer (car done)) (remhash buffer fastrevert--vc-pending))
       (setq fastrevert--vc-shown-early (and (cdr done) t)))))
 

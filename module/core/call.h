@@ -107,9 +107,10 @@ struct CallHooks {
   // went.  PIPE_FD stays open until run_call returns.
   std::function<PipeInsert(int pipe_fd)> insert_pipe;
   // Whether the user asks to quit; looked at least every 50 ms, until it
-  // first says yes.  The insert hooks may still be called after that.  The child then gets its grace period before SIGKILL
-  // however long the caller's quit stays pending (Emacs reports a quit
-  // until it is handled), as a single C-g gives it with stock call-process.
+  // first says yes.  The insert hooks may still be called after that.  The
+  // child then gets its grace period before SIGKILL however long the
+  // caller's quit stays pending (Emacs reports a quit until it is handled),
+  // as a single C-g gives it with stock call-process.
   std::function<bool()> should_quit;
   // When set, a child whose output was read, and not quit, counts in
   // Stats::processes and its bytes in Stats::bytes_read.  The counters are

@@ -126,9 +126,9 @@ class RepositoryFinder {
 // with the lock released in between, and one that stops on a conflict is
 // quiet from then on.  While a hold lasts, the repository is looked into
 // every kProbeInterval, or kLockQuiet after a look that found nothing but a
-// lock's recent coming or going.  No hold lasts longer than the limit; after that the
-// repository's changes are reported at once until a look finds it idle, so a
-// lock left behind by a crashed command delays one batch, once.
+// lock's recent coming or going.  No hold lasts longer than the limit; after
+// that the repository's changes are reported at once until a look finds it
+// idle, so a lock left behind by a crashed command delays one batch, once.
 class OperationHold {
  public:
   using Report = std::function<void(const std::unordered_set<std::uint64_t>& ids)>;
