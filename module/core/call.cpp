@@ -258,8 +258,9 @@ class Call {
  private:
   // What the pipe looked like when watch() stopped watching it.
   struct PipeState {
-    bool exited = false;       // The child exited (the pipe may stay open).
-    bool closed = false;       // The pipe has no writer left.
+    // The child exited, or closed its end of the pipe: what waits may be
+    // all there is (after an exit, something it started may still write).
+    bool over = false;
     bool full = false;         // The child waits on the pipe, or soon will.
     bool quiet = false;        // Output waits, and the child stopped writing.
     std::size_t waiting = 0;   // Bytes waiting in it.
@@ -376,7 +377,9 @@ void Call::keep_on_quit() {
   // may decode otherwise than the whole would.
   if (step_ == 0) return;
   if (!eof_) {
-    // What the child wrote before the quit, stock would have read.
+    // What the child wrote before the quit, stock would have read: what
+    // waits now, in one read, not what a child still writing adds (which
+    // read_waiting() would follow for as long as it lasts).
     int waiting = 0;
     if (ioctl(child_.stdout_fd, FIONREAD, &waiting) == 0 && waiting > 0) {
       std::string bytes(static_cast<std::size_t>(waiting), '\0');
@@ -483,15 +486,13 @@ Call::PipeState Call::watch() {
     bool got_more = static_cast<std::size_t>(waiting) != state.waiting;
     state.waiting = static_cast<std::size_t>(waiting);
     // Once the child has exited, a read tells whether the pipe is closed
-    // too (run() makes it), which saves a look at the pipe per wait.
-    state.exited = exited_;
-    if (exited_) return state;
-    // A pipe without a writer ends the watch as an exit does: its end is
+    // too (run() makes it), which saves a look at the pipe per wait.  A
+    // pipe without a writer ends the watch as an exit does: its end is
     // near, and a child that closed it is waited for without spinning on
     // a hang-up that every poll reports at once (on a busy CPU that spin
     // keeps the exiting child from running).
-    if (hung_up_) {
-      state.closed = true;
+    if (exited_ || hung_up_) {
+      state.over = true;
       return state;
     }
     // A page's worth or more may be near a full pipe: what it holds when
@@ -685,10 +686,11 @@ CallResult Call::run() {
       keep_on_quit();
       return quit_now();
     }
-    // An exited child's string's worth is read here.  Its end is then
-    // most often the pipe's, and it goes over as a string; else something
-    // the child started still holds the pipe, and this thread reads on.
-    bool small = (seen.exited || seen.closed) && seen.waiting <= hooks_.string_limit;
+    // A string's worth from a child that exited or closed the pipe is read
+    // here.  Its end is then most often the pipe's, and it goes over as a
+    // string; else something the child started still holds the pipe, and
+    // this thread reads on.
+    bool small = seen.over && seen.waiting <= hooks_.string_limit;
     if (small && read_waiting()) {
       if (!head_.empty()) hooks_.insert_bytes(head_);
       return finish();

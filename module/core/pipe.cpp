@@ -44,12 +44,12 @@ std::size_t pipe_capacity(int fd) noexcept {
 
 std::size_t grow_pipe(int fd, std::size_t size) noexcept {
 #if FASTREVERT_HAVE_PIPE_SIZE
-  int current = fcntl(fd, F_GETPIPE_SZ);
-  if (current < 0) return 0;
+  std::size_t current = pipe_capacity(fd);
+  if (current == 0) return 0;
   std::size_t wanted = size < pipe_max_size() ? size : pipe_max_size();
-  if (wanted <= static_cast<std::size_t>(current)) return static_cast<std::size_t>(current);
+  if (wanted <= current) return current;
   int granted = fcntl(fd, F_SETPIPE_SZ, static_cast<int>(wanted));
-  return granted < 0 ? static_cast<std::size_t>(current) : static_cast<std::size_t>(granted);
+  return granted < 0 ? current : static_cast<std::size_t>(granted);
 #else
   (void)fd;
   (void)size;
