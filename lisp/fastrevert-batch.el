@@ -150,8 +150,11 @@ garbage is collected less often."
     (maphash (lambda (buffer _) (push buffer buffers)) queue)
     buffers))
 
-(defconst fastrevert--queue-keep-size 1000
-  "The most buffers an empty queue of buffers keeps room for.")
+(defconst fastrevert--queue-keep-size 4096
+  "The most buffers an empty queue of buffers keeps room for.
+Room for a thousand buffers is about 40 KB; growing a new queue to
+that size, as a queue that every change of a repository refills
+would, makes three times as much garbage.")
 
 (defun fastrevert--fresh-if-large (queue)
   "Return QUEUE, or a new empty queue when QUEUE is empty but large.

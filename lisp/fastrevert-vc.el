@@ -104,8 +104,8 @@ commands of `vc-refresh-state' answered without a process."
   (root nil :documentation "The work tree's top directory, with a final slash.")
   (directories (make-hash-table :test #'equal)
                :documentation "Root-relative directories (\"\" for the top) covered.")
-  (index (make-hash-table :test #'equal)
-         :documentation "Root-relative name to how often `ls-files -c' lists it.")
+  (index nil :documentation "Root-relative name to how often `ls-files -c' lists it.
+A hash table, made at the size of Git's answer.")
   (status (make-hash-table :test #'equal)
           :documentation "Root-relative name to its porcelain v1 codes, in Git's order.")
   (oid nil :documentation "The commit HEAD names, or nil before the first commit.")
@@ -221,6 +221,15 @@ porcelain v1 codes that stock vc-git reads."
       (push (car entry) (gethash (cdr entry) status)))
     ok))
 
+(defun fastrevert-vc--count-nul (text)
+  "Return the number of NUL characters in TEXT."
+  (let ((count 0)
+        (at 0))
+    (while (setq at (string-search "\0" text at))
+      (setq count (1+ count)
+            at (1+ at)))
+    count))
+
 (defun fastrevert-vc--fetch (root files)
   "Ask Git about FILES, root-relative names in the work tree ROOT.
 Return a `fastrevert-vc--repo', or nil if Git could not answer."
@@ -235,9 +244,15 @@ Return a `fastrevert-vc--repo', or nil if Git could not answer."
                        (apply #'fastrevert-vc--git root "ls-files" "-c" "-z" "--" specs))))
       (fastrevert-vc--count :vc-batches)
       (when (and index (fastrevert-vc--parse-status repo status))
-        (let ((table (fastrevert-vc--repo-index repo)))
-          (dolist (name (split-string index "\0" t))
-            (puthash name (1+ (gethash name table 0)) table)))
+        (let ((table (make-hash-table :test #'equal :size (fastrevert-vc--count-nul index)))
+              (start 0)
+              end)
+          (while (setq end (string-search "\0" index start))
+            (when (> end start)
+              (let ((name (substring index start end)))
+                (puthash name (1+ (gethash name table 0)) table)))
+            (setq start (1+ end)))
+          (setf (fastrevert-vc--repo-index repo) table))
         repo))))
 
 ;;;; Finding a buffer's repository
@@ -267,6 +282,40 @@ is left to the stock refresh."
   (equal (file-relative-name (file-truename directory) (file-truename root))
          (file-relative-name directory root)))
 
+(cl-defstruct (fastrevert-vc--known (:constructor fastrevert-vc--known-create
+                                                  (name handlers remote file directory))
+                                    (:copier nil))
+  "What earlier batches found of a buffer's file.
+It holds while the buffer's `buffer-file-name' is still the string
+NAME and `file-name-handler-alist' the list HANDLERS."
+  (name nil :documentation "The `buffer-file-name' this was found for.")
+  (handlers nil :documentation "The `file-name-handler-alist' it was found under.")
+  (remote nil :documentation "What `file-remote-p' says of NAME.")
+  (file nil :documentation "NAME expanded.")
+  (directory nil :documentation "The directory of FILE.")
+  (place nil :documentation "The `fastrevert-vc--place' of FILE in the last batch.
+It serves again while its repository is the same."))
+
+(defvar fastrevert-vc--known-files (make-hash-table :test #'eq :weakness 'key)
+  "Buffer to the `fastrevert-vc--known' of its file.
+A batch of 1,000 buffers would otherwise make half a megabyte of new
+strings and places for the same answers.")
+
+(defun fastrevert-vc--what-is-known (buffer name)
+  "Return what is known of the file of BUFFER, which visits NAME.
+Find it anew unless what `fastrevert-vc--known-files' keeps still
+holds."
+  (let ((known (gethash buffer fastrevert-vc--known-files)))
+    (if (and known
+             (eq (fastrevert-vc--known-name known) name)
+             (eq (fastrevert-vc--known-handlers known) file-name-handler-alist))
+        known
+      (let ((file (expand-file-name name)))
+        (puthash buffer (fastrevert-vc--known-create name file-name-handler-alist
+                                                     (file-remote-p name)
+                                                     file (file-name-directory file))
+                 fastrevert-vc--known-files)))))
+
 (defun fastrevert-vc--collect (buffers places &optional by-buffer)
   "Return a hash table from Git root to the root-relative files of BUFFERS.
 Only local buffers in a Git work tree are counted, and only when
@@ -278,10 +327,11 @@ when given, as the key of the same place."
         (folders (make-hash-table :test #'equal)))
     (when (fastrevert-vc--environment-plain-p)
       (dolist (buffer buffers)
-        (let ((file (and (buffer-live-p buffer) (buffer-local-value 'buffer-file-name buffer))))
-          (when (and file (not (file-remote-p file)))
-            (let* ((file (expand-file-name file))
-                   (directory (file-name-directory file))
+        (let* ((name (and (buffer-live-p buffer) (buffer-local-value 'buffer-file-name buffer)))
+               (known (and name (fastrevert-vc--what-is-known buffer name))))
+          (unless (or (null known) (fastrevert-vc--known-remote known))
+            (let* ((file (fastrevert-vc--known-file known))
+                   (directory (fastrevert-vc--known-directory known))
                    (root (fastrevert-vc--root-of directory))
                    (folder (and root (gethash directory folders 'unknown))))
               ;; A folder is nil for a directory reached through a symlink.
@@ -291,15 +341,23 @@ when given, as the key of the same place."
                                            (list directory))
                                       folders)))
               (when folder
-                ;; Both names are expanded: below ROOT, the relative name
-                ;; is the rest, which `file-relative-name' finds slowly.
-                (let ((relative (if (string-prefix-p root file)
-                                    (substring file (length root))
-                                  (file-relative-name file root))))
-                  (let ((place (fastrevert-vc--place-create root relative folder)))
-                    (puthash file place places)
-                    (when by-buffer (puthash buffer place by-buffer)))
-                  (push relative (gethash root files)))))))))
+                (let ((place (fastrevert-vc--known-place known)))
+                  (if (and place (equal (fastrevert-vc--place-root place) root))
+                      ;; The folder holds what this batch found in it.
+                      (setf (fastrevert-vc--place-folder place) folder)
+                    ;; Both names are expanded: below ROOT, the relative
+                    ;; name is the rest, which `file-relative-name' finds
+                    ;; slowly.
+                    (setq place (fastrevert-vc--place-create
+                                 root
+                                 (if (string-prefix-p root file)
+                                     (substring file (length root))
+                                   (file-relative-name file root))
+                                 folder))
+                    (setf (fastrevert-vc--known-place known) place))
+                  (puthash file place places)
+                  (when by-buffer (puthash buffer place by-buffer))
+                  (push (fastrevert-vc--place-relative place) (gethash root files)))))))))
     files))
 
 ;;;; Answering vc-git's commands
@@ -354,8 +412,10 @@ otherwise."
 vc-git reads Git's output in `coding-system-for-read', or else in
 `vc-git-log-output-coding-system', and the batch's answers are in the
 coding system the batch read with; a remote `default-directory' runs
-Git on another machine."
+Git on another machine.  A batch answers once it has found its files
+of Git's (its `:files')."
   (and fastrevert-vc--batch
+       (plist-get fastrevert-vc--batch :files)
        (eq (or coding-system-for-read vc-git-log-output-coding-system)
            (plist-get fastrevert-vc--batch :coding))
        (not (file-remote-p default-directory))))
@@ -450,10 +510,10 @@ ARGS are what vc-git passes after the program name.  RUN is as for
 FUNCTION is `process-file'; PROGRAM, INFILE, BUFFER, DISPLAY and ARGS
 are its arguments.  Only output that goes to the current buffer, with
 the error output discarded, is answered."
-  (let ((answer (and (null infile) (null display)
+  (let ((answer (and (fastrevert-vc--usable-p)
+                     (null infile) (null display)
                      (equal buffer '(t nil))
                      (equal program vc-git-program)
-                     (fastrevert-vc--usable-p)
                      (fastrevert-vc--answer
                       args
                       (lambda ()
@@ -472,11 +532,11 @@ the error output discarded, is answered."
 FUNCTION is `vc-git--run-command-string', which runs Git with ARGS,
 and the name of FILE relative to `default-directory' when FILE is
 non-nil, and returns the output if Git succeeded."
-  (let* ((command (cons "--no-pager" args))
-         (answer (and (fastrevert-vc--usable-p)
-                      (cond ((null file) (fastrevert-vc--repository-answer command nil))
-                            ((stringp file)
-                             (fastrevert-vc--answer (append command (list file)) nil))))))
+  (let ((answer (and (fastrevert-vc--usable-p)
+                     (let ((command (cons "--no-pager" args)))
+                       (cond ((null file) (fastrevert-vc--repository-answer command nil))
+                             ((stringp file)
+                              (fastrevert-vc--answer (append command (list file)) nil)))))))
     (if (not answer)
         (apply function file args)
       (fastrevert-vc--count :vc-answered)
@@ -531,10 +591,11 @@ depends on the file's directory alone."
         (and (cdr found) (copy-sequence (cdr found)))))))
 
 (defun fastrevert-vc--listing (directory)
-  "Return the names in DIRECTORY as a hash table, memoized for the batch.
-Return `missing' when DIRECTORY does not exist, and nil when it cannot
-be listed, is handled by a file name handler, or compares names
-without regard to case (a listing then cannot tell what is absent)."
+  "Return the list of names in DIRECTORY, memoized for the batch.
+The list holds \".\" and \"..\" too, so it is never empty.  Return
+`missing' when DIRECTORY does not exist, and nil when it cannot be
+listed, is handled by a file name handler, or compares names without
+regard to case (a listing then cannot tell what is absent)."
   (let* ((listings (plist-get fastrevert-vc--batch :listings))
          (listing (gethash directory listings 'unknown)))
     (if (not (eq listing 'unknown))
@@ -543,10 +604,10 @@ without regard to case (a listing then cannot tell what is absent)."
                (and (file-name-absolute-p directory)
                     (not (find-file-name-handler directory 'file-exists-p))
                     (condition-case nil
-                        (let ((names (directory-files directory nil nil t))
-                              (table (make-hash-table :test #'equal)))
-                          (unless (file-name-case-insensitive-p directory)
-                            (dolist (name names table) (puthash name t table))))
+                        (let ((names (directory-files directory nil nil t)))
+                          (and (not (file-name-case-insensitive-p directory))
+                               (member "." names)
+                               names))
                       (file-missing 'missing)
                       (file-error nil)))
                listings))))
@@ -572,15 +633,12 @@ when PROJECTDIR is set, or a directory that cannot be listed."
            (listing (fastrevert-vc--listing (concat directory (match-string 1 template)))))
       (cond ((eq listing 'missing) t)
             (listing
-             (maphash (lambda (name _)
-                        (when (and (>= (length name) affixes)
-                                   (string-prefix-p prefix name)
-                                   (string-suffix-p suffix name))
-                          (puthash (substring name (length prefix)
-                                              (- (length name) (length suffix)))
-                                   t bases)))
-                      listing)
-             t))))))
+             (dolist (name listing t)
+               (when (and (>= (length name) affixes)
+                          (string-prefix-p prefix name)
+                          (string-suffix-p suffix name))
+                 (puthash (substring name (length prefix) (- (length name) (length suffix)))
+                          t bases)))))))))
 
 (defun fastrevert-vc--masters (directory templates)
   "Return the names in DIRECTORY that TEMPLATES may find a master for.
@@ -591,7 +649,7 @@ listing (see `fastrevert-vc--template-masters')."
          (known (assq templates (gethash directory memo))))
     (if known
         (cdr known)
-      (let* ((bases (make-hash-table :test #'equal))
+      (let* ((bases (make-hash-table :test #'equal :size 8))
              (masters (if (cl-every (lambda (template)
                                       (fastrevert-vc--template-masters directory template bases))
                                     templates)
@@ -621,7 +679,7 @@ CVS/Entries beside FILE can be read; for a file of the batch, the
 listing of its directory tells."
   (let* ((place (fastrevert-vc--place-of file))
          (listing (and place (fastrevert-vc--listing (car (fastrevert-vc--place-folder place))))))
-    (unless (and (hash-table-p listing) (not (gethash "CVS" listing)))
+    (unless (and (consp listing) (not (member "CVS" listing)))
       (funcall function file))))
 
 (defun fastrevert-vc--version<=-advice (function v1 v2)
@@ -650,7 +708,22 @@ how versions are read, which the batch notes when it starts."
     (version<= . fastrevert-vc--version<=-advice))
   "The functions a batch answers for, each with its advice.
 The advice is innermost, so that any other advice on these functions
-still runs as it would around the stock functions.")
+still runs as it would around the stock functions.  Outside a batch
+it calls the function unchanged.")
+
+(defun fastrevert-vc--advise ()
+  "Put the advice of `fastrevert-vc--advice' on those of its functions defined.
+It stays on until `fastrevert-vc-unadvise': adding and removing eight
+pieces of advice around each batch makes more garbage than refreshing
+a hundred buffers."
+  (pcase-dolist (`(,symbol . ,advice) fastrevert-vc--advice)
+    (when (and (fboundp symbol) (not (advice-member-p advice symbol)))
+      (advice-add symbol :around advice '((depth . 100))))))
+
+(defun fastrevert-vc-unadvise ()
+  "Take the advice of VC batches off again."
+  (pcase-dolist (`(,symbol . ,advice) fastrevert-vc--advice)
+    (advice-remove symbol advice)))
 
 ;;;; Showing the state early
 
@@ -723,31 +796,29 @@ versions once.  Buffers outside Git, or other backends' commands, are
 not affected."
   (if (or fastrevert-vc--batch (not (memq 'Git vc-handled-backends)))
       (funcall function)
-    (let ((fastrevert-vc--batch
-           (list :repos (make-hash-table :test #'equal)
-                 :roots (make-hash-table :test #'equal)
-                 :listings (make-hash-table :test #'equal)
-                 :masters (make-hash-table :test #'equal)
-                 :versions (make-hash-table :test #'equal)
-                 :separator version-separator
-                 :version-regexps version-regexp-alist)))
-      (let* ((places (make-hash-table :test #'equal))
-             (by-buffer (make-hash-table :test #'eq))
-             (files (fastrevert-vc--collect buffers places by-buffer)))
-        (if (zerop (hash-table-count files))
-            (funcall function)
-          (setq fastrevert-vc--batch
-                (nconc fastrevert-vc--batch
-                       (list :files files :places places :buffers by-buffer
-                             :coding (or coding-system-for-read
-                                         vc-git-log-output-coding-system))))
-          (pcase-dolist (`(,symbol . ,advice) fastrevert-vc--advice)
-            (when (fboundp symbol)
-              (advice-add symbol :around advice '((depth . 100)))))
-          (unwind-protect
-              (funcall function)
-            (pcase-dolist (`(,symbol . ,advice) fastrevert-vc--advice)
-              (advice-remove symbol advice))))))))
+    (let* ((places (make-hash-table :test #'equal :size (length buffers)))
+           (by-buffer (make-hash-table :test #'eq :size (length buffers)))
+           (fastrevert-vc--batch
+            (list :repos (make-hash-table :test #'equal :size 4)
+                  :roots (make-hash-table :test #'equal :size 16)
+                  :listings (make-hash-table :test #'equal :size 32)
+                  :masters (make-hash-table :test #'equal :size 16)
+                  :versions (make-hash-table :test #'equal :size 4)
+                  :separator version-separator
+                  :version-regexps version-regexp-alist
+                  :places places
+                  :buffers by-buffer))
+           (files (fastrevert-vc--collect buffers places by-buffer)))
+      (unless (zerop (hash-table-count files))
+        ;; Until now no Git command was answered (see
+        ;; `fastrevert-vc--usable-p'), and with no file of Git's none is.
+        (setq fastrevert-vc--batch
+              (nconc fastrevert-vc--batch
+                     (list :files files
+                           :coding (or coding-system-for-read
+                                       vc-git-log-output-coding-system))))
+        (fastrevert-vc--advise))
+      (funcall function))))
 
 (provide 'fastrevert-vc)
 

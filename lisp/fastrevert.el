@@ -761,6 +761,7 @@ runs `fastrevert--poll-stock-buffers'."
     (advice-remove symbol advice))
   (advice-remove 'auto-revert--global-add-current-buffer #'fastrevert--adopt-current-buffer)
   (advice-remove 'locate-dominating-file #'fastrevert--locate-dominating-file-advice)
+  (fastrevert-vc-unadvise)
   (remove-hook 'auto-revert-mode-hook #'fastrevert--adopt-current-buffer)
   (remove-hook 'auto-revert-tail-mode-hook #'fastrevert--adopt-current-buffer)
   (remove-hook 'after-set-visited-file-name-hook #'fastrevert--adopt-current-buffer)

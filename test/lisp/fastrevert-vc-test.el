@@ -489,6 +489,91 @@ refresh; the batch answers those commands without one."
           (advice-remove 'generate-new-buffer 'count-buffers)
           (mapc #'kill-buffer buffers))))))
 
+;; A batch keeps what it found of each buffer's file for the next one:
+;; the expanded name, and the place in its repository.  What it keeps
+;; must give way when the buffer visits another file, or when the
+;; directory comes to belong to another repository.
+(ert-deftest fastrevert-vc-batch-follows-a-buffer-to-another-file-and-repository ()
+  (fastrevert-test-with-temp-dir dir
+    (let ((process-environment (fastrevert-vc-test--environment dir))
+          (log (expand-file-name "git.log" dir)))
+      (fastrevert-vc-test--sh
+       dir (concat "set -e\ngit init -q -b main\nmkdir sub\n"
+                   "printf '1\\n' > sub/a.txt\nprintf '1\\n' > sub/b.txt\n"
+                   "git add .\ngit commit -qm base\nprintf '2\\n' >> sub/b.txt\n"))
+      (let* ((buffer (let ((vc-handled-backends nil))
+                       (find-file-noselect (expand-file-name "sub/a.txt" dir))))
+             (check (lambda (state)
+                      (fastrevert-vc-test--reset buffer)
+                      (when (file-exists-p log) (delete-file log))
+                      (fastrevert-vc-test--with-git-log log
+                        (fastrevert-vc-call-with-batch
+                         (list buffer) (lambda () (fastrevert-vc-test--refresh buffer))))
+                      ;; Answered from the batch's two Git processes: a
+                      ;; stale name or place would leave the buffer to
+                      ;; the stock refresh, which starts more.
+                      (should (equal (mapcar (lambda (command)
+                                               (car (split-string command " :")))
+                                             (fastrevert-vc-test--log-lines log))
+                                     (list (concat "--no-pager status --porcelain=v2 -z --branch"
+                                                   " --untracked-files=all --ignored"
+                                                   " --no-renames --")
+                                           "--no-pager ls-files -c -z --")))
+                      (let ((batch (fastrevert-vc-test--state buffer)))
+                        (fastrevert-vc-test--reset buffer)
+                        (fastrevert-vc-test--refresh buffer)
+                        (should (equal batch (fastrevert-vc-test--state buffer)))
+                        (should (eq (vc-state (buffer-file-name buffer)) state))))))
+        (unwind-protect
+            (progn
+              (funcall check 'up-to-date)
+              (with-current-buffer buffer
+                (let ((vc-handled-backends nil))
+                  (set-visited-file-name (expand-file-name "sub/b.txt" dir) t))
+                (revert-buffer t t t))
+              (funcall check 'edited)
+              ;; sub/ becomes a repository of its own, in which b.txt is
+              ;; committed as it is now: up to date there.
+              (fastrevert-vc-test--sh
+               (expand-file-name "sub" dir)
+               "set -e\ngit init -q -b main\ngit add b.txt\ngit commit -qm inner\n")
+              (funcall check 'up-to-date))
+          (with-current-buffer buffer (set-buffer-modified-p nil))
+          (kill-buffer buffer))))))
+
+(ert-deftest fastrevert-vc-batch-advice-lets-every-call-outside-a-batch-through ()
+  "The advice a batch puts on stays on, and outside a batch changes nothing.
+Inside a batch with no file of Git's, it answers nothing either, and
+`fastrevert-vc-unadvise' takes it off."
+  (fastrevert-test-with-temp-dir dir
+    (let ((process-environment (fastrevert-vc-test--environment dir))
+          (plain (expand-file-name "plain/p.txt" dir)))
+      (make-directory (file-name-directory plain))
+      (write-region "p\n" nil plain)
+      (let* ((buffers (fastrevert-vc-test--visit-branches dir))
+             (file (buffer-file-name (car buffers)))
+             (outside (find-file-noselect plain))
+             (calls (lambda ()
+                      (list (with-temp-buffer
+                              (list (process-file "sh" nil '(t nil) nil "-c" "echo out")
+                                    (buffer-string)))
+                            (vc-git--run-command-string file "ls-files" "-c" "-z" "--")
+                            (vc-git-registered file)
+                            (vc-find-root file ".git")
+                            (version<= "1.0alpha" "1.0"))))
+             (stock (progn (fastrevert-vc-unadvise) (funcall calls))))
+        (unwind-protect
+            (progn
+              (should (equal (car stock) '(0 "out\n")))
+              (fastrevert-vc-call-with-batch buffers #'ignore)
+              (should (advice-member-p #'fastrevert-vc--process-file-advice 'process-file))
+              (should (equal (funcall calls) stock))
+              (should (equal (fastrevert-vc-call-with-batch (list outside) calls) stock))
+              (fastrevert-vc-unadvise)
+              (should-not (cl-some (lambda (entry) (advice-member-p (cdr entry) (car entry)))
+                                   fastrevert-vc--advice)))
+          (mapc #'kill-buffer (cons outside buffers)))))))
+
 ;;;; Through fastrevert-mode, continued
 
 (ert-deftest fastrevert-vc-checkout-reverts-each-buffer-once-with-the-stock-vc-state ()
