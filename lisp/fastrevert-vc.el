@@ -102,8 +102,6 @@ commands of `vc-refresh-state' answered without a process."
                                    (:copier nil))
   "What Git said about one repository for one batch."
   (root nil :documentation "The work tree's top directory, with a final slash.")
-  (directories (make-hash-table :test #'equal)
-               :documentation "Root-relative directories (\"\" for the top) covered.")
   (index nil :documentation "Root-relative name to how often `ls-files -c' lists it.
 A hash table, made at the size of Git's answer.")
   (status (make-hash-table :test #'equal)
@@ -122,12 +120,15 @@ answer.")
 
 (defvar fastrevert-vc--batch nil
   "The batch being refreshed, or nil.
-A plist: `:repos' maps a root to its `fastrevert-vc--repo', or to
-`failed' if Git could not answer for it; `:files' maps a root to
-the root-relative names of the batch's files in it, `:places' an
+A plist: `:tables' lists the tables of `fastrevert-vc--table' to keep
+when it ends; `:repos' maps a root to its `fastrevert-vc--repo', or to
+`failed' if Git could not answer for it; `:directories' maps a root
+to a hash table of the root-relative directories of the batch's files
+in it, `:places' an
 absolute file name to its `fastrevert-vc--place', and `:buffers' a
 buffer of the batch to the place of its file; `:roots' memoizes
-`vc-git-root' by directory; `:listings' memoizes directory listings
+`vc-git-root' by directory, and `:truenames' the true name of a root;
+`:listings' memoizes directory listings
 and `:masters' what they say for `fastrevert-vc--masters';
 `:versions' memoizes the answers of `version<=' under the
 `:separator' and `:version-regexps' the batch started with; `:coding'
@@ -221,6 +222,46 @@ porcelain v1 codes that stock vc-git reads."
       (push (car entry) (gethash (cdr entry) status)))
     ok))
 
+(defvar fastrevert-vc--spare-tables nil
+  "Large hash tables of earlier batches, emptied for the next ones.
+A batch of 1,000 buffers needs three tables of 1,000 entries or more,
+120 KB to make anew each time.")
+
+(defconst fastrevert-vc--spare-table-limit 4096
+  "The most entries a table kept in `fastrevert-vc--spare-tables' has room for.")
+
+(defconst fastrevert-vc--spare-tables-kept 4
+  "The most tables `fastrevert-vc--spare-tables' keeps.")
+
+(defun fastrevert-vc--table (test size)
+  "Return an empty hash table of TEST with room for SIZE entries.
+It is a spare one when there is one, and it is emptied and kept again
+when the batch ends."
+  (let ((table (let ((spares fastrevert-vc--spare-tables)
+                     (found nil))
+                 (while (and spares (not found))
+                   (when (and (eq (hash-table-test (car spares)) test)
+                              (>= (hash-table-size (car spares)) size))
+                     (setq found (car spares)))
+                   (setq spares (cdr spares)))
+                 found)))
+    (if table
+        (setq fastrevert-vc--spare-tables (delq table fastrevert-vc--spare-tables))
+      (setq table (make-hash-table :test test :size size)))
+    (when (<= (hash-table-size table) fastrevert-vc--spare-table-limit)
+      (plist-put fastrevert-vc--batch :tables
+                 (cons table (plist-get fastrevert-vc--batch :tables))))
+    table))
+
+(defun fastrevert-vc--keep-tables (tables)
+  "Empty TABLES and keep them in `fastrevert-vc--spare-tables'.
+The tables kept longest go first when there are too many."
+  (dolist (table tables)
+    (clrhash table)
+    (push table fastrevert-vc--spare-tables))
+  (let ((tail (nthcdr (1- fastrevert-vc--spare-tables-kept) fastrevert-vc--spare-tables)))
+    (when tail (setcdr tail nil))))
+
 (defun fastrevert-vc--count-nul (text)
   "Return the number of NUL characters in TEXT."
   (let ((count 0)
@@ -230,13 +271,12 @@ porcelain v1 codes that stock vc-git reads."
             at (1+ at)))
     count))
 
-(defun fastrevert-vc--fetch (root files)
-  "Ask Git about FILES, root-relative names in the work tree ROOT.
-Return a `fastrevert-vc--repo', or nil if Git could not answer."
-  (let* ((repo (fastrevert-vc--repo-create root))
-         (directories (fastrevert-vc--repo-directories repo)))
-    (dolist (file files)
-      (puthash (or (file-name-directory file) "") t directories))
+(defun fastrevert-vc--fetch (root directories)
+  "Ask Git about the files in DIRECTORIES of the work tree ROOT.
+DIRECTORIES is a hash table whose keys are root-relative directory
+names, \"\" for the top.  Return a `fastrevert-vc--repo', or nil if Git
+could not answer."
+  (let ((repo (fastrevert-vc--repo-create root)))
     (let* ((specs (fastrevert-vc--pathspecs (hash-table-keys directories)))
            (status (apply #'fastrevert-vc--git root "status" "--porcelain=v2" "-z" "--branch"
                           "--untracked-files=all" "--ignored" "--no-renames" "--" specs))
@@ -244,7 +284,7 @@ Return a `fastrevert-vc--repo', or nil if Git could not answer."
                        (apply #'fastrevert-vc--git root "ls-files" "-c" "-z" "--" specs))))
       (fastrevert-vc--count :vc-batches)
       (when (and index (fastrevert-vc--parse-status repo status))
-        (let ((table (make-hash-table :test #'equal :size (fastrevert-vc--count-nul index)))
+        (let ((table (fastrevert-vc--table 'equal (fastrevert-vc--count-nul index)))
               (start 0)
               end)
           (while (setq end (string-search "\0" index start))
@@ -279,8 +319,11 @@ without loading it, as stock's check of a file outside Git does."
   "Return non-nil if DIRECTORY inside ROOT reaches it through no symlink.
 Git works from the true names, so a directory that a symlink leads to
 is left to the stock refresh."
-  (equal (file-relative-name (file-truename directory) (file-truename root))
-         (file-relative-name directory root)))
+  (let* ((truenames (plist-get fastrevert-vc--batch :truenames))
+         (true-root (or (gethash root truenames)
+                        (puthash root (file-truename root) truenames))))
+    (equal (file-relative-name (file-truename directory) true-root)
+           (file-relative-name directory root))))
 
 (cl-defstruct (fastrevert-vc--known (:constructor fastrevert-vc--known-create
                                                   (name handlers remote file directory))
@@ -317,14 +360,15 @@ holds."
                  fastrevert-vc--known-files)))))
 
 (defun fastrevert-vc--collect (buffers places &optional by-buffer)
-  "Return a hash table from Git root to the root-relative files of BUFFERS.
-Only local buffers in a Git work tree are counted, and only when
-nothing in the environment changes how Git reads a pathspec.  Each
-file counted is entered in the hash table PLACES, as the key of its
-`fastrevert-vc--place', and its buffer in the hash table BY-BUFFER,
-when given, as the key of the same place."
-  (let ((files (make-hash-table :test #'equal))
-        (folders (make-hash-table :test #'equal)))
+  "Return a hash table from Git root to the directories of BUFFERS' files.
+The directories of a root are the keys of a hash table, each relative
+to the root.  Only local buffers in a Git work tree are counted, and
+only when nothing in the environment changes how Git reads a
+pathspec.  Each file counted is entered in the hash table PLACES, as
+the key of its `fastrevert-vc--place', and its buffer in the hash
+table BY-BUFFER, when given, as the key of the same place."
+  (let ((directories (make-hash-table :test #'equal :size 4))
+        (folders (make-hash-table :test #'equal :size 32)))
     (when (fastrevert-vc--environment-plain-p)
       (dolist (buffer buffers)
         (let* ((name (and (buffer-live-p buffer) (buffer-local-value 'buffer-file-name buffer)))
@@ -339,7 +383,16 @@ when given, as the key of the same place."
                 (setq folder (puthash directory
                                       (and (fastrevert-vc--lexical-p directory root)
                                            (list directory))
-                                      folders)))
+                                      folders))
+                (when folder
+                  (puthash (cond ((string-prefix-p root directory)
+                                  (substring directory (length root)))
+                                 ((equal (file-relative-name directory root) "./") "")
+                                 (t (file-relative-name directory root)))
+                           t
+                           (or (gethash root directories)
+                               (puthash root (make-hash-table :test #'equal :size 32)
+                                        directories)))))
               (when folder
                 (let ((place (fastrevert-vc--known-place known)))
                   (if (and place (equal (fastrevert-vc--place-root place) root))
@@ -356,9 +409,8 @@ when given, as the key of the same place."
                                  folder))
                     (setf (fastrevert-vc--known-place known) place))
                   (puthash file place places)
-                  (when by-buffer (puthash buffer place by-buffer))
-                  (push (fastrevert-vc--place-relative place) (gethash root files)))))))))
-    files))
+                  (when by-buffer (puthash buffer place by-buffer)))))))))
+    directories))
 
 ;;;; Answering vc-git's commands
 
@@ -370,9 +422,9 @@ if this is the first time the repository is asked about."
          (repo (gethash root repos)))
     (cond ((fastrevert-vc--repo-p repo) repo)
           (repo nil)
-          (t (let ((files (gethash root (plist-get fastrevert-vc--batch :files))))
-               (and files
-                    (let ((fetched (fastrevert-vc--fetch root files)))
+          (t (let ((directories (gethash root (plist-get fastrevert-vc--batch :directories))))
+               (and directories
+                    (let ((fetched (fastrevert-vc--fetch root directories)))
                       (puthash root (or fetched 'failed) repos)
                       fetched)))))))
 
@@ -413,9 +465,9 @@ vc-git reads Git's output in `coding-system-for-read', or else in
 `vc-git-log-output-coding-system', and the batch's answers are in the
 coding system the batch read with; a remote `default-directory' runs
 Git on another machine.  A batch answers once it has found its files
-of Git's (its `:files')."
+of Git's (its `:directories')."
   (and fastrevert-vc--batch
-       (plist-get fastrevert-vc--batch :files)
+       (plist-get fastrevert-vc--batch :directories)
        (eq (or coding-system-for-read vc-git-log-output-coding-system)
            (plist-get fastrevert-vc--batch :coding))
        (not (file-remote-p default-directory))))
@@ -730,9 +782,11 @@ a hundred buffers."
 (defun fastrevert-vc-show-early (buffers refresh)
   "Show in BUFFERS' mode lines the VC state their refresh will give them.
 Call this inside `fastrevert-vc-call-with-batch' for BUFFERS.  Files
-of one directory that Git answers for alike, with the same count of
+of one repository that Git answers for alike, with the same count of
 index entries and the same status codes, get the same `vc-mode' from
-stock's `vc-refresh-state'.  REFRESH is called on the first buffer of
+stock's `vc-refresh-state', whatever their directories: vc-git's
+mode line says the state, the backend and the revision, not the
+file.  REFRESH is called on the first buffer of
 each such group to refresh it in full; every other buffer of the
 group whose file Git already backed gets that `vc-mode' at once, the
 same string (stock never changes one in place, and copies of 1,000
@@ -742,9 +796,9 @@ to be done.  A file Git does not track, or one the batch cannot
 answer for, is in no group.  Return (REFRESHED . SHOWN): the buffers
 REFRESH was called on, and those given the string."
   (let ((by-buffer (plist-get fastrevert-vc--batch :buffers))
-        ;; A directory's folder, shared by its files, to its groups:
-        ;; ((COUNT . CODES) BUFFERS...), the buffers in reverse.
-        (folders (make-hash-table :test #'eq))
+        ;; A repository's answers to its groups: ((COUNT . CODES)
+        ;; BUFFERS...), the buffers in reverse.
+        (repos (make-hash-table :test #'eq))
         (groups nil))
     (dolist (buffer buffers)
       (let* ((place (and by-buffer (gethash buffer by-buffer)))
@@ -752,13 +806,12 @@ REFRESH was called on, and those given the string."
              (relative (and repo (fastrevert-vc--place-relative place)))
              (count (if repo (gethash relative (fastrevert-vc--repo-index repo) 0) 0)))
         (when (> count 0)
-          (let* ((folder (fastrevert-vc--place-folder place))
-                 (key (cons count (gethash relative (fastrevert-vc--repo-status repo))))
-                 (group (assoc key (gethash folder folders))))
+          (let* ((key (cons count (gethash relative (fastrevert-vc--repo-status repo))))
+                 (group (assoc key (gethash repo repos))))
             (if group
                 (push buffer (cdr group))
               (setq group (list key buffer))
-              (push group (gethash folder folders))
+              (push group (gethash repo repos))
               (push group groups))))))
     (let ((refreshed nil)
           (shown nil))
@@ -796,29 +849,35 @@ versions once.  Buffers outside Git, or other backends' commands, are
 not affected."
   (if (or fastrevert-vc--batch (not (memq 'Git vc-handled-backends)))
       (funcall function)
-    (let* ((places (make-hash-table :test #'equal :size (length buffers)))
-           (by-buffer (make-hash-table :test #'eq :size (length buffers)))
-           (fastrevert-vc--batch
-            (list :repos (make-hash-table :test #'equal :size 4)
+    (let* ((fastrevert-vc--batch
+            (list :tables nil
+                  :repos (make-hash-table :test #'equal :size 4)
                   :roots (make-hash-table :test #'equal :size 16)
+                  :truenames (make-hash-table :test #'equal :size 4)
                   :listings (make-hash-table :test #'equal :size 32)
                   :masters (make-hash-table :test #'equal :size 16)
                   :versions (make-hash-table :test #'equal :size 4)
                   :separator version-separator
-                  :version-regexps version-regexp-alist
-                  :places places
-                  :buffers by-buffer))
-           (files (fastrevert-vc--collect buffers places by-buffer)))
-      (unless (zerop (hash-table-count files))
-        ;; Until now no Git command was answered (see
-        ;; `fastrevert-vc--usable-p'), and with no file of Git's none is.
-        (setq fastrevert-vc--batch
-              (nconc fastrevert-vc--batch
-                     (list :files files
-                           :coding (or coding-system-for-read
-                                       vc-git-log-output-coding-system))))
-        (fastrevert-vc--advise))
-      (funcall function))))
+                  :version-regexps version-regexp-alist))
+           (places (fastrevert-vc--table 'equal (length buffers)))
+           (by-buffer (fastrevert-vc--table 'eq (length buffers))))
+      (unwind-protect
+          (progn
+            (setq fastrevert-vc--batch
+                  (nconc fastrevert-vc--batch (list :places places :buffers by-buffer)))
+            (let ((directories (fastrevert-vc--collect buffers places by-buffer)))
+              (unless (zerop (hash-table-count directories))
+                ;; Until now no Git command was answered (see
+                ;; `fastrevert-vc--usable-p'), and with no file of Git's
+                ;; none is.
+                (setq fastrevert-vc--batch
+                      (nconc fastrevert-vc--batch
+                             (list :directories directories
+                                   :coding (or coding-system-for-read
+                                               vc-git-log-output-coding-system))))
+                (fastrevert-vc--advise)))
+            (funcall function))
+        (fastrevert-vc--keep-tables (plist-get fastrevert-vc--batch :tables))))))
 
 (provide 'fastrevert-vc)
 

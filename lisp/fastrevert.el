@@ -353,9 +353,9 @@ Long enough for Emacs to redisplay them.")
   "Non-nil when the pending buffers' mode lines were shown early.
 Their full VC refresh comes next, without another early showing.")
 
-(defun fastrevert--show-vc-early (refresh)
+(defun fastrevert--show-vc-early (due refresh)
   "Show the mode lines of many pending buffers before their full VC refresh.
-Call this in a batch for the buffers of `fastrevert--vc-pending'.
+Call this in a batch for DUE, the buffers of `fastrevert--vc-pending'.
 When at least `fastrevert--vc-early-minimum' of them are pending and
 they were not just shown early, refresh one buffer per group of
 buffers that get the same mode line, give its `vc-mode' to the others
@@ -367,7 +367,7 @@ mark of an early showing."
           (< (hash-table-count fastrevert--vc-pending) fastrevert--vc-early-minimum))
       (setq fastrevert--vc-shown-early nil)
     (let ((done (fastrevert-vc-show-early
-                 (fastrevert--queued fastrevert--vc-pending)
+                 due
                  (lambda (buffer)
                    (with-demoted-errors "fastrevert: %S" (funcall refresh buffer))))))
       (dolist (buffer (car done)) (remhash buffer fastrevert--vc-pending))
@@ -438,13 +438,14 @@ resume as soon as Emacs is idle."
             (fastrevert--call-as-batch
              (lambda ()
                (when (fastrevert--check-pending)
-                 (fastrevert-vc-call-with-batch
-                  (fastrevert--queued fastrevert--vc-pending)
-                  (lambda ()
-                    (let ((refresh (fastrevert--in-batch #'fastrevert--refresh-vc-of)))
-                      (unless (fastrevert--show-vc-early refresh)
-                        (fastrevert--work-through fastrevert--vc-pending refresh
-                                                  "fastrevert: refreshing VC state..."))))))))))
+                 (let ((due (fastrevert--queued fastrevert--vc-pending)))
+                   (fastrevert-vc-call-with-batch
+                    due
+                    (lambda ()
+                      (let ((refresh (fastrevert--in-batch #'fastrevert--refresh-vc-of)))
+                        (unless (fastrevert--show-vc-early due refresh)
+                          (fastrevert--work-through fastrevert--vc-pending refresh
+                                                    "fastrevert: refreshing VC state...")))))))))))
       (setq fastrevert--pending (fastrevert--fresh-if-large fastrevert--pending)
             fastrevert--vc-pending (fastrevert--fresh-if-large fastrevert--vc-pending))
       (when (and (not fastrevert--revert-timer)

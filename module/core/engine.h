@@ -44,7 +44,8 @@ enum class RecordKind : std::uint8_t {
   process_error,   // id: the process id; data: why the engine gave the process up.
   vc_changed,      // id: a watched file's id; code: what changed in its repository's
                    // control files, a bit per ControlRole (1 HEAD or its branch,
-                   // 2 the index); data: the repository's control directory.
+                   // 2 the index); data: empty (a checkout reports every file of
+                   // the repository, and the id is all Lisp needs).
 };
 
 // The symbol Lisp knows KIND by.  `fastrevert--record-kinds' lists these

@@ -267,8 +267,7 @@ void Watcher::report_repository_changes() {
       if (link_it == repository_links_.end() || link_it->second.control_dir != control_dir) return;
       registry_.for_each_id(watched, [&](RegisteredId& node) {
         if (is_control_id(node.id)) return;
-        engine_.emit(Record{RecordKind::vc_changed, node.id, static_cast<std::int64_t>(changed),
-                            control_dir},
+        engine_.emit(Record{RecordKind::vc_changed, node.id, static_cast<std::int64_t>(changed), {}},
                      Engine::Wake::no);
       });
     });
