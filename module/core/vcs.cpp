@@ -73,19 +73,26 @@ std::string read_gitdir_file(const std::string& dir, const std::string& file) {
   return relative_to(dir, first_line(std::string_view(text).substr(prefix.size())));
 }
 
-// Whether an entry of one of DIRS was added, removed or renamed less than
-// kLockQuiet ago.  Locks come and go by such changes, and a directory's
-// modification time follows them; it is read against the same clock.
-bool changed_lately(std::initializer_list<std::string> dirs) {
+// Marks STATE settling if an entry of one of DIRS was added, removed or
+// renamed less than kLockQuiet ago, with the time until the latest such
+// change is that old.  Locks come and go by such changes, and a
+// directory's modification time follows them; it is read against the same
+// clock.
+void note_lock_changes(std::initializer_list<std::string> dirs, RepositoryState& state) {
   timespec now;
-  if (clock_gettime(CLOCK_REALTIME, &now) != 0) return false;
+  if (clock_gettime(CLOCK_REALTIME, &now) != 0) return;
   std::int64_t quiet =
       std::chrono::duration_cast<std::chrono::nanoseconds>(kLockQuiet).count();
+  std::int64_t left = 0;
   for (const auto& dir : dirs) {
     struct stat status;
-    if (stat(dir.c_str(), &status) == 0 && timespec_ns(now) - mtime_ns(status) < quiet) return true;
+    if (stat(dir.c_str(), &status) != 0) continue;
+    left = std::max(left, quiet - (timespec_ns(now) - mtime_ns(status)));
   }
-  return false;
+  if (left <= 0) return;
+  state.settling = true;
+  // Rounded up: a look this soon finds the change quiet.
+  state.quiet_in = std::chrono::milliseconds((left + 999'999) / 1'000'000);
 }
 
 bool ends_with(std::string_view text, std::string_view suffix) {
@@ -167,7 +174,7 @@ RepositoryState probe_repository(const std::string& control_dir) {
     // keep it beside the other).
     state.locked = entry_exists(control_dir + "/wlock") ||
                    entry_exists(control_dir + "/store/lock") || entry_exists(control_dir + "/lock");
-    state.settling = changed_lately({control_dir});
+    note_lock_changes({control_dir}, state);
     return state;
   }
   // A checkout commits the index and only then moves HEAD, and a commit
@@ -186,7 +193,7 @@ RepositoryState probe_repository(const std::string& control_dir) {
   state.sequence = entry_exists(control_dir + "/rebase-merge") ||
                    entry_exists(control_dir + "/rebase-apply") ||
                    entry_exists(control_dir + "/sequencer");
-  state.settling = changed_lately({control_dir, common_dir, common_dir + "/refs/heads"});
+  note_lock_changes({control_dir, common_dir, common_dir + "/refs/heads"}, state);
   return state;
 }
 
@@ -262,13 +269,14 @@ void OperationHold::set_limit(std::chrono::milliseconds limit) {
 
 namespace {
 
-// When a held repository in STATE is looked into next: once its locks
-// have been gone for kLockQuiet when nothing but their coming and going
-// keeps it busy, so that the end of an operation is seen that soon, and
-// every kProbeInterval while a lock or a sequence lasts.
+// When a held repository in STATE is looked into next: as soon as its
+// locks' coming and going is kLockQuiet old when nothing else keeps it
+// busy, so that the end of an operation is seen that soon, and every
+// kProbeInterval while a lock or a sequence lasts.
 std::uint64_t probe_delay(const RepositoryState& state) {
   bool settling_only = state.settling && !state.locked && !state.sequence;
-  auto delay = settling_only ? kLockQuiet : OperationHold::kProbeInterval;
+  auto delay = settling_only ? std::max(state.quiet_in, std::chrono::milliseconds(1))
+                             : OperationHold::kProbeInterval;
   return static_cast<std::uint64_t>(delay.count());
 }
 

@@ -43,6 +43,9 @@ struct RepositoryState {
   // its modification time.  Git takes its locks one after another, with no
   // lock at all for the moment in between.
   bool settling = false;
+  // While settling, how long until the latest such change is kLockQuiet
+  // old (rounded up, so at least 1 ms).
+  std::chrono::milliseconds quiet_in{0};
   // Where a Git repository's refs are: git_common_dir's answer.  Empty for
   // Mercurial.
   std::string common_dir;
@@ -52,10 +55,18 @@ struct RepositoryState {
 
 // How long after a lock of a repository came or went it still counts as
 // busy (RepositoryState::settling).  Git leaves microseconds between two of
-// its locks; this also covers a command that the system does not run for a
-// while, and is shorter than the watcher's default settle delay, so that
-// the sweep that confirms the last of an operation's changes finds it over.
-constexpr std::chrono::milliseconds kLockQuiet{25};
+// its locks; this also covers a command that the system holds back for a
+// few ms.  A move of HEAD that comes later still refreshes the mode lines
+// again (see fastrevert--vc-follow-up-seconds), so a longer pause costs a
+// second refresh, not a wrong one.
+constexpr std::chrono::milliseconds kLockQuiet{10};
+
+// How long the watcher waits after a change of a control file (HEAD, a
+// branch, the index) before it looks: a little past kLockQuiet, so that
+// the look that follows an operation's last change finds it over.  It
+// waits no longer for the files the operation wrote: the look finds the
+// repository busy while the operation runs, and holds their changes.
+constexpr std::chrono::milliseconds kControlSettle{kLockQuiet + std::chrono::milliseconds(2)};
 
 // Any thread.  Looks into CONTROL_DIR now; what cannot be seen counts as
 // absent.

@@ -466,6 +466,7 @@ void Watcher::on_entry_event(int watch, std::string_view name) {
     Stats& stats = engine_.stats();
     stats.kernel_events.fetch_add(1, std::memory_order_relaxed);
     bool matched = false;
+    bool other_event = false;
     auto keys = dirs_by_watch_.find(watch);
     if (keys != dirs_by_watch_.end()) {
       for (const auto& dir : keys->second) {
@@ -476,6 +477,11 @@ void Watcher::on_entry_event(int watch, std::string_view name) {
           if (!watched || !watched->has_kernel_interest) return;
           request_stat(*watched);
           matched = true;
+          if (watched->has_ids && is_control_id(watched->first_id)) {
+            control_events_marked_ = true;
+          } else {
+            other_event = true;
+          }
         };
         if (!name.empty()) {
           dirty(registry_.find_in(dir, name));
@@ -488,7 +494,9 @@ void Watcher::on_entry_event(int watch, std::string_view name) {
       }
     }
     if (matched) {
-      events_marked_ = true;
+      // A change of a visited file waits for the settle delay; one of a
+      // control file alone is looked at sooner.
+      if (other_event) events_marked_ = true;
     } else {
       stats.events_dropped_natively.fetch_add(1, std::memory_order_relaxed);
     }
@@ -538,7 +546,11 @@ void Watcher::on_backend_failure(const char* function, int error) {
 void Watcher::on_events_delivered() {
   guarded([&] {
     if (shutting_down_) return;
+    // A control file's change brings forward the flush that other changes
+    // read with it put back: the operation that made them all is seen
+    // through the repository's locks.
     if (std::exchange(events_marked_, false)) schedule_flush(FlushUrgency::settle);
+    if (std::exchange(control_events_marked_, false)) schedule_flush(FlushUrgency::control);
     std::unordered_set<std::string> lost;
     lost.swap(lost_dirs_);
     restat_paths_in(lost);
@@ -602,7 +614,8 @@ void Watcher::request_stat(WatchedPath& watched) {
 void Watcher::schedule_flush(FlushUrgency urgency) {
   if (shutting_down_) return;
   std::uint64_t now = uv_now(engine_.loop());
-  if (!flush_armed_) {
+  bool newly_armed = !flush_armed_;
+  if (newly_armed) {
     flush_armed_ = true;
     urgent_flush_requested_ = false;
     first_flush_request_at_ = now;
@@ -610,6 +623,12 @@ void Watcher::schedule_flush(FlushUrgency urgency) {
   if (urgency == FlushUrgency::now) {
     urgent_flush_requested_ = true;
     flush_deadline_ = now;
+  } else if (urgency == FlushUrgency::control && !urgent_flush_requested_) {
+    // Brought forward, never put back: a file changed just before waits
+    // less than its settle delay, but the look into its repository holds
+    // its change while the operation that wrote it runs.
+    auto control = static_cast<std::uint64_t>(std::min(kControlSettle, settle_delay_).count());
+    flush_deadline_ = newly_armed ? now + control : std::min(flush_deadline_, now + control);
   } else if (!urgent_flush_requested_) {
     // Each event pushes the flush back by the settle delay, up to a cap
     // counted from the first event of the batch.
@@ -618,6 +637,12 @@ void Watcher::schedule_flush(FlushUrgency urgency) {
   }
   std::uint64_t delay = flush_deadline_ > now ? flush_deadline_ - now : 0;
   uv_timer_start(&flush_timer_, &Watcher::guarded<&Watcher::on_flush_timer>, delay, 0);
+}
+
+std::int64_t Watcher::flush_in() const noexcept {
+  if (!flush_armed_) return -1;
+  return static_cast<std::int64_t>(flush_deadline_) -
+         static_cast<std::int64_t>(uv_now(engine_.loop()));
 }
 
 void Watcher::on_flush_timer(uv_timer_t* handle) {

@@ -140,6 +140,9 @@ class Watcher : public Service, private WatchListener {
   std::size_t repository_count() const noexcept { return repositories_.size(); }
   std::size_t control_file_count() const noexcept { return control_ids_.size(); }
   std::size_t sweeps_in_flight() const noexcept { return sweeps_in_flight_.size(); }
+  // In how many ms of the loop's time the pending names are swept; -1 if
+  // no sweep is due.
+  std::int64_t flush_in() const noexcept;
   // The changes held for ids registered by add().
   std::size_t held_changes() const {
     return hold_.held_changes([](std::uint64_t id) { return !is_control_id(id); });
@@ -197,7 +200,10 @@ class Watcher : public Service, private WatchListener {
     std::vector<std::pair<std::string, RepositoryState>> repositories;
   };
 
-  enum class FlushUrgency { settle, now };
+  // settle: the settle delay after the latest change; control: within
+  // kControlSettle (vcs.h), after a change of a repository's control file;
+  // now: at once.
+  enum class FlushUrgency { settle, control, now };
 
   static void on_flush_timer(uv_timer_t* handle);
   static void on_poll_timer(uv_timer_t* handle);
@@ -340,6 +346,7 @@ class Watcher : public Service, private WatchListener {
   bool restat_all_pending_ = false;
   // Whether an event read since the last delivery marked a name.
   bool events_marked_ = false;
+  bool control_events_marked_ = false;
   uv_timer_t flush_timer_{};
   uv_timer_t poll_timer_{};
   uv_timer_t visible_timer_{};

@@ -99,9 +99,10 @@ void Watcher::report_held_changes(const std::unordered_set<std::uint64_t>& ids) 
 void Watcher::request_probe(const std::string& control_dir) {
   if (shutting_down_) return;
   pending_probes_.insert(control_dir);
-  // With the settle delay, files still being reported join the same sweep,
-  // and the hold ends in the batch that reports them.
-  schedule_flush(FlushUrgency::settle);
+  // After the short settle of a control file's change, files still being
+  // reported join the same sweep, and the hold ends in the batch that
+  // reports them.
+  schedule_flush(FlushUrgency::control);
 }
 
 void Watcher::set_hold_limit(std::chrono::milliseconds limit) {

@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include <chrono>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -25,6 +26,7 @@ using fastrevert::RepositoryState;
 using fastrevert::test::date_back;
 using fastrevert::test::TempDir;
 using fastrevert::test::write_file;
+using namespace std::chrono_literals;
 
 namespace {
 
@@ -128,6 +130,9 @@ TEST_CASE("vcs: a lock that has just gone leaves its repository busy for a momen
   CHECK_FALSE(state.locked);
   CHECK(state.settling);
   CHECK(state.busy());
+  // Until the rename is kLockQuiet old.
+  CHECK(state.quiet_in > 0ms);
+  CHECK(state.quiet_in <= kLockQuiet);
   // A while later, with nothing come or gone since, it is idle.
   date_back({dir / ".git", dir / ".git/refs/heads"});
   CHECK_FALSE(probe_repository(dir / ".git").busy());
@@ -211,9 +216,9 @@ TEST_CASE("vcs: the control files are HEAD, its branch and packed-refs, and the 
 
 TEST_CASE("vcs: a hold looks again as soon as a lock's coming and going is quiet", "[vcs]") {
   // Git takes its locks one after another: a look that finds only that one
-  // came or went lately is followed by another once that is kLockQuiet old,
-  // not a whole probe interval later.  A lock or a sequence under way is
-  // looked at every probe interval.
+  // came or went lately is followed by another as soon as that is
+  // kLockQuiet old, not a whole probe interval later.  A lock or a
+  // sequence under way is looked at every probe interval.
   uv_loop_t loop{};
   REQUIRE(uv_loop_init(&loop) == 0);
   {
@@ -221,6 +226,7 @@ TEST_CASE("vcs: a hold looks again as soon as a lock's coming and going is quiet
         &loop, [](const std::unordered_set<std::uint64_t>&) {}, [](const std::string&) {});
     RepositoryState settling;
     settling.settling = true;
+    settling.quiet_in = 7ms;
     RepositoryState locked;
     locked.locked = true;
     locked.settling = true;
@@ -230,12 +236,12 @@ TEST_CASE("vcs: a hold looks again as soon as a lock's coming and going is quiet
     REQUIRE(hold.offer(1, "/a/.git", settling));
     REQUIRE(hold.offer(2, "/b/.git", locked));
     REQUIRE(hold.offer(3, "/c/.git", sequence));
-    CHECK(hold.next_probe_in("/a/.git") == kLockQuiet.count());
+    CHECK(hold.next_probe_in("/a/.git") == 7);
     CHECK(hold.next_probe_in("/b/.git") == OperationHold::kProbeInterval.count());
     CHECK(hold.next_probe_in("/c/.git") == OperationHold::kProbeInterval.count());
     // A look that finds the lock gone, but lately, looks again soon too.
     CHECK(hold.update("/b/.git", settling).empty());
-    CHECK(hold.next_probe_in("/b/.git") == kLockQuiet.count());
+    CHECK(hold.next_probe_in("/b/.git") == 7);
     CHECK(hold.next_probe_in("/d/.git") == -1);
     hold.shutdown();
   }

@@ -378,6 +378,48 @@ TEST_CASE("watcher: a commit, moving the branch HEAD names, is reported") {
   expect_vc_change(harness, 1);
 }
 
+namespace {
+
+std::int64_t flush_in(Harness& harness) {
+  std::int64_t in = -1;
+  harness.call([&](Watcher& watcher) { in = watcher.flush_in(); });
+  return in;
+}
+
+}  // namespace
+
+TEST_CASE("watcher: a control file's change is looked at after a short settle, not the whole") {
+  // An operation's last change is to HEAD, a branch or the index.  The look
+  // that follows it finds the repository over, or busy and holding the
+  // changes of the files it wrote, which need not wait for their whole
+  // settle delay then.
+  Harness harness;
+  GitRepository repository(harness);
+  const auto settle = std::chrono::milliseconds(5000);
+  harness.call([&](Watcher& watcher) { watcher.set_settle_delay(settle); });
+  append_file(repository.dir / "repo/a", "written");
+  // Only that write's event, put off by the settle delay, is this far out.
+  REQUIRE(harness.wait_until([&] { return flush_in(harness) > settle.count() / 2; },
+                             kReportTimeout));
+  replace_as_git_does(repository.git("refs/heads/main"), kCommitB);
+  REQUIRE(harness.wait_until(
+      [&] {
+        std::int64_t in = flush_in(harness);
+        return in >= 0 && in <= fastrevert::kControlSettle.count();
+      },
+      kReportTimeout));
+  REQUIRE(harness.wait_for_change(1));
+  REQUIRE(harness.wait_until(
+      [&] { return !vc_codes(harness, 1).empty() && !vc_codes(harness, 2).empty(); },
+      kReportTimeout));
+  // A change of a visited file alone still waits for the settle delay.
+  harness.settle();
+  harness.clear();
+  append_file(repository.dir / "repo/a", "again");
+  CHECK(harness.wait_until([&] { return flush_in(harness) > settle.count() / 2; },
+                           kReportTimeout));
+}
+
 TEST_CASE("watcher: after a switch the new branch is watched and the old one is not") {
   Harness harness;
   GitRepository repository(harness);
