@@ -110,7 +110,10 @@ spent handling engine results; and those of the VC batches (see
   "Seconds a changed file must stay quiet before its buffer is checked.
 A burst of changes, such as a checkout rewriting many files, becomes one
 batch.  A file written continuously is still checked at least every
-ten settle delays."
+ten settle delays.  A change of a repository's HEAD, branch or index,
+the last a Git operation makes, is looked at sooner (12 ms, or this
+delay if shorter), with the files changed before it: while the
+operation runs, their changes are held until it ends."
   :type 'number
   :group 'fastrevert)
 
