@@ -124,12 +124,11 @@ A plist: `:tables' lists the tables of `fastrevert-vc--table' to keep
 when it ends; `:repos' maps a root to its `fastrevert-vc--repo', or to
 `failed' if Git could not answer for it; `:directories' maps a root
 to a hash table of the root-relative directories of the batch's files
-in it, `:places' an
-absolute file name to its `fastrevert-vc--place', and `:buffers' a
-buffer of the batch to the place of its file; `:roots' memoizes
-`vc-git-root' by directory, and `:truenames' the true name of a root;
-`:listings' memoizes directory listings
-and `:masters' what they say for `fastrevert-vc--masters';
+in it, `:places' an absolute file name to its `fastrevert-vc--place',
+and `:buffers' a buffer of the batch to the place of its file;
+`:roots' memoizes `vc-git-root' by directory, and `:truenames' the
+true name of a root; `:listings' memoizes directory listings and
+`:masters' what they say for `fastrevert-vc--masters';
 `:versions' memoizes the answers of `version<=' under the
 `:separator' and `:version-regexps' the batch started with; `:coding'
 is the coding system of Git's output.")
