@@ -698,9 +698,13 @@ CallResult Call::run() {
     // A full pipe shows a child that writes faster than anything reads:
     // when its output can be cut, it goes through the memfd, in chunks the
     // caller inserts while this thread, then a copy thread, drains the
-    // pipe.  Anything else, a quiet child's output included, the caller
-    // reads straight into its buffer: nothing is copied on the way.
-    if (!(seen.full && step_ > 0) && !small) {
+    // pipe.  So does the output of a child gone quiet before its end: a
+    // quit while it stays quiet keeps what it wrote, where a read straight
+    // into the buffer keeps nothing (it ends at the pipe's end, and Emacs
+    // drops what it read when a quit stops it).  Anything else, an output
+    // whose child has ended or one that cannot be cut, the caller reads
+    // straight into its buffer: nothing is copied on the way.
+    if (!((seen.full || seen.quiet) && step_ > 0) && !small) {
 #if !FASTREVERT_HAVE_PROC_SELF_FD
       // The caller opens the pipe as /dev/fd/N, a duplicate of this
       // descriptor that shares its O_NONBLOCK: its reads must wait for the

@@ -643,6 +643,30 @@ TEST_CASE("run_call on a quit while output streams keeps what was read, to a cha
   }
 }
 
+TEST_CASE("run_call on a quit keeps the output of a child gone quiet, read by this thread",
+          "[call]") {
+  // A child that wrote a little, then stays quiet (a loaded machine can
+  // make a fast writer look so): its output is not left to a read of the
+  // pipe to its end, which a quit would stop with nothing kept.
+  TempDir dir;
+  std::string marker = dir.file("written");
+  const std::string kept(20000, 'x');
+  SpawnSpec spec = shell("printf '" + kept + "7'; : > '" + marker + "'; exec sleep 5");
+  spec.new_session = true;
+  Child child = spawn(spec);
+  REQUIRE(file_appears(marker));
+  Collected got;
+  int pipe_reads = 0;
+  CallHooks hooks = collecting_with_pipe(got, pipe_reads);
+  // Past the watch, which finds the child quiet after a few looks.
+  int asked = 0;
+  hooks.should_quit = [&asked] { return ++asked == 40; };
+  CallResult result = run_call(child, 65536, hooks);
+  CHECK(result.quit);
+  CHECK(pipe_reads == 0);
+  CHECK(got.bytes == kept);
+}
+
 TEST_CASE("run_call on a quit interrupts the child, keeping at most what it had read", "[call]") {
   SECTION("while output still fits a string") {
     SpawnSpec spec = shell("echo started; exec sleep 1000");
