@@ -236,14 +236,10 @@ A batch of 1,000 buffers needs three tables of 1,000 entries or more,
   "Return an empty hash table of TEST with room for SIZE entries.
 It is a spare one when there is one, and it is emptied and kept again
 when the batch ends."
-  (let ((table (let ((spares fastrevert-vc--spare-tables)
-                     (found nil))
-                 (while (and spares (not found))
-                   (when (and (eq (hash-table-test (car spares)) test)
-                              (>= (hash-table-size (car spares)) size))
-                     (setq found (car spares)))
-                   (setq spares (cdr spares)))
-                 found)))
+  (let ((table (cl-find-if (lambda (spare)
+                             (and (eq (hash-table-test spare) test)
+                                  (>= (hash-table-size spare) size)))
+                           fastrevert-vc--spare-tables)))
     (if table
         (setq fastrevert-vc--spare-tables (delq table fastrevert-vc--spare-tables))
       (setq table (make-hash-table :test test :size size)))
@@ -358,6 +354,15 @@ holds."
                                                      file (file-name-directory file))
                  fastrevert-vc--known-files)))))
 
+(defun fastrevert-vc--relative (name root)
+  "Return NAME relative to ROOT, \"\" for ROOT itself.
+Both are expanded; below ROOT the relative name is the rest, which
+`file-relative-name' finds slowly."
+  (if (string-prefix-p root name)
+      (substring name (length root))
+    (let ((relative (file-relative-name name root)))
+      (if (equal relative "./") "" relative))))
+
 (defun fastrevert-vc--collect (buffers places &optional by-buffer)
   "Return a hash table from Git root to the directories of BUFFERS' files.
 The directories of a root are the keys of a hash table, each relative
@@ -384,10 +389,7 @@ table BY-BUFFER, when given, as the key of the same place."
                                            (list directory))
                                       folders))
                 (when folder
-                  (puthash (cond ((string-prefix-p root directory)
-                                  (substring directory (length root)))
-                                 ((equal (file-relative-name directory root) "./") "")
-                                 (t (file-relative-name directory root)))
+                  (puthash (fastrevert-vc--relative directory root)
                            t
                            (or (gethash root directories)
                                (puthash root (make-hash-table :test #'equal :size 32)
@@ -397,15 +399,8 @@ table BY-BUFFER, when given, as the key of the same place."
                   (if (and place (equal (fastrevert-vc--place-root place) root))
                       ;; The folder holds what this batch found in it.
                       (setf (fastrevert-vc--place-folder place) folder)
-                    ;; Both names are expanded: below ROOT, the relative
-                    ;; name is the rest, which `file-relative-name' finds
-                    ;; slowly.
                     (setq place (fastrevert-vc--place-create
-                                 root
-                                 (if (string-prefix-p root file)
-                                     (substring file (length root))
-                                   (file-relative-name file root))
-                                 folder))
+                                 root (fastrevert-vc--relative file root) folder))
                     (setf (fastrevert-vc--known-place known) place))
                   (puthash file place places)
                   (when by-buffer (puthash buffer place by-buffer)))))))))
@@ -785,11 +780,11 @@ of one repository that Git answers for alike, with the same count of
 index entries and the same status codes, get the same `vc-mode' from
 stock's `vc-refresh-state', whatever their directories: vc-git's
 mode line says the state, the backend and the revision, not the
-file.  REFRESH is called on the first buffer of
-each such group to refresh it in full; every other buffer of the
-group whose file Git already backed gets that `vc-mode' at once, the
-same string (stock never changes one in place, and copies of 1,000
-of them would cost a garbage collection).  Their full refresh, which
+file.  REFRESH is called on the first buffer of each such group to
+refresh it in full; every other buffer of the group whose file Git
+already backed gets that `vc-mode' at once, the same string (stock
+never changes one in place, and copies of 1,000 of them would cost a
+garbage collection).  Their full refresh, which
 sets the rest of their VC state and a string of their own, is still
 to be done.  A file Git does not track, or one the batch cannot
 answer for, is in no group.  Return (REFRESHED . SHOWN): the buffers

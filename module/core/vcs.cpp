@@ -73,11 +73,10 @@ std::string read_gitdir_file(const std::string& dir, const std::string& file) {
   return relative_to(dir, first_line(std::string_view(text).substr(prefix.size())));
 }
 
-// Marks STATE settling if an entry of one of DIRS was added, removed or
-// renamed less than kLockQuiet ago, with the time until the latest such
-// change is that old.  Locks come and go by such changes, and a
-// directory's modification time follows them; it is read against the same
-// clock.
+// Sets STATE's quiet_in: if an entry of one of DIRS was added, removed or
+// renamed less than kLockQuiet ago, the time until the latest such change
+// is that old.  Locks come and go by such changes, and a directory's
+// modification time follows them; it is read against the same clock.
 void note_lock_changes(std::initializer_list<std::string> dirs, RepositoryState& state) {
   timespec now;
   if (clock_gettime(CLOCK_REALTIME, &now) != 0) return;
@@ -90,7 +89,6 @@ void note_lock_changes(std::initializer_list<std::string> dirs, RepositoryState&
     left = std::max(left, quiet - (timespec_ns(now) - mtime_ns(status)));
   }
   if (left <= 0) return;
-  state.settling = true;
   // Rounded up: a look this soon finds the change quiet.
   state.quiet_in = std::chrono::milliseconds((left + 999'999) / 1'000'000);
 }
@@ -274,9 +272,8 @@ namespace {
 // busy, so that the end of an operation is seen that soon, and every
 // kProbeInterval while a lock or a sequence lasts.
 std::uint64_t probe_delay(const RepositoryState& state) {
-  bool settling_only = state.settling && !state.locked && !state.sequence;
-  auto delay = settling_only ? std::max(state.quiet_in, std::chrono::milliseconds(1))
-                             : OperationHold::kProbeInterval;
+  bool settling_only = state.settling() && !state.locked && !state.sequence;
+  auto delay = settling_only ? state.quiet_in : OperationHold::kProbeInterval;
   return static_cast<std::uint64_t>(delay.count());
 }
 
@@ -337,7 +334,7 @@ void OperationHold::shutdown() {
 std::unordered_set<std::uint64_t> OperationHold::evaluate(const std::string& control_dir,
                                                           Hold& hold, std::uint64_t now) {
   auto quiet = static_cast<std::uint64_t>(kSequenceQuiet.count());
-  bool running = hold.state.locked || hold.state.settling ||
+  bool running = hold.state.locked || hold.state.settling() ||
                  (hold.state.sequence && now < hold.last_change_at + quiet);
   if (!running) return end_hold(control_dir, false);
   if (now >= hold.started_at + static_cast<std::uint64_t>(limit_.count())) {

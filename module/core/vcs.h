@@ -38,19 +38,19 @@ struct RepositoryState {
   // rebase (rebase-merge, rebase-apply) or a series of cherry-picks or
   // reverts (sequencer).
   bool sequence = false;
-  // A lock came or went less than kLockQuiet ago: an entry of the control
-  // directory (or of the directory of branches) changed that recently, by
-  // its modification time.  Git takes its locks one after another, with no
-  // lock at all for the moment in between.
-  bool settling = false;
-  // While settling, how long until the latest such change is kLockQuiet
-  // old (rounded up, so at least 1 ms).
+  // How long until the latest lock that came or went is kLockQuiet old,
+  // rounded up; zero once it is.  An entry of the control directory (or of
+  // the directory of branches) changed that recently, by its modification
+  // time.  Git takes its locks one after another, with no lock at all for
+  // the moment in between.
   std::chrono::milliseconds quiet_in{0};
   // Where a Git repository's refs are: git_common_dir's answer.  Empty for
   // Mercurial.
   std::string common_dir;
 
-  bool busy() const noexcept { return locked || sequence || settling; }
+  // A lock came or went less than kLockQuiet ago.
+  bool settling() const noexcept { return quiet_in.count() > 0; }
+  bool busy() const noexcept { return locked || sequence || settling(); }
 };
 
 // How long after a lock of a repository came or went it still counts as

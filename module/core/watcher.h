@@ -344,7 +344,8 @@ class Watcher : public Service, private WatchListener {
   // A new directory watch may have cost other directories' events
   // (WatchBackend::add_may_lose_events): the next flush stats every name.
   bool restat_all_pending_ = false;
-  // Whether an event read since the last delivery marked a name.
+  // Whether an event read since the last delivery marked a name other
+  // than a control file's, and a control file's.
   bool events_marked_ = false;
   bool control_events_marked_ = false;
   uv_timer_t flush_timer_{};

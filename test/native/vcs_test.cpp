@@ -128,7 +128,7 @@ TEST_CASE("vcs: a lock that has just gone leaves its repository busy for a momen
   REQUIRE(rename((dir / ".git/index.lock").c_str(), (dir / ".git/index").c_str()) == 0);
   auto state = probe_repository(dir / ".git");
   CHECK_FALSE(state.locked);
-  CHECK(state.settling);
+  CHECK(state.settling());
   CHECK(state.busy());
   // Until the rename is kLockQuiet old.
   CHECK(state.quiet_in > 0ms);
@@ -139,14 +139,14 @@ TEST_CASE("vcs: a lock that has just gone leaves its repository busy for a momen
   // A branch's lock gone from the directory of branches counts the same.
   write_file(dir / ".git/refs/heads/main.lock", "");
   REQUIRE(unlink((dir / ".git/refs/heads/main.lock").c_str()) == 0);
-  CHECK(probe_repository(dir / ".git").settling);
+  CHECK(probe_repository(dir / ".git").settling());
   date_back({dir / ".git/refs/heads"});
-  CHECK_FALSE(probe_repository(dir / ".git").settling);
+  CHECK_FALSE(probe_repository(dir / ".git").settling());
   // And Mercurial's wlock.
   make_dir(dir / ".hg");
   write_file(dir / ".hg/wlock", "");
   REQUIRE(unlink((dir / ".hg/wlock").c_str()) == 0);
-  CHECK(probe_repository(dir / ".hg").settling);
+  CHECK(probe_repository(dir / ".hg").settling());
   date_back({dir / ".hg"});
   CHECK_FALSE(probe_repository(dir / ".hg").busy());
 }
@@ -225,14 +225,13 @@ TEST_CASE("vcs: a hold looks again as soon as a lock's coming and going is quiet
     OperationHold hold(
         &loop, [](const std::unordered_set<std::uint64_t>&) {}, [](const std::string&) {});
     RepositoryState settling;
-    settling.settling = true;
     settling.quiet_in = 7ms;
     RepositoryState locked;
     locked.locked = true;
-    locked.settling = true;
+    locked.quiet_in = 7ms;
     RepositoryState sequence;
     sequence.sequence = true;
-    sequence.settling = true;
+    sequence.quiet_in = 7ms;
     REQUIRE(hold.offer(1, "/a/.git", settling));
     REQUIRE(hold.offer(2, "/b/.git", locked));
     REQUIRE(hold.offer(3, "/c/.git", sequence));
