@@ -65,7 +65,7 @@ CROSS_PACKAGES   := npm dpkg-dev llvm
 
 .PHONY: all build deps deps-fuzz deps-root deps-bench deps-cross test test-emacs30 test-portable \
   test-portable-emacs30 cross bench bench-build bench-full bench-emacs30 bench-run bench-full-run \
-  asan tsan asan-emacs fuzz lint clean help
+  asan tsan asan-emacs fuzz lint stress clean help
 
 all: build
 
@@ -83,6 +83,7 @@ help:
 	@echo "make tsan     run the native tests under ThreadSanitizer"
 	@echo "make asan-emacs  run the ERT tests in Emacs with the module under ASan + UBSan"
 	@echo "make fuzz     fuzz the LSP framer for FUZZ_SECONDS (default 60) seconds"
+	@echo "make stress TESTS=\"call-process vc\" N=20  run those test files N times under load"
 	@echo "make lint     byte-compile the Lisp with warnings as errors and run checkdoc"
 	@echo "make clean    remove build directories and the built module"
 
@@ -304,6 +305,14 @@ fuzz: deps deps-fuzz $(BUILD)/CMakeCache.txt
 	  test/fuzz/lsp_framer_fuzz.cpp module/core/framing.cpp -o $(BUILD)-fuzz/lsp_framer_fuzz
 	$(BUILD)-fuzz/lsp_framer_fuzz -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	  -artifact_prefix=$(BUILD)-fuzz/ $(BUILD)-fuzz/corpus
+
+# Chosen tests run N times each beside BUSY busy loops; each failure is
+# reported with its seed and log (test/stress.sh).
+TESTS ?=
+N     ?= 20
+BUSY  ?= 2
+stress: build
+	test/stress.sh $(BUILD) $(N) $(BUSY) "$(TESTS)"
 
 lint: deps
 	$(EMACS) -Q --batch -L lisp -L test/lisp --eval '(setq load-prefer-newer t)' \
