@@ -20,7 +20,7 @@
 using namespace fastrevert;
 using namespace fastrevert::glue;
 
-FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
+FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 9, 9,
                  "Run PROGRAM synchronously and return how it ended.\n"
                  "PROGRAM is the encoded absolute file name, ARGV a vector of encoded\n"
                  "arguments (argv[0] included), ENV a list of strings, each holding\n"
@@ -34,11 +34,14 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "string; longer output as (INSERTER FD BEG END) for each byte range\n"
                  "[BEG, END) of a memfd FD.  With CHUNK positive, each time at least\n"
                  "CHUNK bytes ending in a newline have arrived they come while the child\n"
-                 "runs; the rest at the end.  With CHUNK 0, longer output is left in the\n"
-                 "pipe, unread, for (INSERTER FD nil nil) to read straight into the\n"
-                 "buffer, FD being the pipe's read end, from the first byte to end of\n"
-                 "file; it returns the number of bytes it took, or `quit' when a quit\n"
-                 "stopped it (the child then gets what a quit gives it).\n"
+                 "runs; the rest at the end.  A longer output waiting in a pipe with no\n"
+                 "writer left may come as (INSERTER FD nil nil), for the inserter to\n"
+                 "read the pipe FD straight into the buffer to end of file; it returns\n"
+                 "the number of bytes it took.  INSERTER must insert each part whole,\n"
+                 "with quit inhibited; no part is longer than a few MiB.  On a quit,\n"
+                 "all that was read is handed over, up to the last whole character as\n"
+                 "CUT says where one ends: `utf-8', `bytes' (after any byte but a CR)\n"
+                 "or nil (after a byte below 0x80 but a digit or a CR).\n"
                  "STDERR is nil (/dev/null),\n"
                  "t (with stdout) or an encoded file name.\n"
                  "Return the exit code of a child that exited, else (HOW CODE): HOW\n"
@@ -47,7 +50,7 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "A spawn failure returns\n"
                  "(:error CONDITION FUNCTION STRERROR PATH).  A quit kills the child\n"
                  "(SIGINT, then SIGKILL), reaps it and signals `quit'.\n\n"
-                 "(fn PROGRAM ARGV ENV CWD INFILE STDOUT STDERR CHUNK)") {
+                 "(fn PROGRAM ARGV ENV CWD INFILE STDOUT STDERR CHUNK CUT)") {
   SpawnSpec spec;
   fill_spec(env, args, spec);
   if (spec.stdin_mode == SpawnSpec::Stdin::pipe) env.wrong_type("stringp", args[4]);
@@ -59,6 +62,9 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
   if (spec.stdout_mode == SpawnSpec::Stdout::file) spec.stdout_file = env.to_bytes(out);
   emacs_value inserter = spec.stdout_mode == SpawnSpec::Stdout::pipe ? out : nullptr;
   std::int64_t chunk = env.to_integer(args[7]);
+  OutputCut cut = env.eq(args[8], env.intern("utf-8"))   ? OutputCut::utf8
+                  : env.eq(args[8], env.intern("bytes")) ? OutputCut::bytes
+                                                         : OutputCut::ascii;
 
   emacs_value failure = nullptr;
   std::optional<Child> child = spawn_like_emacs(env, spec, failure);
@@ -80,25 +86,20 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
       env.funcall(inserter, {env.integer(memfd), env.integer(static_cast<std::int64_t>(from)),
                              env.integer(static_cast<std::int64_t>(to))});
     };
-    hooks.insert_pipe = [&env, inserter](int pipe_fd) {
+    hooks.insert_pipe = [&env, inserter](int pipe_fd) -> std::uint64_t {
       emacs_value read = env.funcall(inserter, {env.integer(pipe_fd), env.nil(), env.nil()});
-      PipeInsert result;
-      if (env.eq(read, env.intern("quit"))) {
-        result.quit = true;
-      } else if (env.is_a(read, "integer")) {
-        std::int64_t bytes = env.to_integer(read);
-        result.bytes = bytes > 0 ? static_cast<std::uint64_t>(bytes) : 0;
-      }
-      return result;
+      std::int64_t bytes = env.is_a(read, "integer") ? env.to_integer(read) : 0;
+      return bytes > 0 ? static_cast<std::uint64_t>(bytes) : 0;
     };
   }
+  hooks.cut = cut;
   // Counted in `fastrevert-stats' too; held, since the inserter may stop it.
   std::shared_ptr<Engine> counting = runtime.reference();
   if (counting) hooks.stats = &counting->stats();
   CallResult result = run_call(*child, static_cast<std::uint64_t>(chunk > 0 ? chunk : 0), hooks);
   if (result.quit) {
-    // The quit was put aside, or the inserter caught it while it read: it
-    // is raised anew.  A second quit while the inserter ran is pending.
+    // The quit was put aside while what was read went to the buffer: it is
+    // raised anew.  A second quit meanwhile is pending.
     env.check();
     env.signal("quit", env.nil());
   }
