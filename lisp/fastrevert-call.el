@@ -20,11 +20,13 @@
 ;; in-memory file) in chunks of whole lines, each inserted with
 ;; `insert-file-contents' while the child writes the next.
 ;;
-;; Each part is inserted whole, with quit inhibited: Emacs keeps nothing
-;; of an insert that a quit stops.  The module asks for a quit between
-;; parts, keeps each part to a few MiB, and on a quit hands over all it
-;; has read, cut after the last whole character, so that a C-g keeps at
-;; least what stock `call-process' would have inserted by then.
+;; The call runs with quit inhibited, and the module takes each C-g from
+;; `quit-flag' between the parts it hands over: Emacs keeps nothing of
+;; an insert that a quit stops, and a quit can fall on any call into
+;; Lisp before it begins.  Each part is a few MiB at most, so a C-g
+;; waits little, and on a quit the module hands over all it has read,
+;; cut after the last whole character: a C-g keeps at least what stock
+;; `call-process' would have inserted by then.
 ;;
 ;; All policy (which coding system, which buffer, which error to
 ;; signal) is here and follows the stock primitive; the module spawns,
@@ -109,7 +111,7 @@ read straight from the pipe, and decoded once, whole."
         (t fastrevert--call-process-chunk)))
 
 (defun fastrevert--insert-pipe (fd coding)
-  "Insert all the pipe FD holds, to its end, at point, decoded with CODING.
+  "Insert the contents of the pipe FD, to its end, at point, decoded with CODING.
 The pipe has no writer left, so the read ends at what it holds.
 Return the number of bytes inserted, as the buffer holds them; point
 ends after the text.  As for a memfd range,
@@ -258,13 +260,9 @@ lookup needs (the operation's arguments) is made only then."
                (stdout (cond (buffer
                               (lambda (fd beg end)
                                 (setq inserted t)
-                                ;; A quit waits for the part to be in:
-                                ;; one that stopped the insert would
-                                ;; lose the part.
-                                (let ((value (let ((inhibit-quit t))
-                                               (with-current-buffer buffer
-                                                 (fastrevert--call-process-insert
-                                                  coding fd beg end)))))
+                                (let ((value (with-current-buffer buffer
+                                               (fastrevert--call-process-insert
+                                                coding fd beg end))))
                                   (when display (redisplay))
                                   (if (or beg (stringp fd))
                                       (setq coding value)
@@ -273,14 +271,19 @@ lookup needs (the operation's arguments) is made only then."
                ;; Standard error "mixed with the output" goes to the null
                ;; device when the output is discarded.
                (stderr-target (if (and (eq encoded-stderr t) (null stdout)) nil encoded-stderr))
-               (result (fastrevert--mod-call-process
-                        encoded-path argv env encoded-dir encoded-infile stdout stderr-target
-                        (fastrevert--call-process-chunk-for coding display)
-                        (fastrevert--call-process-cut
-                         (if (and buffer (not (buffer-local-value 'enable-multibyte-characters
-                                                                  buffer)))
-                             'raw-text
-                           coding)))))
+               (chunk (fastrevert--call-process-chunk-for coding display))
+               (cut (fastrevert--call-process-cut
+                     (if (and buffer (not (buffer-local-value 'enable-multibyte-characters
+                                                              buffer)))
+                         'raw-text
+                       coding)))
+               ;; The module takes each C-g from `quit-flag' itself: a quit
+               ;; that stopped an insert, or fell on a call into Lisp
+               ;; before it began, would lose output already read.
+               (result (let ((inhibit-quit t))
+                         (fastrevert--mod-call-process
+                          encoded-path argv env encoded-dir encoded-infile stdout stderr-target
+                          chunk cut))))
           (cond
            ;; The common end: the child exited.
            ((integerp result)

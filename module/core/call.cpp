@@ -221,7 +221,8 @@ class Call {
     exit_or_pipe,  // Whichever comes first: for the first bytes.
   };
   // Waits as WAIT says (on the pipe alone once the child has exited, or
-  // without a pidfd), at most TICK_MS for Wait::exit and 50 ms otherwise.
+  // without a pidfd), at most TICK_MS for Wait::exit and quit_poll_ms
+  // otherwise.
   // Returns false on a quit.
   bool wait_for_more(Wait wait, int tick_ms);
   // Whether the pipe has no writer left, so that what it holds is all
@@ -274,11 +275,13 @@ CallResult Call::quit_now() {
     }
   }
   output_.hand_on_quit();
+  // The quit that brought the call here, then any other the user asks for.
   bool first = true;
   bool quit = false;
   CallResult result;
   result.wait_status = reap_with_quit(
-      child_, [&first] { return std::exchange(first, false); }, true, quit);
+      child_, [this, &first] { return std::exchange(first, false) || should_quit(); }, true,
+      quit, hooks_.quit_poll_ms);
   result.quit = true;
   result.bytes = output_.read();
   result.copier_used = copier_used_;
@@ -289,7 +292,8 @@ CallResult Call::finish() {
   CallResult result;
   result.bytes = output_.read();
   result.copier_used = copier_used_;
-  result.wait_status = reap_with_quit(child_, hooks_.should_quit, true, result.quit);
+  result.wait_status =
+      reap_with_quit(child_, hooks_.should_quit, true, result.quit, hooks_.quit_poll_ms);
   return result;
 }
 
@@ -328,8 +332,9 @@ bool Call::wait_for_more(Wait wait, int tick_ms) {
     // Nothing tells of the exit: the wait is a tick's (or, for the first
     // bytes, until they come), and then a look at the child.
     pollfd fd = {child_.stdout_fd, POLLIN, 0};
-    int ready =
-        wait == Wait::exit_or_pipe ? poll(&fd, 1, kLongestTickMs) : poll(nullptr, 0, tick_ms);
+    int timeout = std::min(wait == Wait::exit_or_pipe ? kLongestTickMs : tick_ms,
+                           hooks_.quit_poll_ms);
+    int ready = wait == Wait::exit_or_pipe ? poll(&fd, 1, timeout) : poll(nullptr, 0, timeout);
     if (ready < 0 && errno != EINTR) throw_errno("poll");
     if (ready > 0 && (fd.revents & POLLHUP)) hung_up_ = true;
     if (exited_unreaped(child_.pid)) exited_ = true;
@@ -339,7 +344,8 @@ bool Call::wait_for_more(Wait wait, int tick_ms) {
   pollfd fds[2] = {{child_.pidfd, POLLIN, 0}, {child_.stdout_fd, POLLIN, 0}};
   pollfd* first = wait == Wait::pipe ? &fds[1] : &fds[0];
   nfds_t count = wait == Wait::exit_or_pipe ? 2 : 1;
-  int ready = poll(first, count, wait == Wait::exit ? tick_ms : 50);
+  int timeout = wait == Wait::exit ? std::min(tick_ms, hooks_.quit_poll_ms) : hooks_.quit_poll_ms;
+  int ready = poll(first, count, timeout);
   if (ready < 0 && errno != EINTR) throw_errno("poll");
   if (wait != Wait::pipe && ready > 0 && fds[0].revents) exited_ = true;
   if (ready > 0 && (fds[1].revents & POLLHUP)) hung_up_ = true;
@@ -526,7 +532,8 @@ void Call::copy_rest() {
   output_.hand_lines(true);
   bool done = false;
   while (!done) {
-    output_.copied_to(capture.wait(output_.read() + step_, std::chrono::milliseconds(50), done));
+    output_.copied_to(
+        capture.wait(output_.read() + step_, std::chrono::milliseconds(hooks_.quit_poll_ms), done));
     if (should_quit()) {
       output_.set_copier(nullptr);
       capture.stop();
@@ -598,14 +605,7 @@ RunResult run_to_completion(Child& child, const ByteSink& on_stdout, const ByteS
   }
 }
 
-CallResult run_call(Child& child, std::uint64_t chunk, const CallHooks& given) {
-  CallHooks hooks = given;
-  bool quit_seen = false;
-  if (given.should_quit) {
-    hooks.should_quit = [&given, &quit_seen] {
-      return !quit_seen && (quit_seen = given.should_quit());
-    };
-  }
+CallResult run_call(Child& child, std::uint64_t chunk, const CallHooks& hooks) {
   if (child.stdout_fd >= 0) {
     CallResult result = Call(child, chunk, hooks).run();
     if (hooks.stats && !result.quit) {

@@ -108,11 +108,12 @@ struct CallHooks : OutputHooks {
   std::function<std::uint64_t(int pipe_fd)> insert_pipe;
   // Where the caller's coding system lets an output be cut.
   OutputCut cut = OutputCut::ascii;
-  // Whether the user asks to quit; looked at least every 50 ms, until it
-  // first says yes.  The child then gets its grace period before SIGKILL
-  // however long the caller's quit stays pending (Emacs reports a quit
-  // until it is handled), as a single C-g gives it with stock call-process.
+  // Whether the user asks to quit; looked at least every quit_poll_ms.
+  // Each yes is one quit: the first gives the child QUIT_SIGNAL and a
+  // second of grace before SIGKILL, as a single C-g gives it with stock
+  // call-process; a second sends SIGKILL at once.
   std::function<bool()> should_quit;
+  int quit_poll_ms = 50;
   // When set, a child whose output was read, and not quit, counts in
   // Stats::processes and its bytes in Stats::bytes_read.  The counters are
   // relaxed atomics, safe to bump from the calling thread.

@@ -37,8 +37,10 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 9, 9,
                  "runs; the rest at the end.  A longer output waiting in a pipe with no\n"
                  "writer left may come as (INSERTER FD nil nil), for the inserter to\n"
                  "read the pipe FD straight into the buffer to end of file; it returns\n"
-                 "the number of bytes it took.  INSERTER must insert each part whole,\n"
-                 "with quit inhibited; no part is longer than a few MiB.  On a quit,\n"
+                 "the number of bytes it took.  INSERTER is called as this is, with\n"
+                 "`inhibit-quit' bound to t: the call takes each C-g from `quit-flag',\n"
+                 "so that every part is inserted whole,\n"
+                 "and no part is longer than a few MiB.  On a quit,\n"
                  "all that was read is handed over, up to the last whole character as\n"
                  "CUT says where one ends: `utf-8', `bytes' (after any byte but a CR)\n"
                  "or nil (after a byte below 0x80 but a digit or a CR).\n"
@@ -49,7 +51,9 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 9, 9,
                  "does, and CODE is its signal number (see `fastrevert--exit-exited').\n"
                  "A spawn failure returns\n"
                  "(:error CONDITION FUNCTION STRERROR PATH).  A quit kills the child\n"
-                 "(SIGINT, then SIGKILL), reaps it and signals `quit'.\n\n"
+                 "(SIGINT, then SIGKILL at a second quit or after a second), reaps it\n"
+                 "and signals `quit'; a `while-no-input' or `kill-emacs' in `quit-flag'\n"
+                 "is put back there instead.\n\n"
                  "(fn PROGRAM ARGV ENV CWD INFILE STDOUT STDERR CHUNK CUT)") {
   SpawnSpec spec;
   fill_spec(env, args, spec);
@@ -71,11 +75,19 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 9, 9,
   if (!child) return failure;
 
   CallHooks hooks;
-  // A quit seen is put aside, so that the inserter can still take what was
-  // read before it; it is signalled once the child is gone.
-  hooks.should_quit = [&env] {
-    if (!env.quit_requested()) return false;
-    env.clear_exit();
+  // Lisp calls this with `inhibit-quit' bound, so that no quit can stop an
+  // insert half-way (Emacs keeps nothing of such an insert) or fall on a
+  // call into Lisp before it starts.  A quit is seen here instead, in
+  // `quit-flag', and taken: each C-g counts once.  What it was is kept, so
+  // that it is raised as Emacs would have raised it once the child is
+  // gone and the output read is in the buffer.
+  emacs_value quit_flag = env.intern("quit-flag");
+  emacs_value quit_value = nullptr;
+  hooks.should_quit = [&env, quit_flag, &quit_value] {
+    emacs_value flag = env.call("symbol-value", {quit_flag});
+    if (!env.truthy(flag)) return false;
+    env.call("set", {quit_flag, env.nil()});
+    if (!quit_value) quit_value = flag;
     return true;
   };
   if (inserter) {
@@ -97,11 +109,12 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 9, 9,
   std::shared_ptr<Engine> counting = runtime.reference();
   if (counting) hooks.stats = &counting->stats();
   CallResult result = run_call(*child, static_cast<std::uint64_t>(chunk > 0 ? chunk : 0), hooks);
-  if (result.quit) {
-    // The quit was put aside while what was read went to the buffer: it is
-    // raised anew.  A second quit meanwhile is pending.
-    env.check();
-    env.signal("quit", env.nil());
+  if (result.quit && quit_value) {
+    // A C-g quits here.  Anything else in `quit-flag' (a `while-no-input'
+    // tag, `kill-emacs') goes back there, for Emacs to act on as soon as
+    // the caller's `inhibit-quit' is unbound.
+    if (env.eq(quit_value, env.t())) env.signal("quit", env.nil());
+    env.call("set", {quit_flag, quit_value});
   }
   ExitStatus status = exit_status(result.wait_status);
   // The common end costs no list and no string.

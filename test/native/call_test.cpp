@@ -727,23 +727,32 @@ TEST_CASE("run_call counts a child whose output it read, unless the user quit", 
   CHECK(stats.bytes_read.load() == 5);
 }
 
-TEST_CASE("run_call gives the child its grace period while the caller's quit stays pending",
+TEST_CASE("run_call gives the child its grace after one quit, and SIGKILL at a second",
           "[call]") {
-  // Emacs reports a quit until it is handled: a should_quit that goes on
-  // saying yes is one quit, not a second one that sends SIGKILL at once.
+  // Each yes of should_quit is a quit the user asked for (the glue takes
+  // each C-g from `quit-flag' once).
   SpawnSpec spec = shell("trap 'sleep 0.3; exit 7' INT; while :; do sleep 0.05; done");
   spec.new_session = true;
   spec.stdout_mode = SpawnSpec::Stdout::null;
   Child child = spawn(spec);
   CallHooks hooks;
   int asked = 0;
-  hooks.should_quit = [&asked] { return ++asked >= 2; };
-  CallResult result = run_call(child, 0, hooks);
-  CHECK(result.quit);
-  CHECK(asked == 2);
-  ExitStatus status = exit_status(result.wait_status);
-  CHECK(status.how == ExitStatus::How::exited);
-  CHECK(status.code == 7);
+  SECTION("one quit: the child ends as its SIGINT handler says") {
+    hooks.should_quit = [&asked] { return ++asked == 2; };
+    CallResult result = run_call(child, 0, hooks);
+    CHECK(result.quit);
+    ExitStatus status = exit_status(result.wait_status);
+    CHECK(status.how == ExitStatus::How::exited);
+    CHECK(status.code == 7);
+  }
+  SECTION("a second quit: SIGKILL, without the handler's time") {
+    hooks.should_quit = [&asked] { return ++asked == 2 || asked == 4; };
+    CallResult result = run_call(child, 0, hooks);
+    CHECK(result.quit);
+    ExitStatus status = exit_status(result.wait_status);
+    CHECK(status.how == ExitStatus::How::signaled);
+    CHECK(status.code == SIGKILL);
+  }
 }
 
 TEST_CASE("run_call kills and reaps the child when an insert hook throws", "[call]") {
