@@ -47,20 +47,23 @@
 
 (defun fastrevert-call-process-quit-test--least-kept (stream n rule)
   "Return the least a quit keeps of the first N bytes of STREAM.
-RULE is `utf-8' (N less an unfinished character) or `ascii' (up to
-the last byte below 0x80 that is neither a digit nor a CR)."
+RULE is `utf-8' (N less an unfinished character), `bytes' (all N)
+or `ascii' (up to the last byte below 0x80 that is neither a digit
+nor a CR)."
   (setq n (min n (length stream)))
-  (if (eq rule 'utf-8)
-      (progn
-        ;; A character starts at any byte that does not continue one.
-        (while (and (> n 0) (< n (length stream)) (= (logand (aref stream n) #xC0) #x80))
-          (setq n (1- n)))
-        n)
-    (while (and (> n 0)
-                (let ((byte (aref stream (1- n))))
-                  (or (>= byte #x80) (= byte ?\r) (<= ?0 byte ?9))))
-      (setq n (1- n)))
-    n))
+  (pcase rule
+    ('bytes n)
+    ('utf-8
+     ;; A character starts at any byte that does not continue one.
+     (while (and (> n 0) (< n (length stream)) (= (logand (aref stream n) #xC0) #x80))
+       (setq n (1- n)))
+     n)
+    (_
+     (while (and (> n 0)
+                 (let ((byte (aref stream (1- n))))
+                   (or (>= byte #x80) (= byte ?\r) (<= ?0 byte ?9))))
+       (setq n (1- n)))
+     n)))
 
 (defun fastrevert-call-process-quit-test--sized (low high)
   "Return a random size in [LOW, HIGH], as likely in each power of two."
@@ -76,7 +79,10 @@ SPEC is a plist: :min and :max the stream's length, :paces the paces
 to choose from, :close non-nil for a child that closes its output
 before the quit, :quit-from the least number of bytes written before
 the quit, :coding the coding system to decode with.  Each round
-is (INDEX SEED LENGTH PACE QUIT-AT CLOSE CODING)."
+is (INDEX SEED LENGTH PACE QUIT-AT CLOSE CODING DESTINATION), where
+DESTINATION is SPEC's :destination: `buffer' (the current buffer, the
+default), `name' (a buffer given by name), `stderr' (the current buffer,
+with standard error to a file of its own) or `file' ((:file FILE))."
   (random (format "fastrevert-quit-%d-%S" seed (plist-get spec :paces)))
   (cl-loop for index below rounds
            for length = (fastrevert-call-process-quit-test--sized
@@ -89,26 +95,35 @@ is (INDEX SEED LENGTH PACE QUIT-AT CLOSE CODING)."
                                 (let ((from (min length (plist-get spec :quit-from))))
                                   (+ from (random (1+ (- length from))))))
                                (t (random (1+ length))))
-                         (plist-get spec :close) (plist-get spec :coding))))
+                         (plist-get spec :close) (plist-get spec :coding)
+                         (or (plist-get spec :destination) 'buffer))))
 
 (defun fastrevert-call-process-quit-test--form (dir plan)
   "Return the form a terminal Emacs runs for PLAN, with its files in DIR.
 For each round it calls the writer into a fresh buffer, catches the
-quit, and writes the buffer (encoded in UTF-8) to out-INDEX, then
+quit, and writes what reached the destination (a buffer encoded in
+UTF-8, or the file's bytes) to out-INDEX, then
 \(OUTCOME GONE) to result-INDEX: OUTCOME is `quit' or `finished', GONE
 whether the child has left the process table."
   `(progn
      (require 'fastrevert-call)
      (prefer-coding-system 'utf-8)
      (dolist (round ',plan)
-       (pcase-let ((`(,index ,seed ,length ,pace ,quit-at ,close ,coding) round))
-         (let ((marker (expand-file-name (format "marker-%d" index) ,dir)))
+       (pcase-let ((`(,index ,seed ,length ,pace ,quit-at ,close ,coding ,destination) round))
+         (let ((marker (expand-file-name (format "marker-%d" index) ,dir))
+               (out (expand-file-name (format "out-%d" index) ,dir))
+               (named "fastrevert quit target"))
            (with-temp-buffer
              (let ((outcome
                     (condition-case nil
                         (let ((coding-system-for-read coding))
                           (apply #'fastrevert-call-process ,fastrevert-call-process-quit-test--writer
-                                 nil t nil "write" (number-to-string seed)
+                                 nil (pcase destination
+                                       ('buffer t)
+                                       ('name named)
+                                       ('stderr (list t (concat out ".stderr")))
+                                       ('file (list :file out)))
+                                 nil "write" (number-to-string seed)
                                  (number-to-string length) pace (number-to-string quit-at)
                                  marker (and close '("close")))
                           'finished)
@@ -116,9 +131,11 @@ whether the child has left the process table."
                    (pid (with-temp-buffer
                           (insert-file-contents marker)
                           (string-to-number (buffer-string)))))
-               (let ((coding-system-for-write 'utf-8-unix))
-                 (write-region nil nil (expand-file-name (format "out-%d" index) ,dir)
-                               nil 'silent))
+               (unless (eq destination 'file)
+                 (with-current-buffer (if (eq destination 'name) named (current-buffer))
+                   (let ((coding-system-for-write 'utf-8-unix))
+                     (write-region nil nil out nil 'silent))
+                   (when (eq destination 'name) (kill-buffer))))
                ;; The result appears whole, under its name at last.
                (let ((result (expand-file-name (format "result-%d" index) ,dir)))
                  (with-temp-file (concat result ".new")
@@ -130,7 +147,7 @@ whether the child has left the process table."
 (defun fastrevert-call-process-quit-test--run (spec)
   "Run the rounds of SPEC in a terminal Emacs, quitting each once marked.
 SPEC is as for `fastrevert-call-process-quit-test--plan', plus :rule,
-the cut rule the coding makes (`utf-8' or `ascii')."
+the cut rule the destination makes (`utf-8', `ascii' or `bytes')."
   (let* ((seed (fastrevert-call-process-quit-test--seed))
          (plan (fastrevert-call-process-quit-test--plan
                 seed (fastrevert-call-process-quit-test--rounds) spec)))
@@ -150,7 +167,8 @@ the cut rule the coding makes (`utf-8' or `ascii')."
             (progn
               (set-process-window-size emacs 24 80)
               (dolist (round plan)
-                (pcase-let* ((`(,index ,round-seed ,length ,pace ,quit-at ,_close ,coding) round)
+                (pcase-let* ((`(,index ,round-seed ,length ,pace ,quit-at ,_close ,coding ,_to)
+                              round)
                              (file (lambda (name) (expand-file-name
                                                    (format "%s-%d" name index) dir))))
                   (ert-info ((format "seed %d, round %d: stream seed %d, %d bytes at pace %s, quit after %d, coding %s"
@@ -207,6 +225,24 @@ outpaces Emacs gets a thread of its own to drain its pipe."
   (fastrevert-call-process-quit-test--run
    '(:min 1024 :max 2097152 :paces ("flood" "trickle" "stall" "mixed")
      :coding undecided :rule ascii)))
+
+(ert-deftest fastrevert-call-process-quit-keeps-output-into-a-buffer-given-by-name ()
+  "Output into a buffer named by a string."
+  (fastrevert-call-process-quit-test--run
+   '(:min 1024 :max 1048576 :paces ("flood" "stall" "mixed") :coding utf-8 :rule utf-8
+     :destination name)))
+
+(ert-deftest fastrevert-call-process-quit-keeps-output-with-stderr-to-a-file ()
+  "Output into a buffer while standard error goes to a file of its own."
+  (fastrevert-call-process-quit-test--run
+   '(:min 1024 :max 1048576 :paces ("flood" "stall" "mixed") :coding utf-8 :rule utf-8
+     :destination stderr)))
+
+(ert-deftest fastrevert-call-process-quit-keeps-output-into-a-file ()
+  "Output that the child writes straight into a (:file FILE) destination."
+  (fastrevert-call-process-quit-test--run
+   '(:min 1024 :max 1048576 :paces ("flood" "stall" "mixed") :coding utf-8 :rule bytes
+     :destination file)))
 
 (provide 'fastrevert-call-process-quit-test)
 
