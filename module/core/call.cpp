@@ -280,8 +280,8 @@ CallResult Call::quit_now() {
   bool quit = false;
   CallResult result;
   result.wait_status = reap_with_quit(
-      child_, [this, &first] { return std::exchange(first, false) || should_quit(); }, true,
-      quit, hooks_.quit_poll_ms);
+      child_, [this, &first] { return std::exchange(first, false) || should_quit(); }, true, quit,
+      hooks_.quit_poll_ms);
   result.quit = true;
   result.bytes = output_.read();
   result.copier_used = copier_used_;
@@ -332,8 +332,8 @@ bool Call::wait_for_more(Wait wait, int tick_ms) {
     // Nothing tells of the exit: the wait is a tick's (or, for the first
     // bytes, until they come), and then a look at the child.
     pollfd fd = {child_.stdout_fd, POLLIN, 0};
-    int timeout = std::min(wait == Wait::exit_or_pipe ? kLongestTickMs : tick_ms,
-                           hooks_.quit_poll_ms);
+    int timeout =
+        std::min(wait == Wait::exit_or_pipe ? kLongestTickMs : tick_ms, hooks_.quit_poll_ms);
     int ready = wait == Wait::exit_or_pipe ? poll(&fd, 1, timeout) : poll(nullptr, 0, timeout);
     if (ready < 0 && errno != EINTR) throw_errno("poll");
     if (ready > 0 && (fd.revents & POLLHUP)) hung_up_ = true;

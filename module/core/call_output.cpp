@@ -48,8 +48,8 @@ std::size_t utf8_end(std::string_view bytes) {
 // longest prefix of it that it accepts, or 0; windows are read from the end
 // backwards until one has such a prefix.
 template <typename EndIn>
-std::uint64_t last_end_in(const std::string& head, int memfd, std::uint64_t from,
-                          std::uint64_t to, EndIn end_in) {
+std::uint64_t last_end_in(const std::string& head, int memfd, std::uint64_t from, std::uint64_t to,
+                          EndIn end_in) {
   if (memfd < 0) {
     return from + end_in(std::string_view(head).substr(static_cast<std::size_t>(from),
                                                        static_cast<std::size_t>(to - from)));
@@ -119,7 +119,9 @@ int CallOutput::spill() {
   return memfd_.get();
 }
 
-void CallOutput::copied_to(std::uint64_t end) { read_ = std::max(read_, end); }
+void CallOutput::copied_to(std::uint64_t end) {
+  read_ = std::max(read_, end);
+}
 
 void CallOutput::read_by_caller(std::uint64_t bytes) noexcept {
   read_ += bytes;
@@ -145,9 +147,13 @@ void CallOutput::hand_lines(bool gone_quiet) {
   if (read_ - handed_ >= kLargestHandOver) hand_to(last_cut(handed_, read_));
 }
 
-void CallOutput::hand_rest() { hand_to(read_); }
+void CallOutput::hand_rest() {
+  hand_to(read_);
+}
 
-void CallOutput::hand_on_quit() { hand_to(last_cut(handed_, read_)); }
+void CallOutput::hand_on_quit() {
+  hand_to(last_cut(handed_, read_));
+}
 
 void CallOutput::hand_to(std::uint64_t to) {
   while (handed_ < to) {

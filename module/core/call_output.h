@@ -60,8 +60,7 @@ class CallOutput {
   // handed over whole, at the end or at a quit), else the least a
   // hand-over of whole lines gathers while the child runs.  Up to
   // STRING_LIMIT bytes are kept in a string, the rest in a memfd.
-  CallOutput(const OutputHooks& hooks, std::uint64_t step, OutputCut cut,
-             std::size_t string_limit);
+  CallOutput(const OutputHooks& hooks, std::uint64_t step, OutputCut cut, std::size_t string_limit);
 
   CallOutput(const CallOutput&) = delete;
   CallOutput& operator=(const CallOutput&) = delete;

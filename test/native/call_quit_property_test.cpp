@@ -10,7 +10,9 @@
 //   wrote before the quit, less an unfinished character;
 // - the child is reaped.
 //
-// FASTREVERT_TEST_SEED sets the first round's seed (each round's is the one
+// The cases are hidden from a plain run of the test program (ctest runs them
+// on their own, with a longer time limit).  FASTREVERT_TEST_SEED sets the
+// first round's seed (each round's is the one
 // before plus one) and FASTREVERT_PROPERTY_ROUNDS the rounds per case
 // (1,000); a failure names its round's seed, which replays it alone with
 // FASTREVERT_PROPERTY_ROUNDS=1.
@@ -112,8 +114,13 @@ bool quit_round(const PathCase& path, std::uint64_t seed) {
   std::string marker = dir.file("quit");
   SpawnSpec spec;
   spec.program = FASTREVERT_TEST_WRITER;
-  spec.argv = {spec.program, "write", std::to_string(seed), std::to_string(length), pace,
-               std::to_string(quit_at), marker};
+  spec.argv = {spec.program,
+               "write",
+               std::to_string(seed),
+               std::to_string(length),
+               pace,
+               std::to_string(quit_at),
+               marker};
   if (path.close) spec.argv.emplace_back("close");
   spec.new_session = true;
   Child child = spawn(spec);
@@ -168,13 +175,13 @@ bool quit_round(const PathCase& path, std::uint64_t seed) {
   bool kept_written = handed.size() >= least_kept(stream, written_before_quit, path.cut);
   bool no_more_than_read = handed.size() <= read;
   bool reaped = is_gone(pid);
-  bool held = result.quit && in_order && prefix && kept_read && kept_written &&
-              no_more_than_read && reaped;
+  bool held =
+      result.quit && in_order && prefix && kept_read && kept_written && no_more_than_read && reaped;
   if (!held) {
     INFO("case: " << path.name << "; seed " << seed << " (replay: FASTREVERT_TEST_SEED=" << seed
                   << " FASTREVERT_PROPERTY_ROUNDS=1)");
-    INFO("stream " << stream.bytes.size() << " bytes at pace " << pace << ", quit after "
-                   << quit_at << ", slow caller " << slow_caller);
+    INFO("stream " << stream.bytes.size() << " bytes at pace " << pace << ", quit after " << quit_at
+                   << ", slow caller " << slow_caller);
     INFO("handed " << handed.size() << " bytes, first mismatch at " << mismatch
                    << ", run_call read " << read << ", copy thread " << result.copier_used);
     CHECK(result.quit);
@@ -202,37 +209,38 @@ void check_quits(const PathCase& path) {
 
 }  // namespace
 
-TEST_CASE("call quit property: a string, while the output fits one", "[call][quit]") {
+TEST_CASE("call_quit_property: a string, while the output fits one", "[call][.quit]") {
   PathCase path{"string", 65536, OutputCut::utf8, 1, kCallStringLimit};
   path.pace = "stall";
   check_quits(path);
 }
 
-TEST_CASE("call quit property: the caller's read of a pipe its child closed", "[call][quit]") {
+TEST_CASE("call_quit_property: the caller's read of a pipe its child closed", "[call][.quit]") {
   PathCase path{"pipe", 65536, OutputCut::utf8, kCallStringLimit + 1, 60000};
   path.pace = "flood";
   path.close = true;
   check_quits(path);
 }
 
-TEST_CASE("call quit property: memfd ranges read on the calling thread", "[call][quit]") {
+TEST_CASE("call_quit_property: ranges of a spilled output, read on the calling thread",
+          "[call][.quit]") {
   PathCase path{"memfd", 65536, OutputCut::utf8, kCallStringLimit, std::size_t{1} << 20};
   path.copier_threshold = ~std::uint64_t{0};
   check_quits(path);
 }
 
-TEST_CASE("call quit property: the copy thread", "[call][quit]") {
+TEST_CASE("call_quit_property: the copy thread", "[call][.quit]") {
   PathCase path{"copier", 4096, OutputCut::utf8, 65536, std::size_t{1} << 20};
   path.copier_threshold = 0;
   check_quits(path);
 }
 
-TEST_CASE("call quit property: an output that cannot be cut", "[call][quit]") {
+TEST_CASE("call_quit_property: an output that cannot be cut", "[call][.quit]") {
   PathCase path{"uncut", 0, OutputCut::ascii, 1024, std::size_t{1} << 20};
   check_quits(path);
 }
 
-TEST_CASE("call quit property: moves between paths as the pace changes", "[call][quit]") {
+TEST_CASE("call_quit_property: moves between paths as the pace changes", "[call][.quit]") {
   PathCase path{"moves", 65536, OutputCut::utf8, 4096, std::size_t{2} << 20};
   path.pace = "mixed";
   path.string_limit = 4096;
@@ -240,7 +248,7 @@ TEST_CASE("call quit property: moves between paths as the pace changes", "[call]
   check_quits(path);
 }
 
-TEST_CASE("call quit property: raw bytes, cut anywhere", "[call][quit]") {
+TEST_CASE("call_quit_property: raw bytes, cut anywhere", "[call][.quit]") {
   PathCase path{"bytes", 65536, OutputCut::bytes, 1024, std::size_t{1} << 20};
   path.string_limit = 4096;
   path.copier_threshold = 256 * 1024;

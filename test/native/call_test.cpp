@@ -350,8 +350,10 @@ TEST_CASE("run_call hands its pipe to a caller only once no writer is left", "[c
   // end, without a read that waits.
   TempDir dir;
   std::string closed = dir.file("closed");
-  Child child = spawn(shell("head -c 20000 /dev/zero; head -c 30000 /dev/zero | tr '\\0' y; "
-                            "exec >&-; : > '" + closed + "'; sleep 0.2"));
+  Child child =
+      spawn(shell("head -c 20000 /dev/zero; head -c 30000 /dev/zero | tr '\\0' y; "
+                  "exec >&-; : > '" +
+                  closed + "'; sleep 0.2"));
   REQUIRE(file_appears(closed));
   std::string got;
   int pipe_reads = 0;
@@ -610,8 +612,8 @@ TEST_CASE("run_call on a quit while output streams keeps what was read, to a cha
     CHECK(got.ranges.size() == 1);
   }
   SECTION("up to an unfinished UTF-8 character, in UTF-8") {
-    CallResult result = quit_after_output("abc 12 \\342\\202\\254\\342\\202", 65536, 2, got,
-                                          false, OutputCut::utf8);
+    CallResult result = quit_after_output("abc 12 \\342\\202\\254\\342\\202", 65536, 2, got, false,
+                                          OutputCut::utf8);
     CHECK(result.quit);
     CHECK(got.bytes == "abc 12 \342\202\254");
   }
@@ -727,8 +729,7 @@ TEST_CASE("run_call counts a child whose output it read, unless the user quit", 
   CHECK(stats.bytes_read.load() == 5);
 }
 
-TEST_CASE("run_call gives the child its grace after one quit, and SIGKILL at a second",
-          "[call]") {
+TEST_CASE("run_call gives the child its grace after one quit, and SIGKILL at a second", "[call]") {
   // Each yes of should_quit is a quit the user asked for (the glue takes
   // each C-g from `quit-flag' once).
   SpawnSpec spec = shell("trap 'sleep 0.3; exit 7' INT; while :; do sleep 0.05; done");

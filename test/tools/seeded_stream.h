@@ -33,8 +33,8 @@ class SeededRandom {
     int low_bits = 0, high_bits = 0;
     while ((std::uint64_t{1} << low_bits) < low) ++low_bits;
     while ((std::uint64_t{1} << high_bits) < high) ++high_bits;
-    int bits = static_cast<int>(between(static_cast<std::uint64_t>(low_bits),
-                                        static_cast<std::uint64_t>(high_bits)));
+    int bits = static_cast<int>(
+        between(static_cast<std::uint64_t>(low_bits), static_cast<std::uint64_t>(high_bits)));
     std::uint64_t top = std::uint64_t{1} << bits;
     std::uint64_t value = between(top / 2, top);
     return value < low ? low : value > high ? high : value;
