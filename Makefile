@@ -63,7 +63,20 @@ CROSS_CACHE      ?= $(HOME)/.cache/fastrevert/cross
 CROSS_BUILD      ?= $(BUILD)-cross
 CROSS_PACKAGES   := npm dpkg-dev llvm
 
-.PHONY: all build deps deps-fuzz deps-root deps-bench deps-cross test test-emacs30 test-portable \
+# `make package': fastrevert-VERSION.tar in PACKAGE_OUT (default: here), the
+# tarball package-install-file takes, as a MELPA build makes it (the recipe
+# in recipes/fastrevert names the same files): the Lisp at the top, the
+# module's sources and CMake files beside it, nothing of test/ or bench/.
+VERSION      := $(shell sed -n 's/^;; Version: *//p' lisp/fastrevert.el)
+PACKAGE_OUT  ?= .
+PACKAGE_NAME := fastrevert-$(VERSION)
+PACKAGE_STAGE = $(BUILD)/package
+# fastrevert-pkg.el, from the headers of fastrevert.el as package.el reads them.
+PACKAGE_DESCRIBE = (with-temp-buffer (insert-file-contents "lisp/fastrevert.el") \
+  (package-generate-description-file (package-buffer-info) \
+    "$(PACKAGE_STAGE)/$(PACKAGE_NAME)/fastrevert-pkg.el"))
+
+.PHONY: all build deps package deps-fuzz deps-root deps-bench deps-cross test test-emacs30 test-portable \
   test-portable-emacs30 cross bench bench-build bench-full bench-emacs30 bench-run bench-full-run \
   asan tsan asan-emacs fuzz lint stress clean help
 
@@ -85,6 +98,7 @@ help:
 	@echo "make fuzz     fuzz the LSP framer for FUZZ_SECONDS (default 60) seconds"
 	@echo "make stress TESTS=\"call-process vc\" N=20  run those test files N times under load"
 	@echo "make lint     byte-compile the Lisp with warnings as errors and run checkdoc"
+	@echo "make package  write fastrevert-VERSION.tar, for M-x package-install-file"
 	@echo "make clean    remove build directories and the built module"
 
 # Checks for every dependency; installs what is missing when run as root,
@@ -314,6 +328,16 @@ BUSY  ?= 2
 stress: build
 	test/stress.sh $(BUILD) $(N) $(BUSY) "$(TESTS)"
 
+package:
+	rm -rf $(PACKAGE_STAGE)
+	mkdir -p $(PACKAGE_STAGE)/$(PACKAGE_NAME)
+	cp lisp/*.el CMakeLists.txt $(PACKAGE_STAGE)/$(PACKAGE_NAME)/
+	cp -R cmake module $(PACKAGE_STAGE)/$(PACKAGE_NAME)/
+	$(EMACS) -Q --batch -l package --eval '$(PACKAGE_DESCRIBE)'
+	mkdir -p $(PACKAGE_OUT)
+	tar -cf $(PACKAGE_OUT)/$(PACKAGE_NAME).tar -C $(PACKAGE_STAGE) $(PACKAGE_NAME)
+	@echo "Wrote $(PACKAGE_OUT)/$(PACKAGE_NAME).tar"
+
 lint: deps
 	$(EMACS) -Q --batch -L lisp -L test/lisp --eval '(setq load-prefer-newer t)' \
 	  -l ert -l test/lisp/fastrevert-lint-test.el -f ert-run-tests-batch-and-exit
@@ -322,5 +346,6 @@ clean:
 	rm -rf $(BUILD) $(BUILD)-release $(BUILD)-asan $(BUILD)-tsan $(BUILD)-asan-emacs $(BUILD)-fuzz \
 	  $(EMACS30_BUILD) $(EMACS30_BUILD)-release $(PORTABLE_BUILD) $(EMACS30_BUILD)-portable \
 	  $(CROSS_BUILD)
-	rm -f lisp/fastrevert-module.so lisp/fastrevert-module.dylib lisp/*.elc bench/*.elc \
-	  test/lisp/*.elc
+	rm -rf build-module
+	rm -f lisp/fastrevert-module*.so lisp/fastrevert-module*.dylib lisp/*.elc bench/*.elc \
+	  test/lisp/*.elc fastrevert-*.tar
