@@ -9,7 +9,8 @@ CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 
 # Debian packages the build and the tests need.
-DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit mercurial
+# ccache lets the package tests' module builds share their compiling.
+DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit mercurial ccache
 
 # The package manager `make deps' speaks to: apt-get where it exists (Debian,
 # Ubuntu), else the first of these found.
@@ -117,6 +118,7 @@ define install_missing
 	    clang)       command -v clang++ >/dev/null 2>&1 || missing="$$missing clang" ;; \
 	    git)         command -v git >/dev/null 2>&1 || missing="$$missing git" ;; \
 	    mercurial)   command -v hg >/dev/null 2>&1 || missing="$$missing mercurial" ;; \
+	    ccache)      command -v ccache >/dev/null 2>&1 || missing="$$missing ccache" ;; \
 	    gnuplot-nox) command -v gnuplot >/dev/null 2>&1 || missing="$$missing gnuplot-nox" ;; \
 	    npm)         command -v npm >/dev/null 2>&1 || missing="$$missing npm" ;; \
 	    dpkg-dev)    command -v dpkg-source >/dev/null 2>&1 || missing="$$missing dpkg-dev" ;; \

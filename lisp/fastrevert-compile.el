@@ -120,7 +120,7 @@ Xcode's on macOS and the base system's on FreeBSD.")
   '("/opt/homebrew/bin" "/usr/local/bin" "/opt/local/bin" "/home/linuxbrew/.linuxbrew/bin")
   "Folders where package managers put programs that a GUI Emacs may not see.
 An Emacs started from a desktop's menu or the Dock does not read the
-shell's start-up files, so its `exec-path' may lack them.")
+shell's start-up files, so its variable `exec-path' may lack them.")
 
 (defun fastrevert-module--package-manager ()
   "Return the package manager of this system, a key of the packages table, or nil."
@@ -134,7 +134,7 @@ shell's start-up files, so its `exec-path' may lack them.")
                 '(apt-get dnf pacman apk pkg))))
 
 (defun fastrevert-module--install-command (needs)
-  "Return the command that installs NEEDS on this system, or nil.
+  "Return the command to install NEEDS with on this system, or nil.
 NEEDS are keys of `fastrevert-module--need-names'."
   (let* ((manager (fastrevert-module--package-manager))
          (entry (cdr (assq manager fastrevert-module--system-packages)))
@@ -144,8 +144,9 @@ NEEDS are keys of `fastrevert-module--need-names'."
               (car entry) " " (string-join packages " ")))))
 
 (defun fastrevert-module--environment ()
-  "Return the `process-environment' the build runs in.
-Its PATH is `exec-path', where the checks found the tools.  The build
+  "Return the `process-environment' for the build to run in.
+Its PATH is the variable `exec-path', where the checks found the
+tools.  The build
 runs on no terminal, yet CMake and the compilers would colour their
 output with escape sequences that a compilation buffer shows raw:
 these ask every one of them for plain text."
@@ -165,7 +166,7 @@ these ask every one of them for plain text."
 (defun fastrevert-module--header-directory ()
   "Return the directory of the emacs-module.h to build against, or nil.
 That is the header of this Emacs, found from where it is installed
-(or built), else another of Emacs 28 or later."
+\(or built), else another of Emacs 28 or later."
   (let ((candidates
          (delete-dups
           (mapcar #'file-name-as-directory
@@ -217,7 +218,9 @@ WHERE is where NEED was found, or nil if it was not."
       (emacs-module.h . ,header))))
 
 (defun fastrevert-module--outside-exec-path (need)
-  "Return a folder off `exec-path' that holds the program for NEED, or nil."
+  "Return where the program for NEED is, off the variable `exec-path', or nil.
+That is one of `fastrevert-module--tool-directories' which the
+variable `exec-path' lacks."
   (let ((program (pcase need
                    ('cmake "cmake") ('c++ "c++") ('pkg-config "pkg-config"))))
     (and program
@@ -286,7 +289,7 @@ installed; for an Emacs built from source, pass its src/ folder in \
                (:constructor fastrevert-module--make-build)
                (:copier nil))
   "A build of the module: where it runs, its steps, and how it stands."
-  buffer source directory steps step (state 'running) failure thens process)
+  buffer source directory steps step (state 'running) failure thens process waited)
 
 (defvar fastrevert-module--last nil
   "The build under way, or the last one.")
@@ -402,7 +405,7 @@ installed; for an Emacs built from source, pass its src/ folder in \
     (fastrevert-module--insert build (format "\nInstalled %s\n" file))))
 
 (defun fastrevert-module--load (build)
-  "Load the module BUILD installed, unless this Emacs runs one already."
+  "Load the module that BUILD installed, unless this Emacs has one loaded."
   (if (fastrevert--module-loaded-p)
       (fastrevert-module--insert
        build "This Emacs has loaded a fastrevert module already, and keeps it until \
@@ -418,12 +421,14 @@ it exits: restart Emacs to load the new one.\n")
     ("build" . fastrevert-module--compile)
     ("install" . fastrevert-module--install)
     ("load" . fastrevert-module--load))
-  "The steps of a build, in order, each a name and a function of the build.
+  "What a build does, in order: each step's name and its function of the build.
 A function that starts a process returns it, and the build goes on
 when the process has exited successfully.")
 
 (defun fastrevert-module--run (build)
-  "Run BUILD's steps from the next one, until one waits for a process or fails."
+  "Go on with BUILD from its next step.
+Steps run until one has started a process, whose sentinel goes on,
+or one fails."
   (catch 'waiting
     (while (and (eq (fastrevert-module--build-state build) 'running)
                 (fastrevert-module--build-steps build))
@@ -438,7 +443,7 @@ when the process has exited successfully.")
       (fastrevert-module--succeed build))))
 
 (defun fastrevert-module--failure-message (build)
-  "Return the message that tells how BUILD failed."
+  "Return the message to tell how BUILD failed with."
   (format "Building the fastrevert module failed at step \"%s\": %s (see buffer %s)"
           (fastrevert-module--build-step build)
           (fastrevert-module--build-failure build)
@@ -453,11 +458,13 @@ when the process has exited successfully.")
   (fastrevert-module--insert build (format "\nStep \"%s\" failed: %s\n" step reason))
   (fastrevert-module--set-mode-line build (format ":failed at %s" step))
   (let ((buffer (fastrevert-module--build-buffer build)))
-    (if noninteractive
-        (when (buffer-live-p buffer)
-          (message "%s" (with-current-buffer buffer (buffer-string))))
-      (when (buffer-live-p buffer)
-        (display-buffer buffer))
+    (when (buffer-live-p buffer)
+      (if noninteractive
+          ;; Batch Emacs shows no buffer: its output tells what happened.
+          (message "%s" (with-current-buffer buffer (buffer-string)))
+        (display-buffer buffer)))
+    ;; A caller that waits signals the failure instead.
+    (unless (fastrevert-module--build-waited build)
       (message "%s" (fastrevert-module--failure-message build)))))
 
 (defun fastrevert-module--succeed (build)
@@ -493,7 +500,8 @@ beside the Lisp in %s, nor in its parent or the folders its links lead to"
                      :buffer (get-buffer-create fastrevert-module--buffer-name)
                      :source source
                      :directory (fastrevert-module--build-directory-for source)
-                     :steps (copy-sequence fastrevert-module--steps))
+                     :steps (copy-sequence fastrevert-module--steps)
+                     :waited wait)
               fastrevert-module--last build)
         (with-current-buffer (fastrevert-module--build-buffer build)
           (let ((inhibit-read-only t))
@@ -516,6 +524,7 @@ Sources: %s\nBuild:   %s\nModule:  %s\n\n"
     (when then
       (push then (fastrevert-module--build-thens build)))
     (when wait
+      (setf (fastrevert-module--build-waited build) t)
       (while (eq (fastrevert-module--build-state build) 'running)
         (accept-process-output nil 0.05))
       (when (eq (fastrevert-module--build-state build) 'failed)

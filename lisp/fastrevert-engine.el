@@ -146,11 +146,13 @@ Each asks about, or stops, an engine that cannot run without it.")
 (declare-function fastrevert--mod-drain "fastrevert-module" (handler))
 (declare-function fastrevert--mod-stats "fastrevert-module" ())
 (declare-function fastrevert-module--build "fastrevert-compile" (wait then))
-(declare-function fastrevert-module--build-running-p "fastrevert-compile" ())
 (declare-function fastrevert-module--build-command "fastrevert-compile" ())
+;; The build, and `compile' with it, is loaded only when it is needed.
+(autoload 'fastrevert-module--build "fastrevert-compile")
+(autoload 'fastrevert-module--build-command "fastrevert-compile")
 
 (defun fastrevert--module-stub (name)
-  "Return the stub that stands for native function NAME until the module loads."
+  "Return the stub to stand for native function NAME until the module is loaded."
   (if (memq name fastrevert--module-idle-functions)
       (lambda (&rest _) nil)
     (lambda (&rest args)
@@ -194,8 +196,7 @@ but its Lisp is now version %s: restart Emacs to use %s"
                           module-version fastrevert-version fastrevert-version)))))
 
 (defun fastrevert--missing-module-message ()
-  "Return the text that says the module is missing and how to build it."
-  (require 'fastrevert-compile)
+  "Return the text to say that the module is missing, and how to build it."
   (format "The fastrevert native module %s is not built.  Build it with \
 M-x fastrevert-module-compile, or set `fastrevert-always-compile-module' to \
 build it when needed, or run:  %s"
@@ -235,7 +236,7 @@ for."
         (fastrevert--build-answer (eq fastrevert--build-answer 'yes))
         (t (setq fastrevert--build-answer
                  (if (y-or-n-p
-                      (format "fastrevert's native module is not built; build it now \
+                      (format "The fastrevert native module is not built; build it now \
 with CMake (about a minute%s)? "
                               (if in-background ", in the background" "")))
                      'yes 'no))
@@ -262,7 +263,6 @@ A missing module that may not be built signals `fastrevert-module-missing'."
                                        fastrevert--build-in-background))))
        (unless (fastrevert--build-allowed-p in-background)
          (signal (car err) (cdr err)))
-       (require 'fastrevert-compile)
        (fastrevert-module--build (not in-background) (and in-background then))
        (and (not in-background) (fastrevert--module-loaded-p))))))
 
