@@ -56,10 +56,15 @@ one in its place."
 (define-error 'fastrevert-error "fastrevert error")
 (define-error 'fastrevert-system-error "fastrevert system call failed" 'fastrevert-error)
 (define-error 'fastrevert-not-running "fastrevert engine not running" 'fastrevert-error)
+;; What stands between the user and the module: the data of each is a
+;; message that says what to do.
 (define-error 'fastrevert-module-version-mismatch
   "fastrevert module does not match its Lisp" 'fastrevert-error)
 (define-error 'fastrevert-module-missing "fastrevert module not built" 'fastrevert-error)
 (define-error 'fastrevert-module-build-failed "fastrevert module build failed" 'fastrevert-error)
+(defconst fastrevert--module-errors
+  '(fastrevert-module-version-mismatch fastrevert-module-missing fastrevert-module-build-failed)
+  "The errors that say why the module cannot be loaded, each with its message.")
 
 (when (< emacs-major-version 28)
   (error "Fastrevert needs Emacs 28 or later (it uses the module API's open_channel)"))

@@ -796,6 +796,11 @@ runs `fastrevert--poll-stock-buffers'."
 
 (defvar fastrevert-module--buffer-name)
 
+(defun fastrevert--enable-after-build ()
+  "Turn `fastrevert-mode' on, now that its module has been built."
+  (fastrevert-mode 1)
+  (message "The fastrevert module is built and loaded; fastrevert-mode is on"))
+
 ;;;###autoload
 (define-minor-mode fastrevert-mode
   "Toggle fastrevert's native engine for auto-revert.
@@ -820,9 +825,12 @@ module is loaded."
   :group 'fastrevert
   (cond ((not fastrevert-mode) (fastrevert--disable))
         ((condition-case err
-             (fastrevert--module-ready (lambda () (fastrevert-mode 1)))
+             (fastrevert--module-ready #'fastrevert--enable-after-build)
            (error (setq fastrevert-mode nil)
-                  (signal (car err) (cdr err))))
+                  ;; Said as the user should read it: what to do.
+                  (if (memq (car err) fastrevert--module-errors)
+                      (user-error "%s" (cadr err))
+                    (signal (car err) (cdr err)))))
          (fastrevert--enable))
         (t
          (setq fastrevert-mode nil)

@@ -33,6 +33,7 @@ and written into that folder."
                     `(progn
                        (byte-recompile-directory ,build 0)
                        (require 'fastrevert)
+                       (require 'fastrevert-compile)
                        (princ (format "sources %s\n" (fastrevert-module--source-directory)))
                        (setq fastrevert-always-compile-module t)
                        (fastrevert-mode 1)
@@ -173,7 +174,7 @@ module under `user-emacs-directory', and the next Emacs finds it there."
         (ert-info ((cdr result) :prefix "no cmake: ")
           (should (eql (car result) 0))
           (should (string-match-p
-                   "^error fastrevert-module-build-failed .*step \"check\": CMake is missing"
+                   "^error user-error Building the fastrevert module failed at step \"check\": CMake is missing"
                    (cdr result)))
           (should (string-match-p "install with:  \\(sudo \\)?apt-get install cmake"
                                   (cdr result)))
@@ -189,7 +190,7 @@ and the build's buffer keeps the compiler's error."
     (let* ((sources (fastrevert-package-test-copy-sources (expand-file-name "src/" home)))
            (lisp (expand-file-name "lisp/" sources)))
       ;; Every file of the core, so that the first one compiled fails.
-      (dolist (file (directory-files (expand-file-name "module/core" sources) t "\\.cpp\'"))
+      (dolist (file (directory-files (expand-file-name "module/core" sources) t "\\.cpp\\'"))
         (with-temp-file file
           (insert-file-contents file)
           (goto-char (point-min))
