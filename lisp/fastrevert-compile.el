@@ -474,7 +474,8 @@ or one fails."
   (fastrevert-module--insert build "\nThe fastrevert module is built.\n")
   (let ((thens (reverse (fastrevert-module--build-thens build))))
     (setf (fastrevert-module--build-thens build) nil)
-    (unless noninteractive
+    ;; What waited for the module says what it did with it.
+    (unless (or thens noninteractive)
       (message "The fastrevert module is built and loaded"))
     (dolist (then thens)
       (condition-case err

@@ -155,6 +155,40 @@
                          (regexp-quote fastrevert-version))
                  (cdr result)))))))
 
+(ert-deftest fastrevert-module-file-names-a-prebuilt-module-and-nothing-is-built ()
+  "A distribution's module, named by `fastrevert-module-file', is the one loaded."
+  (fastrevert-test-with-temp-dir dir
+    (let ((lisp (expand-file-name "lisp/" dir))
+          (prebuilt (expand-file-name "lib/fastrevert-native.so" dir)))
+      (make-directory lisp)
+      (make-directory (file-name-directory prebuilt))
+      (fastrevert-module-test--lisp-copy lisp)
+      (copy-file (expand-file-name (concat "fastrevert-module-" fastrevert-version
+                                           module-file-suffix)
+                                   fastrevert-test-lisp-directory)
+                 prebuilt)
+      (let* ((form (lambda (file)
+                     `(progn
+                        (setq fastrevert-module-file ,file
+                              fastrevert-always-compile-module t)
+                        (require 'fastrevert)
+                        (condition-case err (fastrevert-mode 1)
+                          (error (princ (format "error %s\n" (error-message-string err)))))
+                        (princ (format "mode %S module %s built %S\n" fastrevert-mode
+                                       fastrevert--module-loaded-file
+                                       (and (get-buffer "*fastrevert-module-compile*") t))))))
+             (result (fastrevert-test-batch-emacs (list lisp) (funcall form prebuilt))))
+        (should (= (car result) 0))
+        (should (string-match-p (format "^mode t module %s built nil$" (regexp-quote prebuilt))
+                                (cdr result)))
+        ;; One that is not there is an error, and nothing is built instead.
+        (setq result (fastrevert-test-batch-emacs
+                      (list lisp) (funcall form (expand-file-name "lib/gone.so" dir))))
+        (should (= (car result) 0))
+        (should (string-match-p "^error `fastrevert-module-file' names .*gone\\.so, which does not exist"
+                                (cdr result)))
+        (should (string-match-p "^mode nil module nil built nil$" (cdr result)))))))
+
 ;;;; Records
 
 (defun fastrevert-module-test--record-kind-names ()

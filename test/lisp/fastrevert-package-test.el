@@ -84,6 +84,37 @@ at the package's top; a folder keeps its path and everything under it."
                        (split-string (buffer-string) "\n" t))
                      '("test" "bench" "build*"))))))
 
+(defun fastrevert-package-test--makefile-list (variable)
+  "Return the words the Makefile gives VARIABLE."
+  (with-temp-buffer
+    (insert-file-contents (expand-file-name "Makefile" fastrevert-test-root))
+    (goto-char (point-min))
+    (re-search-forward (concat "^" (regexp-quote variable) " *:= *\\(\\(?:.*\\\\\n\\)*.*\\)$"))
+    (split-string (replace-regexp-in-string "\\\\\n" " " (match-string 1)) "[ \t]+" t)))
+
+(ert-deftest fastrevert-package-build-names-the-packages-of-make-deps ()
+  "What the build tells a user to install is what `make deps' installs there."
+  (require 'fastrevert-compile)
+  (pcase-dolist (`(,manager ,command . ,packages) fastrevert-module--system-packages)
+    (ert-info ((symbol-name manager) :prefix "package manager: ")
+      (let ((listed (fastrevert-package-test--makefile-list
+                     (if (eq manager 'apt-get) "DEPS_PACKAGES" (format "DEPS_%s" manager)))))
+        (should listed)
+        (dolist (package packages)
+          (should (member (cdr package) listed))))
+      (unless (eq manager 'apt-get)
+        (should (equal (fastrevert-package-test--makefile-list (format "INSTALL_%s" manager))
+                       (append (split-string command) (and (memq manager '(pkg dnf)) '("-y"))
+                               (and (eq manager 'pacman) '("--noconfirm"))))))))
+  ;; And it names every need, on every system but where the compiler comes
+  ;; with the system.
+  (pcase-dolist (`(,manager ,_command . ,packages) fastrevert-module--system-packages)
+    (should (equal (sort (mapcar #'car packages) #'string<)
+                   (sort (cl-remove-if (lambda (need)
+                                         (and (eq need 'c++) (memq manager '(brew port pkg))))
+                                       (mapcar #'car fastrevert-module--need-names))
+                         #'string<)))))
+
 ;;;; Installing it
 
 (defconst fastrevert-package-test--install-form
