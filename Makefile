@@ -72,10 +72,14 @@ VERSION      := $(shell sed -n 's/^;; Version: *//p' lisp/fastrevert.el)
 PACKAGE_OUT  ?= .
 PACKAGE_NAME := fastrevert-$(VERSION)
 PACKAGE_STAGE = $(BUILD)/package
-# fastrevert-pkg.el, from the headers of fastrevert.el as package.el reads them.
-PACKAGE_DESCRIBE = (with-temp-buffer (insert-file-contents "lisp/fastrevert.el") \
-  (package-generate-description-file (package-buffer-info) \
-    "$(PACKAGE_STAGE)/$(PACKAGE_NAME)/fastrevert-pkg.el"))
+# fastrevert-pkg.el, from the headers of fastrevert.el as package.el reads them,
+# and saying, as Emacs 30 asks every file to, which binding it is written for.
+PACKAGE_PKG_EL = $(PACKAGE_STAGE)/$(PACKAGE_NAME)/fastrevert-pkg.el
+PACKAGE_DESCRIBE = (progn (with-temp-buffer (insert-file-contents "lisp/fastrevert.el") \
+  (package-generate-description-file (package-buffer-info) "$(PACKAGE_PKG_EL)")) \
+  (with-temp-file "$(PACKAGE_PKG_EL)" (insert-file-contents "$(PACKAGE_PKG_EL)") \
+    (when (search-forward "-*- no-byte-compile: t -*-" (line-end-position) t) \
+      (replace-match "-*- no-byte-compile: t; lexical-binding: nil -*-" t t))))
 
 .PHONY: all build deps package deps-fuzz deps-root deps-bench deps-cross test test-emacs30 test-portable \
   test-portable-emacs30 cross bench bench-build bench-full bench-emacs30 bench-run bench-full-run \

@@ -53,26 +53,29 @@ and written into that folder."
 
 (defun fastrevert-package-layout-test--emacs-read-only (home directory form load-dirs)
   "Run FORM in an Emacs of HOME that cannot write DIRECTORY.
-LOAD-DIRS go on its `load-path'.  Return (EXIT-CODE . OUTPUT)."
-  (if (not (zerop (user-uid)))
-      (progn (set-file-modes directory #o555)
-             (unwind-protect (fastrevert-package-test-emacs home form load-dirs)
-               (set-file-modes directory #o755)))
-    ;; Root writes through file modes: the folder is mounted read-only
-    ;; in a mount namespace of the Emacs's own.
-    (make-directory (expand-file-name ".emacs.d" home) t)
-    (with-temp-buffer
-      (let* ((process-environment (fastrevert-package-test-environment home))
-             (default-directory home)
-             (emacs (expand-file-name invocation-name invocation-directory))
-             (code (call-process
-                    "unshare" nil t nil "--mount" "--propagation" "private" "sh" "-c"
-                    "mount --bind \"$1\" \"$1\" && mount -o remount,bind,ro \"$1\" && \
-shift && exec \"$@\""
-                    "sh" directory emacs "-Q" "--batch"
-                    "--eval" (prin1-to-string `(setq load-path (append ',load-dirs load-path)))
-                    "--eval" (prin1-to-string form))))
-        (cons code (buffer-string))))))
+LOAD-DIRS go on its `load-path'.  Return (EXIT-CODE . OUTPUT).
+Root writes through file modes, so as root the Emacs runs as the
+user nobody, who owns HOME then (with setpriv(1)), and builds without
+the compiler cache that root owns."
+  (set-file-modes directory #o555)
+  (unwind-protect
+      (if (not (zerop (user-uid)))
+          (fastrevert-package-test-emacs home form load-dirs)
+        (make-directory (expand-file-name ".emacs.d" home) t)
+        (call-process "chown" nil nil nil "-R" "nobody:nogroup" home)
+        (with-temp-buffer
+          (let* ((process-environment
+                  (cons "CCACHE_DISABLE=1" (fastrevert-package-test-environment home)))
+                 (default-directory home)
+                 (code (apply #'call-process
+                              "setpriv" nil t nil "--reuid=nobody" "--regid=nogroup"
+                              "--clear-groups"
+                              (expand-file-name invocation-name invocation-directory)
+                              "-Q" "--batch"
+                              (append (mapcan (lambda (dir) (list "-L" dir)) load-dirs)
+                                      (list "--eval" (prin1-to-string form))))))
+            (cons code (buffer-string)))))
+    (set-file-modes directory #o755)))
 
 (ert-deftest fastrevert-package-layout-read-only-lisp-builds-under-user-emacs-directory ()
   "With the Lisp read-only, batch Emacs names a command; that command builds the
