@@ -116,7 +116,7 @@ place, newest first."
 Return `separate' for a primitive tested on its own below."
   (pcase primitive
     ('fastrevert--mod-accessible-directory-p (list "/tmp"))
-    ('fastrevert--mod-call-process (list "/bin/true" ["true"] nil "/tmp" nil nil nil 0))
+    ('fastrevert--mod-call-process (list "/bin/true" ["true"] nil "/tmp" nil nil nil 0 nil))
     ('fastrevert--mod-drain (list #'ignore))
     ('fastrevert--mod-echo (list 1 "x"))
     ('fastrevert--mod-first-executable (list "/bin/true\0"))
