@@ -123,6 +123,30 @@
                                         (regexp-quote command))
                                 (cdr result)))))))
 
+(ert-deftest fastrevert-module-missing-is-asked-about-once ()
+  "An interactive Emacs asks once whether to build; after a no, it only says how."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-module-test--lisp-copy dir)
+    (let ((result (fastrevert-test-batch-emacs
+                   (list dir)
+                   '(let ((asked 0)
+                          (noninteractive nil))
+                      (fset 'y-or-n-p (lambda (&rest _) (setq asked (1+ asked)) nil))
+                      (require 'fastrevert)
+                      (dotimes (_ 2)
+                        (condition-case err (fastrevert-mode 1)
+                          (user-error (princ (format "mode-error %s\n" (cadr err))))))
+                      (condition-case err (fastrevert-call-process "true")
+                        (fastrevert-module-missing (princ (format "call-error %S\n" (car err)))))
+                      (princ (format "asked %d mode %S module %S built %S\n" asked fastrevert-mode
+                                     (featurep 'fastrevert-module)
+                                     (and (get-buffer "*fastrevert-module-compile*") t)))))))
+      (should (= (car result) 0))
+      (should (string-match-p "^asked 1 mode nil module nil built nil$" (cdr result)))
+      (should (= 2 (cl-count-if (lambda (line) (string-match-p "\\`mode-error The fastrevert native module .* M-x fastrevert-module-compile" line))
+                                (split-string (cdr result) "\n"))))
+      (should (string-match-p "^call-error fastrevert-module-missing$" (cdr result))))))
+
 (ert-deftest fastrevert-module-of-another-version-is-never-loaded ()
   "The Lisp of 99.0.0 passes over this version's module, and refuses one mislabelled."
   (fastrevert-test-with-temp-dir dir
