@@ -299,6 +299,12 @@ installed; for an Emacs built from source, pass its src/ folder in \
   (and fastrevert-module--last
        (eq (fastrevert-module--build-state fastrevert-module--last) 'running)))
 
+(defun fastrevert-module--last-failure ()
+  "Return the message of how the last build failed, or nil if it did not."
+  (and fastrevert-module--last
+       (eq (fastrevert-module--build-state fastrevert-module--last) 'failed)
+       (fastrevert-module--failure-message fastrevert-module--last)))
+
 (defun fastrevert-module--insert (build text)
   "Insert TEXT at the end of BUILD's buffer."
   (let ((buffer (fastrevert-module--build-buffer build)))

@@ -152,6 +152,7 @@ Each asks about, or stops, an engine that cannot run without it.")
 (declare-function fastrevert--mod-stats "fastrevert-module" ())
 (declare-function fastrevert-module--build "fastrevert-compile" (wait then))
 (declare-function fastrevert-module--build-command "fastrevert-compile" ())
+(declare-function fastrevert-module--last-failure "fastrevert-compile" ())
 ;; The build, and `compile' with it, is loaded only when it is needed.
 (autoload 'fastrevert-module--build "fastrevert-compile")
 (autoload 'fastrevert-module--build-command "fastrevert-compile")
@@ -266,6 +267,12 @@ A missing module that may not be built signals `fastrevert-module-missing'."
      (let ((in-background (and then (if (eq fastrevert--build-in-background 'unless-batch)
                                          (not noninteractive)
                                        fastrevert--build-in-background))))
+       ;; A build that failed is tried again when asked for, by the mode
+       ;; or the command, not at each call of a primitive.
+       (let ((failure (and (not then) (featurep 'fastrevert-compile)
+                           (fastrevert-module--last-failure))))
+         (when failure
+           (signal 'fastrevert-module-build-failed (list failure))))
        (unless (fastrevert--build-allowed-p in-background)
          (signal (car err) (cdr err)))
        (fastrevert-module--build (not in-background) (and in-background then))

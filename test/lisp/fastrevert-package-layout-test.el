@@ -215,6 +215,17 @@ and the build's buffer keeps the compiler's error."
                           (princ (format "mode %S module %S\n" fastrevert-mode
                                          (featurep 'fastrevert-module)))
                           (princ (format "last-message %s\n" (car messages))))
+                        ;; A primitive called now reports the failure, and
+                        ;; builds nothing again.
+                        (let ((size (with-current-buffer "*fastrevert-module-compile*"
+                                      (buffer-size))))
+                          (condition-case err (fastrevert-call-process "true")
+                            (error (princ (format "call-error %S\n" (car err)))))
+                          (princ (format "rebuilt %S\n"
+                                         (or (fastrevert-module--build-running-p)
+                                             (/= size (with-current-buffer
+                                                          "*fastrevert-module-compile*"
+                                                        (buffer-size)))))))
                         (with-current-buffer "*fastrevert-module-compile*"
                           (princ (format "buffer-mode %S broken %S\n" major-mode
                                          (save-excursion
@@ -230,7 +241,9 @@ and the build's buffer keeps the compiler's error."
                    "^last-message .*failed at step \"build\": cmake exited with code [1-9]"
                    (cdr result)))
           (should (string-match-p "^buffer-mode compilation-mode broken t$"
-                                  (cdr result))))))))
+                                  (cdr result)))
+          (should (string-match-p "^call-error fastrevert-module-build-failed$" (cdr result)))
+          (should (string-match-p "^rebuilt nil$" (cdr result))))))))
 
 (provide 'fastrevert-package-layout-test)
 
