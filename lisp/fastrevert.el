@@ -42,13 +42,14 @@
 ;;   fastrevert-process.el  `fastrevert-make-process' and companions
 ;;   fastrevert-call.el     `fastrevert-call-process'
 ;;
-;; Usage, from an init file:
+;; Usage, from an init file, once the package is installed:
 ;;
-;;   (add-to-list 'load-path "/path/to/fastrevert/lisp")
-;;   (require 'fastrevert)
+;;   (fastrevert-mode 1)
 ;;
-;; When the native module is missing, `require' offers to build it
-;; with CMake (see `fastrevert-module-compile').
+;; Loading the Lisp needs no native module.  The module is loaded when
+;; the mode is turned on or a native primitive is first called; when
+;; it is missing, fastrevert offers to build it with CMake (see
+;; `fastrevert-module-compile').
 
 ;;; Code:
 
@@ -793,6 +794,13 @@ runs `fastrevert--poll-stock-buffers'."
   (when (or global-auto-revert-mode auto-revert-buffer-list)
     (auto-revert-buffers)))
 
+(defvar fastrevert-module--buffer-name)
+
+(defun fastrevert--enable-after-build ()
+  "Turn `fastrevert-mode' on, now that its module has been built."
+  (fastrevert-mode 1)
+  (message "The fastrevert module is built and loaded; fastrevert-mode is on"))
+
 ;;;###autoload
 (define-minor-mode fastrevert-mode
   "Toggle fastrevert's native engine for auto-revert.
@@ -807,12 +815,27 @@ turning an auto-revert mode on checks the buffers it adopts, and a
 call of `auto-revert-buffers' the buffers whose change was reported
 and those whose files are polled.  Remote buffers, and non-file
 buffers that cannot be notified, keep stock polling.  Turning the
-mode off restores the stock behavior."
+mode off restores the stock behavior.
+
+Turning the mode on loads the native module.  A missing module is
+built first (see `fastrevert-always-compile-module'), in the
+background: the mode stays off meanwhile, and comes on when the
+module is loaded."
   :global t
   :group 'fastrevert
-  (if fastrevert-mode
-      (fastrevert--enable)
-    (fastrevert--disable)))
+  (cond ((not fastrevert-mode) (fastrevert--disable))
+        ((condition-case err
+             (fastrevert--module-ready #'fastrevert--enable-after-build)
+           (error (setq fastrevert-mode nil)
+                  ;; Said as the user should read it: what to do.
+                  (if (memq (car err) fastrevert--module-errors)
+                      (user-error "%s" (cadr err))
+                    (signal (car err) (cdr err)))))
+         (fastrevert--enable))
+        (t
+         (setq fastrevert-mode nil)
+         (message "Building the fastrevert module (buffer %s); fastrevert-mode comes \
+on when it is loaded" fastrevert-module--buffer-name))))
 
 (defun fastrevert-unload-function ()
   "Turn fastrevert off, for `unload-feature' of this library.

@@ -140,7 +140,7 @@ Return `separate' for a primitive tested on its own below."
     ('fastrevert--mod-watch-vc-info (list nil))
     ('fastrevert--mod-watch-visible (list (list 1 2)))
     ((or 'fastrevert--mod-running-p 'fastrevert--mod-stats 'fastrevert--mod-test-delayed-stats
-         'fastrevert--mod-version 'fastrevert--mod-watch-backend)
+         'fastrevert--mod-version 'fastrevert--mod-module-api 'fastrevert--mod-watch-backend)
      nil)
     ;; Each of these is tested on its own: they start, stop, block, hold
     ;; the engine's wakes or throw by design.
