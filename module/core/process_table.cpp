@@ -221,6 +221,13 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
       if (!stream->reader) {
         stream->reader = std::make_unique<AdaptiveReader>(
             process.options.initial_read_size, process.options.max_read_size, read_scratch_);
+      } else {
+        // A child handed over from another table brings a reader that
+        // reads into that table's scratch, which that table's thread goes
+        // on using for its other children: two threads would then read
+        // into the same memory, and each copy out what the other wrote.
+        // From now on it reads into this table's.
+        stream->reader->use_scratch(read_scratch_);
       }
       if (!stream->framer && framing != Framing::none) stream->framer = make_framer(framing);
       if (!loop_) continue;
