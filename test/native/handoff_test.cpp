@@ -65,14 +65,22 @@ TEST_CASE("nursery hands out each child once and arms its timer only while it ho
   std::unique_ptr<ProcessHandover> taken = nursery.take(1);
   CHECK(taken != nullptr);
   CHECK(nursery.take(1) == nullptr);
-  // A child still waits: the timer comes due.
+  // A child still waits: the timer comes due, until the engine takes it.
   CHECK(due(5000));
-  nursery.acknowledge();
+  auto rest = nursery.take_due();
   CHECK_FALSE(due(0));
-  auto rest = nursery.take_all();
   REQUIRE(rest.size() == 1);
   CHECK(rest[0].first == 2);
   CHECK(nursery.size() == 0);
+  // A child put right after the engine took the others comes due in its
+  // turn: taking the due children made the timer ready to be armed again.
+  nursery.put(3,
+              std::make_unique<ProcessHandover>(spawn(never_exiting()), ProcessTable::Options{}));
+  CHECK(due(5000));
+  auto next = nursery.take_due();
+  REQUIRE(next.size() == 1);
+  CHECK(next[0].first == 3);
+  CHECK_FALSE(due(0));
   // A child taken before the delay leaves the timer disarmed.
   nursery.put(4,
               std::make_unique<ProcessHandover>(spawn(never_exiting()), ProcessTable::Options{}));
