@@ -134,6 +134,10 @@ class ProcessTable : public Service {
     // The first read of the child's output throws std::bad_alloc, as a read
     // buffer that cannot be allocated would.
     bool test_fail_first_read = false;
+    // When not 0, a write that would take the memfd past this many bytes
+    // fails with EFBIG, as past a file size limit.  Only the read and pwrite
+    // path checks it (see memfd_without_splice).
+    std::uint64_t test_memfd_size_limit = 0;
   };
 
   // The record codes of the memfd hand-over and of its ranges, as ints.
