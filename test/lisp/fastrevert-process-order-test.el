@@ -392,7 +392,7 @@ itself; every sentinel comes once, after all output."
   (setq fastrevert-order-test--deepest 0
         fastrevert-order-test--late-starts 0
         fastrevert-order-test--fresh-engines 0)
-  (fastrevert-order-test--run 200 15)
+  (fastrevert-order-test--run 160 15)
   ;; The rounds did what they are for.
   (should (= fastrevert-order-test--deepest fastrevert-order-test--max-depth))
   (should (> fastrevert-order-test--late-starts 0))
