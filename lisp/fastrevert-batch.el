@@ -179,26 +179,30 @@ Emacs's hash tables never shrink: a queue would keep a checkout's room."
 
 (defvar vc-file-prop-obarray)
 
-(defun fastrevert--refresh-if-current (refresh current-p)
+(defun fastrevert--refresh-if-current (refresh current-p &optional read-before)
   "Call REFRESH to refresh the current buffer's VC state while its text is current.
 CURRENT-P, called with the buffer, returns nil while its text waits
-for a revert.  Then REFRESH is not called.  If CURRENT-P fails once
-REFRESH is done, the file changed while VC looked at it: the buffer's
-`vc-mode' and the VC properties of its file are put back as they were.
-Return non-nil if the buffer shows its refreshed state."
+for a revert.  Then REFRESH is not called.  READ-BEFORE non-nil says
+that what REFRESH reads was read before this call, as a batch reads
+Git's answers; otherwise CURRENT-P is asked again once REFRESH is
+done, and if the file changed meanwhile, the buffer's `vc-mode' and
+the VC properties of its file are put back as they were.  Return
+non-nil if the buffer shows its refreshed state."
   (let ((buffer (current-buffer)))
     (when (funcall current-p buffer)
-      (let* ((file (and buffer-file-name
-                        (intern (expand-file-name buffer-file-name) vc-file-prop-obarray)))
-             (properties (and file (copy-sequence (symbol-plist file))))
-             (mode vc-mode))
-        (funcall refresh)
-        (or (funcall current-p buffer)
-            (progn
-              (setq vc-mode mode)
-              (when file (setplist file properties))
-              (force-mode-line-update)
-              nil))))))
+      (if read-before
+          (progn (funcall refresh) t)
+        (let* ((file (and buffer-file-name
+                          (intern (expand-file-name buffer-file-name) vc-file-prop-obarray)))
+               (properties (and file (copy-sequence (symbol-plist file))))
+               (mode vc-mode))
+          (funcall refresh)
+          (or (funcall current-p buffer)
+              (progn
+                (setq vc-mode mode)
+                (when file (setplist file properties))
+                (force-mode-line-update)
+                nil)))))))
 
 (provide 'fastrevert-batch)
 

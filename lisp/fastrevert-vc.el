@@ -424,8 +424,8 @@ if this is the first time the repository is asked about."
 
 (defun fastrevert-vc-fetch-for (buffer)
   "Have Git's answers for BUFFER read now, if the running batch gives any.
-A buffer whose file is found unchanged after this was the same file
-while Git read it."
+Return non-nil if it does: a buffer whose file is found unchanged
+after this was the same file while Git read it."
   (let ((place (and fastrevert-vc--batch
                     (gethash buffer (plist-get fastrevert-vc--batch :buffers)))))
     (when place

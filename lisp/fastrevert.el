@@ -325,29 +325,31 @@ change is yet to be reported, or the buffer yet to be checked.  The
 test is the stock handler's, without its wait for a notification.
 With the stock stale function, a file whose modification time is
 still the buffer's is current at the cost of one `stat'."
-  (with-current-buffer buffer
-    (not (and buffer-file-name
-              (fastrevert--descriptor-p auto-revert-notify-watch-descriptor)
-              (auto-revert-active-p)
-              (if auto-revert-tail-mode
-                  (and (file-readable-p buffer-file-name)
-                       (/= auto-revert-tail-pos
-                           (file-attribute-size (file-attributes buffer-file-name))))
-                (and (not (and (memq buffer-stale-function '(nil buffer-stale--default-function))
-                               (verify-visited-file-modtime)))
-                     (funcall (or buffer-stale-function #'buffer-stale--default-function) t)))))))
+  (or (and (not (buffer-local-value 'auto-revert-tail-mode buffer))
+           (memq (buffer-local-value 'buffer-stale-function buffer)
+                 '(nil buffer-stale--default-function))
+           (verify-visited-file-modtime buffer))
+      (with-current-buffer buffer
+        (not (and buffer-file-name
+                  (fastrevert--descriptor-p auto-revert-notify-watch-descriptor)
+                  (auto-revert-active-p)
+                  (if auto-revert-tail-mode
+                      (and (file-readable-p buffer-file-name)
+                           (/= auto-revert-tail-pos
+                               (file-attribute-size (file-attributes buffer-file-name))))
+                    (funcall (or buffer-stale-function #'buffer-stale--default-function) t)))))))
 
 (defun fastrevert--refresh-vc-of (buffer)
   "Refresh BUFFER's VC state as the stock handler does after a revert.
-The text comes before the state: the batch's answers from Git are read
-first, and BUFFER is refreshed only if its text is still its file's
-\(see `fastrevert--refresh-if-current').  Return non-nil if BUFFER
-shows its refreshed state."
-  (fastrevert-vc-fetch-for buffer)
-  (with-current-buffer buffer
-    (fastrevert--refresh-if-current
-     (lambda () (fastrevert--call-as-revert #'vc-refresh-state))
-     #'fastrevert--text-current-p)))
+The text comes before the state: BUFFER is refreshed only if its text
+is still its file's once the batch has read Git's answers for it (see
+`fastrevert--refresh-if-current').  Return non-nil if BUFFER shows its
+refreshed state."
+  (let ((read-before (fastrevert-vc-fetch-for buffer)))
+    (with-current-buffer buffer
+      (fastrevert--refresh-if-current
+       (lambda () (fastrevert--call-as-revert #'vc-refresh-state))
+       #'fastrevert--text-current-p read-before))))
 
 (defvar fastrevert--deferring-vc nil
   "Non-nil while the VC refreshes of a call are put off to its end.")

@@ -1188,7 +1188,9 @@ with the early showing of mode lines for every batch."
       (fastrevert-vc-test--order-through-operations))))
 
 ;; What the order tests cannot time: a file changed while VC reads the
-;; repository for its buffer.
+;; repository for its buffer.  A batch reads Git's answers before it looks
+;; at the file; a refresh that reads as it goes, as one outside a batch or
+;; of another backend does, is looked at again afterwards.
 (ert-deftest fastrevert-vc-refresh-during-which-the-file-changes-is-taken-back ()
   "A VC refresh during which the buffer's file changes leaves the buffer as it was.
 Its mode line and its file's VC properties are put back, and the
@@ -1208,8 +1210,7 @@ revert that the change brings refreshes them."
                        (set-file-times file (time-subtract nil 3600))))))
       (advice-add 'vc-refresh-state :after change '((name . change-during-refresh)))
       (unwind-protect
-          (should-not (fastrevert-vc-call-with-batch
-                       (list buffer) (lambda () (fastrevert--refresh-vc-of buffer))))
+          (should-not (fastrevert--refresh-vc-of buffer))
         (advice-remove 'vc-refresh-state 'change-during-refresh))
       (should (= refreshes 1))
       (should (equal (fastrevert-vc-test--state buffer) before))
@@ -1217,6 +1218,28 @@ revert that the change brings refreshes them."
       ;; While its text waits for the revert, a refresh leaves it alone.
       (should-not (fastrevert-vc-call-with-batch
                    (list buffer) (lambda () (fastrevert--refresh-vc-of buffer))))
+      (should (equal (fastrevert-vc-test--state buffer) before))
+      (should (fastrevert-test-wait-for
+               (lambda () (and (equal (fastrevert-vc-test--text buffer) "changed\n")
+                               (equal (fastrevert-vc-test--mode-line buffer) " Git:main")))
+               30)))))
+
+(ert-deftest fastrevert-vc-batch-reads-git-before-it-looks-at-the-file ()
+  "A batch asks Git first and looks at the buffer's file after.
+A file changed just before Git reads the repository is then seen
+changed, and its buffer keeps its mode line until its revert."
+  (fastrevert-vc-test--with-branches (dir buffers nil)
+    (let* ((buffer (car buffers))
+           (file (buffer-file-name buffer))
+           (before (fastrevert-vc-test--state buffer))
+           (change (lambda (&rest _)
+                     (write-region "changed\n" nil file nil 'silent)
+                     (set-file-times file (time-subtract nil 3600)))))
+      (advice-add 'fastrevert-vc--fetch :before change '((name . change-before-git)))
+      (unwind-protect
+          (should-not (fastrevert-vc-call-with-batch
+                       (list buffer) (lambda () (fastrevert--refresh-vc-of buffer))))
+        (advice-remove 'fastrevert-vc--fetch 'change-before-git))
       (should (equal (fastrevert-vc-test--state buffer) before))
       (should (fastrevert-test-wait-for
                (lambda () (and (equal (fastrevert-vc-test--text buffer) "changed\n")
