@@ -324,14 +324,16 @@ would revert it now: the file changed since it was read, and the
 change is yet to be reported, or the buffer yet to be checked.  The
 test is the stock handler's, without its wait for a notification.
 With the stock stale function, a file whose modification time is
-still the buffer's is current at the cost of one `stat'."
-  (or (and (not (buffer-local-value 'auto-revert-tail-mode buffer))
+still the buffer's is current at the cost of one `stat'.  Other
+buffers, remote ones among them, are never looked at."
+  (or (not (fastrevert--descriptor-p
+            (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
+      (and (not (buffer-local-value 'auto-revert-tail-mode buffer))
            (memq (buffer-local-value 'buffer-stale-function buffer)
                  '(nil buffer-stale--default-function))
            (verify-visited-file-modtime buffer))
       (with-current-buffer buffer
         (not (and buffer-file-name
-                  (fastrevert--descriptor-p auto-revert-notify-watch-descriptor)
                   (auto-revert-active-p)
                   (if auto-revert-tail-mode
                       (and (file-readable-p buffer-file-name)
