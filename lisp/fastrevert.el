@@ -318,10 +318,41 @@ the revert (a process per file for Git), and the text comes first."
       (cl-letf (((symbol-function 'vc-refresh-state) #'fastrevert--defer-vc-refresh))
         (auto-revert-handler)))))
 
+(defun fastrevert--text-current-p (buffer)
+  "Return non-nil unless BUFFER waits for a revert.
+It waits when the engine watches its file for auto-revert and a check
+would revert it now: the file changed since it was read, and the
+change is yet to be reported, or the buffer yet to be checked.  The
+test is the stock handler's, without its wait for a notification.
+With the stock stale function, a file whose modification time is
+still the buffer's is current at the cost of one `stat'.  Other
+buffers, remote ones among them, are never looked at."
+  (or (not (fastrevert--descriptor-p
+            (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
+      (and (not (buffer-local-value 'auto-revert-tail-mode buffer))
+           (memq (buffer-local-value 'buffer-stale-function buffer)
+                 '(nil buffer-stale--default-function))
+           (verify-visited-file-modtime buffer))
+      (with-current-buffer buffer
+        (not (and buffer-file-name
+                  (auto-revert-active-p)
+                  (if auto-revert-tail-mode
+                      (and (file-readable-p buffer-file-name)
+                           (/= auto-revert-tail-pos
+                               (file-attribute-size (file-attributes buffer-file-name))))
+                    (funcall (or buffer-stale-function #'buffer-stale--default-function) t)))))))
+
 (defun fastrevert--refresh-vc-of (buffer)
-  "Refresh BUFFER's VC state as the stock handler does after a revert."
-  (with-current-buffer buffer
-    (fastrevert--call-as-revert #'vc-refresh-state)))
+  "Refresh BUFFER's VC state as the stock handler does after a revert.
+The text comes before the state: BUFFER is refreshed only if its text
+is still its file's once the batch has read Git's answers for it (see
+`fastrevert--refresh-if-current').  Return non-nil if BUFFER shows its
+refreshed state."
+  (let ((read-before (fastrevert-vc-fetch-for buffer)))
+    (with-current-buffer buffer
+      (fastrevert--refresh-if-current
+       (lambda () (fastrevert--call-as-revert #'vc-refresh-state))
+       #'fastrevert--text-current-p read-before))))
 
 (defvar fastrevert--deferring-vc nil
   "Non-nil while the VC refreshes of a call are put off to its end.")
@@ -373,7 +404,8 @@ mark of an early showing."
     (let ((done (fastrevert-vc-show-early
                  due
                  (lambda (buffer)
-                   (with-demoted-errors "fastrevert: %S" (funcall refresh buffer))))))
+                   (with-demoted-errors "fastrevert: %S" (funcall refresh buffer)))
+                 #'fastrevert--text-current-p)))
       (dolist (buffer (car done)) (remhash buffer fastrevert--vc-pending))
       (setq fastrevert--vc-shown-early (and (cdr done) t)))))
 
