@@ -24,25 +24,40 @@
           "pwd; ulimit -Sn; ulimit -Hn")
   "A shell command that reports the state its shell started in.")
 
+(defun fastrevert-spawn-test--comparable (report)
+  "Return REPORT with glibc's two internal signals left out of SigIgn.
+Signals 32 and 33 lie below SIGRTMIN and no program may use them;
+glibc's posix_spawn leaves them ignored in a child, which other ways
+of starting one do not."
+  (replace-regexp-in-string
+   "^SigIgn:\t\\([0-9a-f]+\\)$"
+   (lambda (line)
+     (format "SigIgn:\t%016x"
+             (logand (string-to-number (substring line (length "SigIgn:\t")) 16)
+                     (lognot #x180000000))))
+   report t t))
+
 (defun fastrevert-spawn-test--synchronous (function)
   "Return what a shell started by FUNCTION reports of its start.
 FUNCTION is `call-process' or its drop-in."
   (with-temp-buffer
     (should (eql 0 (funcall function "/bin/sh" nil t nil "-c" fastrevert-spawn-test--report)))
-    (buffer-string)))
+    (fastrevert-spawn-test--comparable (buffer-string))))
 
 (defun fastrevert-spawn-test--asynchronous (make)
   "Return what a shell started by MAKE reports of its start.
-MAKE is `make-process' or `fastrevert-make-process'."
+MAKE is `make-process' or `fastrevert-make-process'; stock's gets a
+pipe, as fastrevert's always does."
   (let* ((output nil)
          (done nil)
-         (process (funcall make :name "fastrevert-spawn-test" :noquery t
-                           :command (list "/bin/sh" "-c" fastrevert-spawn-test--report)
-                           :filter (lambda (_process text) (push text output))
-                           :sentinel (lambda (_process _event) (setq done t)))))
+         (process (apply make :name "fastrevert-spawn-test" :noquery t
+                         :command (list "/bin/sh" "-c" fastrevert-spawn-test--report)
+                         :filter (lambda (_process text) (push text output))
+                         :sentinel (lambda (_process _event) (setq done t))
+                         (and (eq make #'make-process) '(:connection-type pipe)))))
     (ignore process)
     (should (fastrevert-test-wait-for (lambda () done) 30))
-    (apply #'concat (reverse output))))
+    (fastrevert-spawn-test--comparable (apply #'concat (reverse output)))))
 
 (ert-deftest fastrevert-spawn-call-process-child-starts-as-stock-child ()
   (skip-unless (file-readable-p "/proc/self/status"))
