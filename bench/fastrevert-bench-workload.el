@@ -30,10 +30,13 @@
 ;;   messages from 1 KB to 4 MB, and short outputs at three values of
 ;;   `read-process-output-max'.
 ;;
-;; Each row runs rounds of stock and fastrevert back to back, in
-;; alternating order, so that the machine's drift touches both alike;
-;; the ratio is the median over the rounds of stock's time over
-;; fastrevert's time in the same round.
+;; Each row runs stock and fastrevert interleaved: 15 rounds or more,
+;; each of one or more calls of each, stock's and fastrevert's taking
+;; turns call by call, the first of each pair alternating, so that the
+;; machine's drift and a busy neighbour touch both alike.  A round lasts
+;; some 20 ms at least, so that a command of a millisecond is measured
+;; over a dozen calls.  The tables show each side's median round and
+;; its best, and the ratio of stock's to fastrevert's for each.
 
 ;;; Code:
 
@@ -61,9 +64,12 @@
     (:directories 20 4)
     (:files-per-directory 100 50)
     (:seconds-per-row 2.5 0.5)
-    (:max-rounds 100 20)
-    (:min-rounds 8 3))
-  "Workload sizes as (KEY DEFAULT QUICK).")
+    (:max-rounds 60 20)
+    (:min-rounds 15 3)
+    (:round-seconds 0.02 0.01))
+  "Workload sizes as (KEY DEFAULT QUICK).
+A row runs for about `:seconds-per-row', in `:min-rounds' to
+`:max-rounds' rounds of at least `:round-seconds' each.")
 
 (defun fastrevert-bench-workload--size (key)
   "Return the size KEY of this section for this run."
@@ -220,62 +226,92 @@ and branches point along the history."
     (funcall thunk)
     (- (float-time) start)))
 
-(defun fastrevert-bench-workload--rounds (first-pair-seconds)
-  "Return the number of rounds for a row whose first pair took FIRST-PAIR-SECONDS."
+(defun fastrevert-bench-workload--rounds (round-seconds)
+  "Return the number of rounds for a row whose rounds take ROUND-SECONDS."
   (max (fastrevert-bench-workload--size :min-rounds)
        (min (fastrevert-bench-workload--size :max-rounds)
             (floor (/ (fastrevert-bench-workload--size :seconds-per-row)
-                      (max first-pair-seconds 1e-4))))))
+                      (max round-seconds 1e-4))))))
 
-(defun fastrevert-bench-workload--pair (label stock native &optional extra)
+(defun fastrevert-bench-workload--pair (label stock native &optional extra allow-empty)
   "Time the thunks STOCK and NATIVE against each other for the row LABEL.
 Each is called with no arguments and returns the size of what it
-produced, which must be the same for both.  Rounds alternate which
-goes first.  EXTRA, when given, is a list of further thunks timed
-once a round (the limit's parts); their times are returned too.
-Return a plist: :stock and :native (lists of seconds), :ratios (stock
-over fastrevert, per round), :extra (a list of lists of seconds, one
-per thunk of EXTRA) and :bad (rounds whose sizes differed)."
+produced, which must be the same for both, and not 0 or nil unless
+ALLOW-EMPTY.  A round calls each the same number of times, taking
+turns call by call, the first of each pair alternating from one pair
+to the next and from one round to the next.  EXTRA, when given, is a
+list of further thunks timed as often each round (the limit's parts).
+Return a plist: :stock and :native (each round's mean seconds a
+call), :ratios (stock over fastrevert, per round), :calls (calls of
+each a round), :extra (a list of lists of mean seconds, one per thunk
+of EXTRA) and :bad (calls whose sizes differed)."
   (fastrevert-bench--progress "workload: %s" label)
   (let ((stock-times nil) (native-times nil) (ratios nil) (bad 0)
         (extra-times (mapcar #'ignore extra))
-        (round 0)
-        (rounds nil))
-    ;; A first pair, not counted, warms caches and sets the number of
-    ;; rounds.
-    (let ((warm (+ (fastrevert-bench-workload--time stock)
-                   (fastrevert-bench-workload--time native))))
-      (setq rounds (fastrevert-bench-workload--rounds warm)))
-    (while (< round rounds)
-      (let (stock-size native-size stock-seconds native-seconds)
-        (let ((run-stock (lambda ()
-                           (let ((start (float-time)))
-                             (setq stock-size (funcall stock))
-                             (setq stock-seconds (- (float-time) start)))))
-              (run-native (lambda ()
-                            (let ((start (float-time)))
-                              (setq native-size (funcall native))
-                              (setq native-seconds (- (float-time) start))))))
-          (if (cl-evenp round)
-              (progn (funcall run-stock) (funcall run-native))
-            (funcall run-native) (funcall run-stock)))
-        (unless (and (equal stock-size native-size)
-                     (not (member stock-size '(0 nil))))
-          (setq bad (1+ bad)))
-        (push stock-seconds stock-times)
-        (push native-seconds native-times)
+        calls rounds)
+    ;; A first pair, not counted, warms caches and sets the numbers of
+    ;; calls and rounds.
+    (let* ((warm (+ (fastrevert-bench-workload--time stock)
+                    (fastrevert-bench-workload--time native)))
+           (per-call (max (/ warm 2) 1e-5)))
+      (setq calls (max 1 (ceiling (/ (fastrevert-bench-workload--size :round-seconds)
+                                      per-call))))
+      (setq rounds (fastrevert-bench-workload--rounds (* 2 calls per-call))))
+    (dotimes (round rounds)
+      (let ((stock-seconds 0.0) (native-seconds 0.0))
+        (dotimes (call calls)
+          (let (stock-size native-size)
+            (let ((run-stock (lambda ()
+                               (let ((start (float-time)))
+                                 (setq stock-size (funcall stock))
+                                 (setq stock-seconds
+                                       (+ stock-seconds (- (float-time) start))))))
+                  (run-native (lambda ()
+                                (let ((start (float-time)))
+                                  (setq native-size (funcall native))
+                                  (setq native-seconds
+                                        (+ native-seconds (- (float-time) start)))))))
+              (if (cl-evenp (+ round call))
+                  (progn (funcall run-stock) (funcall run-native))
+                (funcall run-native) (funcall run-stock)))
+            (unless (and (equal stock-size native-size)
+                         (or allow-empty (not (member stock-size '(0 nil)))))
+              (setq bad (1+ bad)))))
+        (push (/ stock-seconds calls) stock-times)
+        (push (/ native-seconds calls) native-times)
         (push (/ stock-seconds (max native-seconds 1e-9)) ratios)
         (setq extra-times
               (cl-mapcar (lambda (thunk times)
-                           (cons (fastrevert-bench-workload--time thunk) times))
-                         extra extra-times)))
-      (setq round (1+ round)))
+                           (let ((seconds 0.0))
+                             (dotimes (_ calls)
+                               (setq seconds (+ seconds (fastrevert-bench-workload--time thunk))))
+                             (cons (/ seconds calls) times)))
+                         extra extra-times))))
     (when (> bad 0)
       (fastrevert-bench--loud
-       "%s: %d rounds where stock and fastrevert made different output, or none"
+       "%s: %d calls where stock and fastrevert made different output, or none"
        label bad))
-    (list :stock stock-times :native native-times :ratios ratios :extra extra-times
-          :bad bad)))
+    (list :stock stock-times :native native-times :ratios ratios :calls calls
+          :extra extra-times :bad bad)))
+
+(defun fastrevert-bench-workload--summary (result)
+  "Return the cells of RESULT, a value of `fastrevert-bench-workload--pair'.
+They are the rounds (as ROUNDS x CALLS), stock's median ms a call,
+fastrevert's, the ratio of the two, stock's best round's ms a call,
+fastrevert's, and the ratio of those."
+  (let* ((stock (plist-get result :stock))
+         (native (plist-get result :native))
+         (stock-median (fastrevert-bench-median stock))
+         (native-median (fastrevert-bench-median native))
+         (stock-best (apply #'min stock))
+         (native-best (apply #'min native)))
+    (list (format "%d x %d" (length stock) (plist-get result :calls))
+          (fastrevert-bench-workload--ms stock-median)
+          (fastrevert-bench-workload--ms native-median)
+          (format "%.2f" (/ stock-median native-median))
+          (fastrevert-bench-workload--ms stock-best)
+          (fastrevert-bench-workload--ms native-best)
+          (format "%.2f" (/ stock-best native-best)))))
 
 (defun fastrevert-bench-workload--into-buffer (function)
   "Return a thunk to call FUNCTION in an emptied scratch buffer.
@@ -297,7 +333,8 @@ KIND is `call' (into the current buffer by the `call-process' being
 measured), `lines' (`process-lines') or `shell'
 \(`shell-command-to-string', PROGRAM being the command line)."
   (let ((format "--format=%H %an %s"))
-    `(("git status --porcelain" call "git" "status" "--porcelain")
+    `(("true" call "true")
+      ("git status --porcelain" call "git" "status" "--porcelain")
       ("git log -200 --format=..." call "git" "log" "-200" ,format)
       ("git log --format=... (all commits)" call "git" "log" ,format)
       ("git diff HEAD~300" call "git" "diff" "HEAD~300")
@@ -360,12 +397,15 @@ plain command."
                  (let ((coding-system-for-read fastrevert-bench-coding))
                    (insert-file-contents file)))))))))
 
-(defun fastrevert-bench-workload--output-size (row)
-  "Return a readable size of ROW's output, measured once."
-  (let ((bytes (funcall (fastrevert-bench-workload--sync-thunk row #'call-process))))
-    (cond ((< bytes 1024) (format "%d B" bytes))
-          ((< bytes (* 1024 1024)) (format "%.0f KB" (/ bytes 1000.0)))
-          (t (format "%.1f MB" (/ bytes 1e6))))))
+(defun fastrevert-bench-workload--output-bytes (row)
+  "Return the number of bytes of ROW's output, measured once."
+  (funcall (fastrevert-bench-workload--sync-thunk row #'call-process)))
+
+(defun fastrevert-bench-workload--readable-size (bytes)
+  "Return a readable size for BYTES."
+  (cond ((< bytes 1024) (format "%d B" bytes))
+        ((< bytes (* 1024 1024)) (format "%.0f KB" (/ bytes 1000.0)))
+        (t (format "%.1f MB" (/ bytes 1e6)))))
 
 (defun fastrevert-bench-workload--ms (seconds)
   "Format SECONDS as milliseconds for a table cell."
@@ -378,24 +418,20 @@ Return the table rows, as lists of strings."
   (let ((default-directory (file-name-as-directory repository))
         (rows nil))
     (dolist (row (fastrevert-bench-workload--sync-rows))
-      (let* ((size (fastrevert-bench-workload--output-size row))
+      (let* ((bytes (fastrevert-bench-workload--output-bytes row))
              (limit (fastrevert-bench-workload--limit-thunks row root))
              (result (fastrevert-bench-workload--pair
                       (car row)
                       (fastrevert-bench-workload--sync-thunk row #'call-process)
                       (fastrevert-bench-workload--sync-thunk row #'fastrevert-call-process)
-                      limit))
-             (stock (fastrevert-bench-median (plist-get result :stock)))
+                      limit (zerop bytes)))
              (native (fastrevert-bench-median (plist-get result :native)))
              (limit-seconds (and limit (apply #'+ (mapcar #'fastrevert-bench-median
                                                           (plist-get result :extra))))))
-        (push (list (car row) size
-                    (number-to-string (length (plist-get result :ratios)))
-                    (fastrevert-bench-workload--ms stock)
-                    (fastrevert-bench-workload--ms native)
-                    (if limit-seconds (fastrevert-bench-workload--ms limit-seconds) "-")
-                    (format "%.2f" (fastrevert-bench-median (plist-get result :ratios)))
-                    (if limit-seconds (format "%.2f" (/ native limit-seconds)) "-"))
+        (push (append (list (car row) (fastrevert-bench-workload--readable-size bytes))
+                      (fastrevert-bench-workload--summary result)
+                      (list (if limit-seconds (fastrevert-bench-workload--ms limit-seconds) "-")
+                            (if limit-seconds (format "%.2f" (/ native limit-seconds)) "-")))
               rows)))
     (nreverse rows)))
 
@@ -582,15 +618,9 @@ Return the table rows, as lists of strings."
   "Measure the asynchronous rows for REPOSITORY, with scratch files under ROOT.
 The rows are those of `fastrevert-bench-workload--async-rows'."
   (mapcar (lambda (row)
-            (let* ((result (fastrevert-bench-workload--pair (car row) (nth 1 row) (nth 2 row)))
-                   (stock (fastrevert-bench-median (plist-get result :stock)))
-                   (native (fastrevert-bench-median (plist-get result :native))))
-              (list (car row)
-                    (number-to-string (length (plist-get result :ratios)))
-                    (fastrevert-bench-workload--ms stock)
-                    (fastrevert-bench-workload--ms native)
-                    (format "%.2f" (fastrevert-bench-median
-                                    (plist-get result :ratios))))))
+            (cons (car row)
+                  (fastrevert-bench-workload--summary
+                   (fastrevert-bench-workload--pair (car row) (nth 1 row) (nth 2 row)))))
           (fastrevert-bench-workload--async-rows repository root)))
 
 ;;;; Plot
@@ -652,24 +682,36 @@ plot %S using 2:xtic(1)\n" (expand-file-name output) emacs-version data))
             (setq async (fastrevert-bench-workload--run-async repository root))
             (fastrevert-bench-workload--print-async async)
             (fastrevert-bench-workload--plot
-             (append (mapcar (lambda (row) (list (car row) (nth 6 row))) sync)
+             (append (mapcar (lambda (row) (list (car row) (nth 5 row))) sync)
                      (mapcar (lambda (row) (list (car row) (nth 4 row))) async))))
         (delete-directory repository t)
         (delete-directory home t)))))
+
+(defconst fastrevert-bench-workload--timing-columns
+  '("rounds x calls" "stock ms" "fastrevert ms" "stock/fastrevert"
+    "best stock ms" "best fastrevert ms" "best stock/fastrevert")
+  "The columns of `fastrevert-bench-workload--summary'.")
+
+(defconst fastrevert-bench-workload--timing-text
+  "Stock and fastrevert interleaved: in each round both make the same number of calls,
+taking turns call by call.  \"stock ms\", \"fastrevert ms\" and \"stock/fastrevert\" are the
+median round's ms a call and the ratio of the two; the \"best\" columns are the best
+round's.  Above 1, fastrevert is faster."
+  "What the timing columns of the workload tables mean.")
 
 (defun fastrevert-bench-workload--print-sync (rows)
   "Print the synchronous table from ROWS."
   (fastrevert-bench--heading "Workload: synchronous commands, as Magit, VC and xref run them")
   (fastrevert-bench--out
-   "Each command's output into a buffer (undo off), `coding-system-for-read' `%s'.
-Rounds of stock `call-process' and `fastrevert-call-process' back to back, in alternating
-order; times are medians.  stock/fastrevert is the median over the rounds of the two
-times' ratio (above 1: fastrevert is faster).  The limit is the command with its output
-written to a file plus `insert-file-contents' of that output.\n\n"
-   fastrevert-bench-coding)
+   "Each command's output into a buffer (undo off), `coding-system-for-read' `%s', by
+stock `call-process' and by `fastrevert-call-process'.  The limit is the command with its
+output written to a file plus `insert-file-contents' of that output (medians).
+
+%s\n\n"
+   fastrevert-bench-coding fastrevert-bench-workload--timing-text)
   (fastrevert-bench--print-table
-   '("command" "output" "rounds" "stock ms" "fastrevert ms" "limit ms"
-     "stock/fastrevert" "fastrevert/limit")
+   (append '("command" "output") fastrevert-bench-workload--timing-columns
+           '("limit ms" "fastrevert/limit"))
    rows))
 
 (defun fastrevert-bench-workload--print-async (rows)
@@ -679,13 +721,15 @@ written to a file plus `insert-file-contents' of that output.\n\n"
   (fastrevert-bench--out
    "Stock `make-process' (pipe, `read-process-output-max' %d unless the row says
 otherwise, waiting with `accept-process-output') beside `fastrevert-make-process' (waiting
-with `fastrevert-accept-process-output'), in rounds as above.  Into a buffer: the default
-filter.  To a filter: it counts what it gets.  By lines and LSP: stock's filter splits the
-stream as clients do (jsonrpc.el's way for LSP), fastrevert's gets complete lines or
-messages from `:framing'.\n\n"
-   read-process-output-max)
+with `fastrevert-accept-process-output').  Into a buffer: the default filter.  To a
+filter: it counts what it gets.  By lines and LSP: stock's filter splits the stream as
+clients do (jsonrpc.el's way for LSP), fastrevert's gets complete lines or messages from
+`:framing'.
+
+%s\n\n"
+   read-process-output-max fastrevert-bench-workload--timing-text)
   (fastrevert-bench--print-table
-   '("workload" "rounds" "stock ms" "fastrevert ms" "stock/fastrevert")
+   (cons "workload" fastrevert-bench-workload--timing-columns)
    rows))
 
 (add-hook 'fastrevert-bench-sections #'fastrevert-bench-workload-run 30)

@@ -13,6 +13,7 @@
 # a child's exit is seen, how a thread is woken) are made at the end, once,
 # and name the files of module/core/os/ that the core library compiles.
 
+include(CheckCSourceCompiles)
 include(CheckStructHasMember)
 include(CheckSymbolExists)
 include(CMakePushCheckState)
@@ -63,6 +64,25 @@ fastrevert_check(FASTREVERT_HAVE_ADDCLOSEFROM_NP posix_spawn_file_actions_addclo
 fastrevert_check(FASTREVERT_HAVE_ADDCHDIR_NP posix_spawn_file_actions_addchdir_np spawn.h)
 fastrevert_check(FASTREVERT_HAVE_POSIX_SPAWN_SETSID POSIX_SPAWN_SETSID spawn.h)
 fastrevert_check(FASTREVERT_HAVE_POSIX_SPAWN_CLOEXEC_DEFAULT POSIX_SPAWN_CLOEXEC_DEFAULT spawn.h)
+# A child started with clone3 (os/spawn_vfork_clone3.cpp), whose start is
+# written in assembly for Linux on x86_64.  Whether the kernel allows it is
+# found at run time.
+if(FASTREVERT_PORTABLE)
+  set(FASTREVERT_HAVE_CLONE3_VFORK 0)
+else()
+  check_c_source_compiles("
+#if !defined(__linux__) || !defined(__x86_64__)
+#error clone3 start not written for this system
+#endif
+#include <sys/syscall.h>
+int main(void) { return SYS_execve == 0; }" FASTREVERT_HAVE_CLONE3_VFORK)
+  if(FASTREVERT_HAVE_CLONE3_VFORK)
+    set(FASTREVERT_HAVE_CLONE3_VFORK 1)
+  else()
+    set(FASTREVERT_HAVE_CLONE3_VFORK 0)
+  endif()
+endif()
+string(APPEND fastrevert_platform_summary " clone3=${FASTREVERT_HAVE_CLONE3_VFORK}")
 # Text and errors.
 fastrevert_check(FASTREVERT_HAVE_MEMRCHR memrchr string.h)
 fastrevert_check(FASTREVERT_HAVE_STRERRORNAME_NP strerrorname_np string.h)
@@ -144,6 +164,11 @@ if(FASTREVERT_HAVE_MEMFD_CREATE)
 endif()
 list(APPEND fastrevert_os_sources
      "${PROJECT_SOURCE_DIR}/module/core/os/child_exit_${FASTREVERT_CHILD_EXIT}.cpp")
+if(FASTREVERT_HAVE_CLONE3_VFORK)
+  list(APPEND fastrevert_os_sources "${PROJECT_SOURCE_DIR}/module/core/os/spawn_vfork_clone3.cpp")
+else()
+  list(APPEND fastrevert_os_sources "${PROJECT_SOURCE_DIR}/module/core/os/spawn_vfork_none.cpp")
+endif()
 if(FASTREVERT_PORTABLE)
   set(FASTREVERT_PORTABLE_BUILD 1)
 else()

@@ -366,6 +366,38 @@ has asked.")
         (delete-file file))))
   fastrevert--exec-failure-signals)
 
+;; Emacs lowers its own soft limit on open files to FD_SETSIZE at startup
+;; when it was higher, for select().  One that starts its children with
+;; vfork, as Emacs 28 does, gives them back the limit it started with; one
+;; that uses posix_spawn, as Emacs 30 does on GNU/Linux, gives them the
+;; lowered one.  Nothing in Lisp tells the limit, so when the module sees
+;; that it may have been lowered, stock `call-process' starts a shell,
+;; once, to say what a child gets.
+(defvar fastrevert--child-file-limit 'unknown
+  "The soft limit on open files of a child that stock Emacs starts.
+A number, `unlimited', nil when it could not be learnt, or the symbol
+`unknown' until `fastrevert--process-child-file-limit' has asked.")
+
+(defun fastrevert--process-child-file-limit ()
+  "Return the soft limit on open files of a child started by stock Emacs.
+The value is a number, `unlimited', or nil when it cannot be learnt.
+It is asked of stock `call-process' once, and not while that is
+rebound or advised, which could run something else."
+  (when (and (eq fastrevert--child-file-limit 'unknown)
+             (subrp (symbol-function 'call-process)))
+    (setq fastrevert--child-file-limit
+          (condition-case nil
+              (with-temp-buffer
+                (let ((default-directory "/")
+                      (coding-system-for-read 'no-conversion))
+                  (when (eql 0 (call-process "/bin/sh" nil t nil "-c" "ulimit -Sn"))
+                    (goto-char (point-min))
+                    (cond ((looking-at "\\([0-9]+\\)\n")
+                           (string-to-number (match-string 1)))
+                          ((looking-at "unlimited\n") 'unlimited)))))
+            (error nil))))
+  (and (not (eq fastrevert--child-file-limit 'unknown)) fastrevert--child-file-limit))
+
 ;;;; Coding systems, ids and signals
 
 (defun fastrevert--process-coding (coding operation-args)

@@ -22,6 +22,7 @@
 #include "core/fd.h"
 #include "core/platform.h"
 #include "core/spawn_fork.h"
+#include "core/spawn_vfork.h"
 
 extern char** environ;
 
@@ -72,12 +73,14 @@ CloexecPipe make_pipe() {
 
 // Whether posix_spawn can start the child SPEC asks for on this system, or
 // it takes fork and exec (core/spawn_fork.h): a working directory needs
-// posix_spawn_file_actions_addchdir_np, and a new session
-// POSIX_SPAWN_SETSID.
+// posix_spawn_file_actions_addchdir_np, a new session POSIX_SPAWN_SETSID,
+// and a limit on open files cannot be set at all.
 bool posix_spawn_can_start(const SpawnSpec& spec) {
-  if (spec.force_fork) return false;
+  if (spec.start == SpawnSpec::Start::fork) return false;
   if (!spec.cwd.empty() && !FASTREVERT_HAVE_ADDCHDIR_NP) return false;
   if (spec.new_session && !FASTREVERT_HAVE_POSIX_SPAWN_SETSID) return false;
+  if (spec.file_limit) return false;
+  if (spec.signal_before_exec) return false;
   return true;
 }
 
@@ -121,11 +124,14 @@ pid_t spawn_with_posix_spawn(const SpawnSpec& spec, char* const* argv, char* con
   posix_spawn_file_actions_t* actions = &spawn_attributes.actions;
 
   // The caller may be Emacs's main thread with signals blocked, or the engine
-  // thread with every signal blocked; the child must start clean.
+  // thread with every signal blocked; the child must start clean.  The C
+  // library resets every signal the caller handles; these are reset even
+  // when ignored (core/exec_plan.h).
   sigset_t empty_mask;
-  sigset_t all_signals;
+  sigset_t reset_signals;
   sigemptyset(&empty_mask);
-  sigfillset(&all_signals);
+  sigemptyset(&reset_signals);
+  for (int number : kSignalsResetForChild) sigaddset(&reset_signals, number);
   short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
 #if FASTREVERT_HAVE_POSIX_SPAWN_SETSID
   if (spec.new_session) flags |= POSIX_SPAWN_SETSID;
@@ -141,7 +147,7 @@ pid_t spawn_with_posix_spawn(const SpawnSpec& spec, char* const* argv, char* con
 #endif
   check_spawn_call(posix_spawnattr_setflags(attr, flags), "posix_spawnattr_setflags");
   check_spawn_call(posix_spawnattr_setsigmask(attr, &empty_mask), "posix_spawnattr_setsigmask");
-  check_spawn_call(posix_spawnattr_setsigdefault(attr, &all_signals),
+  check_spawn_call(posix_spawnattr_setsigdefault(attr, &reset_signals),
                    "posix_spawnattr_setsigdefault");
 
   // dup2 clears close-on-exec on the copy, so 0, 1 and 2 survive the exec.
@@ -369,26 +375,32 @@ Child spawn(const SpawnSpec& spec) {
   char* const* child_env = spec.env ? envp.data() : environ;
   int stderr_source = spec.stderr_mode == SpawnSpec::Stderr::merge ? -1 : child_stderr.get();
 
-  pid_t pid = -1;
-  if (posix_spawn_can_start(spec)) {
-    pid = spawn_with_posix_spawn(spec, argv.data(), child_env, child_stdin.get(),
-                                 child_stdout.get(), stderr_source);
-  } else {
-    ForkExec plan;
-    plan.program = spec.program.c_str();
-    plan.argv = argv.data();
-    plan.envp = child_env;
-    plan.stdin_fd = child_stdin.get();
-    plan.stdout_fd = child_stdout.get();
-    plan.stderr_fd = stderr_source;
-    plan.cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
-    plan.new_session = spec.new_session;
-    pid = fork_exec(plan);
-  }
+  ExecPlan plan;
+  plan.program = spec.program.c_str();
+  plan.argv = argv.data();
+  plan.envp = child_env;
+  plan.stdin_fd = child_stdin.get();
+  plan.stdout_fd = child_stdout.get();
+  plan.stderr_fd = stderr_source;
+  plan.cwd = spec.cwd.empty() ? nullptr : spec.cwd.c_str();
+  plan.new_session = spec.new_session;
+  plan.file_limit = spec.file_limit ? &*spec.file_limit : nullptr;
+  plan.signal_before_exec = spec.signal_before_exec;
 
   Child child;
-  child.pid = pid;
-  child.pidfd = open_exit_descriptor(pid);
+  if (spec.start == SpawnSpec::Start::fastest) {
+    if (std::optional<VforkChild> started = vfork_exec(plan)) {
+      child.pid = started->pid;
+      child.pidfd = started->pidfd;
+    }
+  }
+  if (child.pid < 0) {
+    child.pid = posix_spawn_can_start(spec)
+                    ? spawn_with_posix_spawn(spec, argv.data(), child_env, child_stdin.get(),
+                                             child_stdout.get(), stderr_source)
+                    : fork_exec(plan);
+    child.pidfd = open_exit_descriptor(child.pid);
+  }
   child.stdin_fd = parent_stdin.release();
   child.stdout_fd = parent_stdout.release();
   child.stderr_fd = parent_stderr.release();

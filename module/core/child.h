@@ -1,13 +1,15 @@
 // A child process: spawning it without forking Emacs, reporting a failed
 // exec as Emacs would, finding its program, quitting it and reaping it.
 //
-// spawn() uses posix_spawn, which glibc implements with clone(CLONE_VM |
-// CLONE_VFORK): the parent's address space is shared, not copied, so the cost
-// does not grow with the size of a multi-gigabyte Emacs.  Where posix_spawn
-// cannot set the working directory or start a session, fork and exec do
-// (core/spawn_fork.h).  Nothing here installs a signal handler or touches
-// SIGCHLD, which belongs to Emacs; a child is reaped only by waiting on its
-// own pid (or its exit descriptor, core/child_exit.h).
+// spawn() starts a child the way a vfork does: the parent's address space is
+// shared, not copied, so the cost does not grow with the size of a
+// multi-gigabyte Emacs.  On Linux it uses clone3 directly, which costs what
+// Emacs's own vfork costs (core/spawn_vfork.h); elsewhere, or where the
+// kernel refuses that, posix_spawn.  Where posix_spawn cannot set the
+// working directory, start a session or set the limit on open files, fork
+// and exec do (core/spawn_fork.h).  Nothing here installs a signal handler or
+// touches SIGCHLD, which belongs to Emacs; a child is reaped only by waiting
+// on its own pid (or its exit descriptor, core/child_exit.h).
 //
 // Every function may be called from any thread, and none keeps global state.
 #pragma once
@@ -23,6 +25,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "core/exec_plan.h"
 
 namespace fastrevert {
 
@@ -76,9 +80,25 @@ struct SpawnSpec {
   // and a terminal's job-control signals meant for Emacs do not reach it.
   bool new_session = false;
 
-  // For tests: start the child by fork and exec even where posix_spawn
-  // could, so that the path other systems take runs on this one too.
-  bool force_fork = false;
+  // The child's limit on open files; none keeps the caller's.  Emacs lowers
+  // its own soft limit for select(), and an Emacs that starts its children
+  // with vfork gives them back the limit it started with.
+  std::optional<FileLimit> file_limit;
+
+  // How the child is started.  Tests choose each way, so that the paths
+  // other systems take run on this one too; any other caller leaves the
+  // fastest.
+  enum class Start {
+    fastest,      // clone3 where built and allowed, else as below.
+    posix_spawn,  // posix_spawn where it can do all SPEC asks, else fork.
+    fork,         // fork and exec.
+  };
+  Start start = Start::fastest;
+
+  // For tests: a child started by clone3 or fork sends itself this signal
+  // (0: none) right before it unblocks every signal, where a handler of the
+  // caller's would run if one were left; posix_spawn is then not used.
+  int signal_before_exec = 0;
 };
 
 // A started child.  It owns its descriptors: each one still >= 0 is closed
@@ -129,15 +149,19 @@ class EnvironmentCache {
   std::shared_ptr<const std::vector<std::string>> environment_;
 };
 
-// Starts a child as SPEC says.  The child starts with an empty signal mask and
-// every signal at its default disposition, whatever the caller had blocked or
-// handled, and with no descriptor but 0, 1 and 2 open (except, where the C
-// library cannot close them for the child, one that some other code opened
-// without close-on-exec: see spawn_with_posix_spawn).  Throws SystemError:
+// Starts a child as SPEC says.  The child starts as stock Emacs starts one
+// (core/exec_plan.h): with an empty signal mask; SIGINT, SIGQUIT, SIGPROF,
+// SIGPIPE and every signal the caller handles at its default disposition (no
+// handler of the caller's ever runs in the child), while another signal the
+// caller ignores stays ignored; and with no descriptor but 0, 1 and 2 open
+// (except, on a system that cannot close them for the child, one that some
+// other code opened without close-on-exec: see spawn_with_posix_spawn).
+// Throws SystemError:
 // for a program that does not exist or cannot be executed, errno ENOENT,
 // EACCES, ENOEXEC... with function "posix_spawn" and path PROGRAM; for an
 // unusable CWD, function "chdir" and path CWD; for a redirection file,
-// function "open" and that file.
+// function "open" and that file; when the system cannot make a process,
+// function "clone3", "posix_spawn" or "fork".
 Child spawn(const SpawnSpec& spec);
 
 // The index of the first of CANDIDATES that the effective user may execute

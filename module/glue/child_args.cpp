@@ -1,6 +1,10 @@
 #include "glue/child_args.h"
 
+#include <sys/resource.h>
+#include <sys/select.h>
+
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -42,6 +46,34 @@ std::vector<std::string> string_vector(Env& env, emacs_value value) {
   return strings;
 }
 
+// The limit on open files a child of stock Emacs gets, where it is not this
+// process's own: Emacs lowers its soft limit to FD_SETSIZE when it was
+// higher, and may give its children back the one it started with.  Lisp
+// asks stock which (`fastrevert--process-child-file-limit'), once; with
+// any other soft limit, Emacs changed nothing.
+std::optional<FileLimit> child_file_limit(Env& env) {
+  struct rlimit own;
+  if (getrlimit(RLIMIT_NOFILE, &own) != 0 || own.rlim_cur != FD_SETSIZE ||
+      own.rlim_max <= own.rlim_cur) {
+    return std::nullopt;
+  }
+  emacs_value ask = env.intern("fastrevert--process-child-file-limit");
+  if (!env.truthy(env.call("fboundp", {ask}))) return std::nullopt;
+  emacs_value answer = env.funcall(ask, {});
+  rlim_t soft;
+  if (env.is_a(answer, "integer")) {
+    std::int64_t value = env.to_integer(answer);
+    if (value <= 0) return std::nullopt;
+    soft = static_cast<rlim_t>(value);
+  } else if (env.eq(answer, env.intern("unlimited"))) {
+    soft = RLIM_INFINITY;
+  } else {
+    return std::nullopt;
+  }
+  if (soft == own.rlim_cur || soft > own.rlim_max) return std::nullopt;
+  return FileLimit{static_cast<std::uint64_t>(soft), static_cast<std::uint64_t>(own.rlim_max)};
+}
+
 }  // namespace
 
 void fill_spec(Env& env, emacs_value* args, SpawnSpec& spec) {
@@ -66,6 +98,7 @@ void fill_spec(Env& env, emacs_value* args, SpawnSpec& spec) {
   // As Emacs's own children do: a quit or a signal reaches everything the
   // child started (a shell's pipeline too), and job control stays Emacs's.
   spec.new_session = true;
+  spec.file_limit = child_file_limit(env);
 }
 
 std::optional<Child> spawn_like_emacs(Env& env, const SpawnSpec& spec, emacs_value& failure) {

@@ -6,6 +6,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -35,6 +36,7 @@ using fastrevert::test::is_gone;
 using fastrevert::test::never_exiting;
 using fastrevert::test::shell;
 using fastrevert::test::TempDir;
+using fastrevert::test::TestPipe;
 using fastrevert::test::write_file;
 
 namespace {
@@ -88,16 +90,18 @@ std::string status_field(const std::string& status_text, const std::string& name
 
 }  // namespace
 
-// Where posix_spawn cannot set a child's working directory or start its
-// session, fork and exec do (core/spawn_fork.h); the tests marked with
-// both_starts() run each way, so that the other systems' path runs here.
-bool both_starts() {
-  return GENERATE(false, true);
+// A child starts by clone3 where that is built (core/spawn_vfork.h), else
+// by posix_spawn, else by fork and exec (core/spawn_fork.h); the tests
+// marked with each_start() run each way, so that the other systems' paths
+// run here.
+SpawnSpec::Start each_start() {
+  return GENERATE(SpawnSpec::Start::fastest, SpawnSpec::Start::posix_spawn,
+                  SpawnSpec::Start::fork);
 }
 
 TEST_CASE("spawn passes argv exactly, including spaces and empty arguments", "[spawn]") {
   SpawnSpec spec = shell("printf '%s|' \"$@\"");
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   spec.argv.insert(spec.argv.end(), {"sh", "a b", "", "c"});
   Output output = run(spec);
   CHECK(output.out == "a b||c|");
@@ -107,7 +111,7 @@ TEST_CASE("spawn passes argv exactly, including spaces and empty arguments", "[s
 
 TEST_CASE("spawn gives the child exactly the environment it is given", "[spawn]") {
   SpawnSpec spec;
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   spec.program = "/usr/bin/env";
   spec.argv = {"env"};
   spec.env = std::make_shared<const std::vector<std::string>>(
@@ -130,7 +134,7 @@ TEST_CASE("spawn runs the child in the given working directory", "[spawn]") {
   char resolved[PATH_MAX];
   REQUIRE(realpath(dir.path().c_str(), resolved));
   SpawnSpec spec;
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   spec.program = "/bin/pwd";
   spec.argv = {"pwd", "-P"};
   spec.cwd = dir.path();
@@ -139,7 +143,7 @@ TEST_CASE("spawn runs the child in the given working directory", "[spawn]") {
 
 TEST_CASE("spawn of a missing program throws ENOENT naming the program", "[spawn]") {
   SpawnSpec spec;
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   spec.program = "/nonexistent/fastrevert-no-such-program";
   try {
     spawn(spec);
@@ -157,7 +161,7 @@ TEST_CASE("spawn of a non-executable file throws EACCES naming the program", "[s
   std::string script = dir.file("not-executable");
   write_file(script, "#!/bin/sh\necho hi\n", 0644);
   SpawnSpec spec;
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   spec.program = script;
   try {
     spawn(spec);
@@ -170,7 +174,7 @@ TEST_CASE("spawn of a non-executable file throws EACCES naming the program", "[s
 
 TEST_CASE("spawn with a missing working directory throws naming the directory", "[spawn]") {
   SpawnSpec spec;
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   spec.program = "/bin/true";
   spec.cwd = "/nonexistent/fastrevert-no-such-dir";
   try {
@@ -218,7 +222,7 @@ TEST_CASE("spawn with stdin from /dev/null gives the child end of file at once",
 
 TEST_CASE("spawn with a stdin pipe carries the bytes written to it", "[spawn]") {
   SpawnSpec spec;
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   spec.program = "/bin/cat";
   spec.stdin_mode = SpawnSpec::Stdin::pipe;
   CHECK(run(spec, "through the pipe").out == "through the pipe");
@@ -227,7 +231,7 @@ TEST_CASE("spawn with a stdin pipe carries the bytes written to it", "[spawn]") 
 TEST_CASE("spawn merges stderr into the stdout pipe in write order", "[spawn]") {
   SpawnSpec spec = shell("echo out1; echo err1 >&2; echo out2; echo err2 >&2");
   spec.stderr_mode = SpawnSpec::Stderr::merge;
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   Child child = spawn(spec);
   CHECK(child.stderr_fd == -1);
   std::string out;
@@ -238,7 +242,7 @@ TEST_CASE("spawn merges stderr into the stdout pipe in write order", "[spawn]") 
 
 TEST_CASE("spawn keeps stderr separate when asked", "[spawn]") {
   SpawnSpec spec = shell("echo out; echo err >&2");
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   Output output = run(spec);
   CHECK(output.out == "out\n");
   CHECK(output.err == "err\n");
@@ -276,7 +280,7 @@ TEST_CASE("spawn returns close-on-exec descriptors, non-blocking pipe ends and a
   SpawnSpec spec;
   spec.program = "/bin/cat";
   spec.stdin_mode = SpawnSpec::Stdin::pipe;
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   Child child = spawn(spec);
   REQUIRE(child.pid > 0);
   // A pidfd needs Linux 5.3 or later; a portable build has none.
@@ -296,34 +300,119 @@ TEST_CASE("spawn returns close-on-exec descriptors, non-blocking pipe ends and a
   CHECK(child.stdout_fd == -1);
 }
 
-TEST_CASE("spawn starts the child with no signal blocked or ignored", "[spawn]") {
+TEST_CASE("spawn starts the child with no signal blocked, and ignoring only what stock's would",
+          "[spawn]") {
   sigset_t blocked;
   sigset_t previous_mask;
   sigemptyset(&blocked);
   sigaddset(&blocked, SIGTERM);
   sigaddset(&blocked, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &blocked, &previous_mask);
+  // Emacs resets SIGINT, SIGQUIT, SIGPROF and SIGPIPE for its children; any
+  // other signal it ignores, its children ignore too.
   struct sigaction ignore = {};
-  struct sigaction previous_action = {};
   ignore.sa_handler = SIG_IGN;
-  sigaction(SIGUSR2, &ignore, &previous_action);
+  const int ignored_here[] = {SIGUSR2, SIGINT, SIGPIPE, SIGPROF};
+  struct sigaction previous_actions[std::size(ignored_here)];
+  for (std::size_t i = 0; i < std::size(ignored_here); ++i) {
+    sigaction(ignored_here[i], &ignore, &previous_actions[i]);
+  }
 
   SpawnSpec spec;
   spec.program = "/bin/cat";
   spec.argv = {"cat", "/proc/self/status"};
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   Output output = run(spec);
 
-  sigaction(SIGUSR2, &previous_action, nullptr);
+  for (std::size_t i = 0; i < std::size(ignored_here); ++i) {
+    sigaction(ignored_here[i], &previous_actions[i], nullptr);
+  }
   pthread_sigmask(SIG_SETMASK, &previous_mask, nullptr);
 
   CHECK(status_field(output.out, "SigBlk") == "0000000000000000");
   // glibc's posix_spawn leaves its two internal signals (32 and 33, below
-  // SIGRTMIN, which no program may use) ignored; every other signal is at its
-  // default.
+  // SIGRTMIN, which no program may use) ignored.
   unsigned long long ignored = std::stoull(status_field(output.out, "SigIgn"), nullptr, 16);
   unsigned long long glibc_internal = (1ull << (32 - 1)) | (1ull << (33 - 1));
-  CHECK((ignored & ~glibc_internal) == 0);
+  CHECK((ignored & ~glibc_internal) == (1ull << (SIGUSR2 - 1)));
+}
+
+namespace {
+
+// Where a handler run by a child before its exec reports.
+pid_t handler_owner = -1;
+int handler_report_fd = -1;
+
+void report_foreign_run(int) {
+  int saved_errno = errno;
+  if (getpid() != handler_owner) {
+    ssize_t ignored = write(handler_report_fd, "!", 1);
+    (void)ignored;
+  }
+  errno = saved_errno;
+}
+
+}  // namespace
+
+TEST_CASE("no handler of the caller's runs in a child that a signal reaches before its exec",
+          "[spawn]") {
+  // Where the child runs code of the module's before its exec (clone3 and
+  // fork; glibc's posix_spawn has its own child), it sends itself SIGUSR1
+  // while every signal is blocked: the signal arrives as it unblocks them,
+  // where a handler of the caller's would run.
+  SpawnSpec::Start start = GENERATE(SpawnSpec::Start::fastest, SpawnSpec::Start::fork);
+  TestPipe report;
+  handler_owner = getpid();
+  handler_report_fd = report.write_end;
+  struct sigaction reporting = {};
+  reporting.sa_handler = report_foreign_run;
+  sigemptyset(&reporting.sa_mask);
+  struct sigaction previous = {};
+  sigaction(SIGUSR1, &reporting, &previous);
+
+  SpawnSpec spec;
+  spec.program = "/bin/true";
+  spec.stdout_mode = SpawnSpec::Stdout::null;
+  spec.stderr_mode = SpawnSpec::Stderr::null;
+  spec.start = start;
+  spec.signal_before_exec = SIGUSR1;
+  Child child = spawn(spec);
+  int status = 0;
+  pid_t reaped;
+  do {
+    reaped = waitpid(child.pid, &status, 0);
+  } while (reaped < 0 && errno == EINTR);
+  sigaction(SIGUSR1, &previous, nullptr);
+
+  REQUIRE(reaped == child.pid);
+  child.pid = -1;
+  // The signal reached the child, at its default disposition.
+  CHECK(WIFSIGNALED(status));
+  CHECK(WTERMSIG(status) == SIGUSR1);
+  char byte;
+  CHECK(read(report.read_end, &byte, 1) < 0);
+  CHECK(errno == EAGAIN);
+}
+
+TEST_CASE("spawn gives the child the limit on open files it is asked to", "[spawn]") {
+  struct rlimit own;
+  REQUIRE(getrlimit(RLIMIT_NOFILE, &own) == 0);
+  REQUIRE(own.rlim_cur > 64);
+  SpawnSpec spec = shell("ulimit -Sn; ulimit -Hn");
+  spec.start = each_start();
+  SECTION("as given") {
+    spec.file_limit = FileLimit{own.rlim_cur - 1, own.rlim_max};
+    CHECK(run(spec).out == std::to_string(own.rlim_cur - 1) + "\n" +
+                               (own.rlim_max == RLIM_INFINITY ? std::string("unlimited")
+                                                              : std::to_string(own.rlim_max)) +
+                               "\n");
+  }
+  SECTION("or its caller's") {
+    CHECK(run(spec).out == std::to_string(own.rlim_cur) + "\n" +
+                               (own.rlim_max == RLIM_INFINITY ? std::string("unlimited")
+                                                              : std::to_string(own.rlim_max)) +
+                               "\n");
+  }
 }
 
 TEST_CASE("spawn leaks no close-on-exec descriptor into the child", "[spawn]") {
@@ -334,15 +423,15 @@ TEST_CASE("spawn leaks no close-on-exec descriptor into the child", "[spawn]") {
   close(kept);
   SpawnSpec spec = shell("if [ -e /proc/self/fd/" + std::to_string(high) +
                          " ]; then echo leaked; else echo closed; fi");
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   Output output = run(spec);
   close(high);
   CHECK(output.out == "closed\n");
 }
 
-#if FASTREVERT_HAVE_ADDCLOSEFROM_NP
-// Only where posix_spawn can close every other descriptor for the child
-// (see spawn_with_posix_spawn).
+#if FASTREVERT_HAVE_ADDCLOSEFROM_NP || FASTREVERT_HAVE_CLONE3_VFORK
+// Only where clone3's child or posix_spawn can close every other descriptor
+// for the child (see spawn_with_posix_spawn).
 TEST_CASE("spawn leaks no descriptor into the child, even one without close-on-exec", "[spawn]") {
   int leaky = open("/dev/null", O_RDONLY);  // Deliberately without O_CLOEXEC.
   REQUIRE(leaky >= 0);
@@ -358,7 +447,7 @@ TEST_CASE("spawn leaks no descriptor into the child, even one without close-on-e
 TEST_CASE("spawn with new_session makes the child a session and group leader", "[spawn]") {
   SpawnSpec spec = shell("set -- $(cat /proc/$$/stat); echo $1 $5 $6");
   spec.new_session = true;
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   std::istringstream fields(run(spec).out);
   long pid = 0, group = 0, session = 0;
   fields >> pid >> group >> session;
@@ -417,7 +506,7 @@ TEST_CASE("spawn_or_stand_in reports a failed exec through a stand-in child", "[
   SpawnSpec spec;
   spec.program = dir.file("not-a-program");
   spec.stderr_mode = SpawnSpec::Stderr::merge;
-  spec.force_fork = both_starts();
+  spec.start = each_start();
   int asked = 0;
   Child child = spawn_or_stand_in(spec, [&asked]() -> std::optional<std::string> {
     ++asked;

@@ -1,6 +1,7 @@
 // Starting a child by fork and exec.  See core/spawn_fork.h.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,7 +19,7 @@ namespace {
 // What the child reports through the error pipe when a step fails.  The
 // pipe is close-on-exec, so a successful exec closes it unwritten.
 struct Failure {
-  enum Step : int { redirect, session, chdir, exec } step;
+  ExecStep step;
   int error;
 };
 
@@ -39,41 +40,62 @@ void above_stdio(UniqueFd& fd) {
   fd.reset(moved);
 }
 
-[[noreturn]] void fail(int report_fd, Failure::Step step) noexcept {
+[[noreturn]] void fail(int report_fd, ExecStep step) noexcept {
   Failure failure{step, errno};
   ssize_t ignored = write(report_fd, &failure, sizeof failure);
   (void)ignored;
   _exit(127);
 }
 
+bool reset_for_child(int number) noexcept {
+  for (int reset : kSignalsResetForChild) {
+    if (number == reset) return true;
+  }
+  return false;
+}
+
 // The child, between fork and exec.  Async-signal-safe calls only.
-[[noreturn]] void become_child(const ForkExec& spec, int report_fd) noexcept {
+[[noreturn]] void become_child(const ExecPlan& plan, int report_fd) noexcept {
   // A handler the caller installed must not run here; the caller blocked
   // every signal before forking, so none can arrive before this.
   struct sigaction default_action = {};
   default_action.sa_handler = SIG_DFL;
   sigemptyset(&default_action.sa_mask);
   for (int number = 1; number < kSignalLimit; ++number) {
-    sigaction(number, &default_action, nullptr);
+    struct sigaction current;
+    if (sigaction(number, nullptr, &current) < 0) continue;
+    bool handled = (current.sa_flags & SA_SIGINFO) != 0 ||
+                   (current.sa_handler != SIG_DFL && current.sa_handler != SIG_IGN);
+    if (handled || (current.sa_handler == SIG_IGN && reset_for_child(number))) {
+      sigaction(number, &default_action, nullptr);
+    }
   }
-  if (spec.new_session && setsid() < 0) fail(report_fd, Failure::session);
+  if (plan.new_session && setsid() < 0) fail(report_fd, ExecStep::session);
   // dup2 clears close-on-exec on the copy, so exactly 0, 1 and 2 survive
   // the exec, as with posix_spawn's file actions.
-  if (dup2(spec.stdin_fd, 0) < 0 || dup2(spec.stdout_fd, 1) < 0 ||
-      dup2(spec.stderr_fd >= 0 ? spec.stderr_fd : 1, 2) < 0) {
-    fail(report_fd, Failure::redirect);
+  if (dup2(plan.stdin_fd, 0) < 0 || dup2(plan.stdout_fd, 1) < 0 ||
+      dup2(plan.stderr_fd >= 0 ? plan.stderr_fd : 1, 2) < 0) {
+    fail(report_fd, ExecStep::redirect);
   }
-  if (spec.cwd && ::chdir(spec.cwd) < 0) fail(report_fd, Failure::chdir);
+  if (plan.cwd && ::chdir(plan.cwd) < 0) fail(report_fd, ExecStep::chdir);
+  if (plan.file_limit) {
+    // As Emacs does, a limit it cannot set is left as it is.
+    struct rlimit limit;
+    limit.rlim_cur = static_cast<rlim_t>(plan.file_limit->soft);
+    limit.rlim_max = static_cast<rlim_t>(plan.file_limit->hard);
+    setrlimit(RLIMIT_NOFILE, &limit);
+  }
+  if (plan.signal_before_exec) kill(getpid(), plan.signal_before_exec);
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  execve(spec.program, spec.argv, spec.envp);
-  fail(report_fd, Failure::exec);
+  execve(plan.program, plan.argv, plan.envp);
+  fail(report_fd, ExecStep::exec);
 }
 
 }  // namespace
 
-pid_t fork_exec(const ForkExec& spec) {
+pid_t fork_exec(const ExecPlan& plan) {
   CloexecPipe report = make_cloexec_pipe();
   above_stdio(report.write_end);
   sigset_t all_signals;
@@ -81,7 +103,7 @@ pid_t fork_exec(const ForkExec& spec) {
   sigfillset(&all_signals);
   pthread_sigmask(SIG_SETMASK, &all_signals, &previous);
   pid_t pid = fork();
-  if (pid == 0) become_child(spec, report.write_end.get());
+  if (pid == 0) become_child(plan, report.write_end.get());
   int fork_error = errno;
   pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (pid < 0) throw SystemError(fork_error, "fork");
@@ -98,15 +120,16 @@ pid_t fork_exec(const ForkExec& spec) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   switch (failure.step) {
-    case Failure::chdir:
-      throw SystemError(failure.error, "chdir", spec.cwd ? spec.cwd : "");
-    case Failure::session:
+    case ExecStep::chdir:
+      throw SystemError(failure.error, "chdir", plan.cwd ? plan.cwd : "");
+    case ExecStep::session:
       throw SystemError(failure.error, "setsid");
-    case Failure::redirect:
-    case Failure::exec:
+    case ExecStep::none:
+    case ExecStep::redirect:
+    case ExecStep::exec:
       break;
   }
-  throw SystemError(failure.error, "posix_spawn", spec.program);
+  throw SystemError(failure.error, "posix_spawn", plan.program);
 }
 
 }  // namespace fastrevert
