@@ -1,0 +1,301 @@
+;;; fastrevert-remote-helpers.el --- A remote host for the tests, on loopback -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; The remote tests reach a "remote" host through Tramp: an sshd of the
+;; tests' own, listening on ports of 127.0.0.1, with a host key and a
+;; user key made in a temporary directory, and stopped at the end.  ssh
+;; reads its configuration from the account's home directory, not from
+;; $HOME, so the tests give it their own with -F, through a Tramp method
+;; of their own: `fastrevert-remote-test-method', a copy of "ssh" with
+;; "-F CONFIG" in its login arguments.  The machine's own ssh
+;; configuration is never read or changed.
+;;
+;; The configuration names three hosts, fr1 to fr3, one per port of the
+;; sshd, so that Tramp makes three connections (each with a socket of
+;; its own), and as many again, frd1 to frd3, reached through a relay
+;; (fastrevert-remote-relay.el) that holds each chunk a while each way.
+;;
+;; The sshd can be started with a PATH of its sessions that lacks
+;; inotifywait (and fswatch): a directory of links to every program
+;; but those.  The watcher then falls back to its shell loop.
+
+;;; Code:
+
+(require 'fastrevert-test-helpers)
+(require 'tramp)
+(require 'tramp-sh)
+(require 'cl-lib)
+(require 'subr-x)
+
+(defconst fastrevert-remote-test-method "frssh"
+  "The Tramp method of the tests: ssh with their own configuration.")
+
+(defconst fastrevert-remote-test-hosts 3
+  "How many hosts (ports of the one sshd) the configuration names.")
+
+(cl-defstruct (fastrevert-remote-test-sshd (:constructor fastrevert-remote-test--sshd-create)
+                                           (:copier nil))
+  "An sshd of the tests' own."
+  dir ports config process relay relay-ports relay-control user)
+
+(defvar fastrevert-remote-test--sshd nil
+  "The sshd the current test file runs, or nil.")
+
+(defun fastrevert-remote-test--run (program &rest args)
+  "Run PROGRAM with ARGS; fail with its output unless it succeeds."
+  (with-temp-buffer
+    (let ((code (apply #'call-process program nil t nil args)))
+      (unless (eql code 0)
+        (error "%s %s failed (%s): %s" program (string-join args " ") code (buffer-string))))))
+
+(defun fastrevert-remote-test--free-port ()
+  "Return a TCP port of 127.0.0.1 that nothing listens on now."
+  (let* ((server (make-network-process :name "fastrevert-port-probe" :server t
+                                       :host "127.0.0.1" :service t :noquery t))
+         (port (process-contact server :service)))
+    (delete-process server)
+    port))
+
+(defun fastrevert-remote-test--path-without-notifiers (dir)
+  "Make DIR a directory of links to every program but inotifywait and fswatch.
+Return DIR."
+  (make-directory dir t)
+  (dolist (bin '("/usr/local/bin" "/usr/bin" "/bin" "/usr/sbin" "/sbin"))
+    (when (file-directory-p bin)
+      (dolist (program (directory-files bin nil "\\`[^.]"))
+        (let ((link (expand-file-name program dir)))
+          (unless (or (member program '("inotifywait" "fswatch"))
+                      (file-exists-p link) (file-symlink-p link))
+            (make-symbolic-link (expand-file-name program bin) link))))))
+  dir)
+
+(defun fastrevert-remote-test--listening-p (port)
+  "Return non-nil if something accepts TCP connections on PORT of 127.0.0.1."
+  (condition-case nil
+      (progn (delete-process (make-network-process :name "fastrevert-port-probe"
+                                                   :host "127.0.0.1" :service port
+                                                   :noquery t))
+             t)
+    (file-error nil)))
+
+(defun fastrevert-remote-test--sshd-program ()
+  "Return the sshd program's absolute file name (sshd refuses a relative one)."
+  (or (cl-find-if #'file-executable-p '("/usr/sbin/sshd" "/usr/local/sbin/sshd" "/sbin/sshd"))
+      (executable-find "sshd")
+      (error "No sshd: `make deps' installs openssh-server")))
+
+(defun fastrevert-remote-test--write (file text)
+  "Write TEXT to FILE."
+  (with-temp-file file (insert text)))
+
+(defun fastrevert-remote-test--sshd-config (sshd)
+  "Return the text of the sshd configuration of SSHD."
+  (let ((dir (fastrevert-remote-test-sshd-dir sshd)))
+    (concat
+     (mapconcat (lambda (port) (format "Port %d\n" port))
+                (fastrevert-remote-test-sshd-ports sshd) "")
+     "ListenAddress 127.0.0.1\n"
+     (format "HostKey %shostkey\n" dir)
+     (format "AuthorizedKeysFile %sauthorized_keys\n" dir)
+     (format "PidFile %ssshd.pid\n" dir)
+     "StrictModes no\nUsePAM no\nPasswordAuthentication no\n"
+     "KbdInteractiveAuthentication no\nPermitRootLogin prohibit-password\n"
+     "MaxSessions 100\nMaxStartups 100\nLogLevel ERROR\n"
+     (if (file-directory-p (expand-file-name "bin" dir))
+         (format "SetEnv PATH=%sbin\n" dir)
+       ""))))
+
+(defun fastrevert-remote-test--ssh-config (sshd)
+  "Return the text of the ssh client configuration for SSHD."
+  (let ((dir (fastrevert-remote-test-sshd-dir sshd))
+        (user (fastrevert-remote-test-sshd-user sshd)))
+    (mapconcat
+     (lambda (host)
+       (format "Host %s\n  HostName 127.0.0.1\n  Port %d\n  User %s\n  IdentityFile %sid\n\
+  IdentitiesOnly yes\n  UserKnownHostsFile /dev/null\n  GlobalKnownHostsFile /dev/null\n\
+  StrictHostKeyChecking no\n  LogLevel ERROR\n"
+               (car host) (cdr host) user dir))
+     (append (cl-loop for port in (fastrevert-remote-test-sshd-ports sshd)
+                      for i from 1 collect (cons (format "fr%d" i) port))
+             (cl-loop for port in (fastrevert-remote-test-sshd-relay-ports sshd)
+                      for i from 1 collect (cons (format "frd%d" i) port)))
+     "")))
+
+(defun fastrevert-remote-test--define-method (config)
+  "Define `fastrevert-remote-test-method' as ssh reading CONFIG."
+  (let ((ssh (cdr (assoc "ssh" tramp-methods))))
+    (setq tramp-methods (cl-remove fastrevert-remote-test-method tramp-methods
+                                   :key #'car :test #'equal))
+    (push (cons fastrevert-remote-test-method
+                (mapcar (lambda (parameter)
+                          (if (eq (car parameter) 'tramp-login-args)
+                              (list 'tramp-login-args
+                                    (cons (list "-F" config) (cadr parameter)))
+                            parameter))
+                        ssh))
+          tramp-methods)))
+
+(defun fastrevert-remote-test-sshd-start (&rest options)
+  "Start an sshd of the tests' own and return it.
+OPTIONS: :without-notifiers non-nil gives its sessions a PATH without
+inotifywait and fswatch; :relay-delay MS starts the relay to it,
+holding each chunk MS milliseconds each way."
+  (let* ((dir (file-name-as-directory (make-temp-file "fastrevert-sshd-" t)))
+         (user (user-login-name))
+         (sshd (fastrevert-remote-test--sshd-create
+                :dir dir :user user
+                :ports (cl-loop repeat fastrevert-remote-test-hosts
+                                collect (fastrevert-remote-test--free-port)))))
+    (when (plist-get options :without-notifiers)
+      (fastrevert-remote-test--path-without-notifiers (expand-file-name "bin" dir)))
+    (fastrevert-remote-test--run "ssh-keygen" "-q" "-t" "ed25519" "-N" "" "-f"
+                                 (expand-file-name "hostkey" dir))
+    (fastrevert-remote-test--run "ssh-keygen" "-q" "-t" "ed25519" "-N" "" "-f"
+                                 (expand-file-name "id" dir))
+    (copy-file (expand-file-name "id.pub" dir) (expand-file-name "authorized_keys" dir))
+    (fastrevert-remote-test--write (expand-file-name "sshd_config" dir)
+                                   (fastrevert-remote-test--sshd-config sshd))
+    ;; sshd run as root needs its privilege separation directory, which
+    ;; the system's own start of sshd would make.
+    (when (and (zerop (user-uid)) (not (file-directory-p "/run/sshd")))
+      (make-directory "/run/sshd" t)
+      (set-file-modes "/run/sshd" #o755))
+    (fastrevert-remote-test--sshd-launch sshd)
+    (when (plist-get options :relay-delay)
+      (fastrevert-remote-test--relay-start sshd (plist-get options :relay-delay)))
+    (setf (fastrevert-remote-test-sshd-config sshd) (expand-file-name "ssh_config" dir))
+    (fastrevert-remote-test--write (fastrevert-remote-test-sshd-config sshd)
+                                   (fastrevert-remote-test--ssh-config sshd))
+    (fastrevert-remote-test--define-method (fastrevert-remote-test-sshd-config sshd))
+    (setq fastrevert-remote-test--sshd sshd)))
+
+(defun fastrevert-remote-test--sshd-launch (sshd)
+  "Run SSHD's daemon and wait until it listens on each of its ports."
+  (let ((dir (fastrevert-remote-test-sshd-dir sshd)))
+    (setf (fastrevert-remote-test-sshd-process sshd)
+          (make-process :name "fastrevert-test-sshd" :buffer " *fastrevert-test-sshd*"
+                        :noquery t :connection-type 'pipe
+                        :command (list (fastrevert-remote-test--sshd-program) "-D" "-e"
+                                       "-f" (expand-file-name "sshd_config" dir))))
+    (unless (fastrevert-test-wait-for
+             (lambda () (cl-every #'fastrevert-remote-test--listening-p
+                                  (fastrevert-remote-test-sshd-ports sshd)))
+             30)
+      (error "The test sshd did not start: %s"
+             (with-current-buffer " *fastrevert-test-sshd*" (buffer-string))))))
+
+(defun fastrevert-remote-test--descendants (pid)
+  "Return the process ids of PID's descendants, deepest last."
+  (let ((children (make-hash-table))
+        (found nil))
+    (dolist (each (list-system-processes))
+      (let ((ppid (alist-get 'ppid (process-attributes each))))
+        (when ppid (push each (gethash ppid children)))))
+    (let ((queue (list pid)))
+      (while queue
+        (let ((next (pop queue)))
+          (dolist (child (gethash next children))
+            (push child found)
+            (setq queue (append queue (list child)))))))
+    (nreverse found)))
+
+(defun fastrevert-remote-test-sshd-kill (&optional sshd)
+  "Kill SSHD's daemon and every session it serves, as a crash would.
+The connections through it drop."
+  (let* ((sshd (or sshd fastrevert-remote-test--sshd))
+         (process (fastrevert-remote-test-sshd-process sshd))
+         (pid (process-id process)))
+    (dolist (each (cons pid (fastrevert-remote-test--descendants pid)))
+      (ignore-errors (signal-process each 'KILL)))
+    (fastrevert-test-wait-for (lambda () (not (process-live-p process))) 10)
+    (fastrevert-test-wait-for
+     (lambda () (not (cl-some #'fastrevert-remote-test--listening-p
+                              (fastrevert-remote-test-sshd-ports sshd))))
+     10)))
+
+(defun fastrevert-remote-test-sshd-restart (&optional sshd)
+  "Start SSHD's daemon again, on the same ports."
+  (fastrevert-remote-test--sshd-launch (or sshd fastrevert-remote-test--sshd)))
+
+(defun fastrevert-remote-test-sshd-stop (&optional sshd)
+  "Stop SSHD, its relay and Tramp's connections, and delete its directory."
+  (let ((sshd (or sshd fastrevert-remote-test--sshd)))
+    (when sshd
+      (ignore-errors (tramp-cleanup-all-connections))
+      (let ((relay (fastrevert-remote-test-sshd-relay sshd)))
+        (when (process-live-p relay) (delete-process relay)))
+      (fastrevert-remote-test-sshd-kill sshd)
+      (delete-directory (fastrevert-remote-test-sshd-dir sshd) t)
+      (setq fastrevert-remote-test--sshd nil))))
+
+(defun fastrevert-remote-test-file (host local)
+  "Return the Tramp name of LOCAL on HOST (\"fr1\", \"frd1\", ...)."
+  (format "/%s:%s:%s" fastrevert-remote-test-method host local))
+
+;;;; The relay
+
+(defun fastrevert-remote-test--relay-start (sshd delay)
+  "Start a relay holding each chunk DELAY ms each way to SSHD's ports."
+  (let* ((dir (fastrevert-remote-test-sshd-dir sshd))
+         (ports (cl-loop repeat fastrevert-remote-test-hosts
+                         collect (fastrevert-remote-test--free-port)))
+         (control (expand-file-name "relay-frozen" dir))
+         (relay (make-process
+                 :name "fastrevert-test-relay" :buffer " *fastrevert-test-relay*"
+                 :noquery t :connection-type 'pipe
+                 :command (append
+                           (list (expand-file-name invocation-name invocation-directory)
+                                 "-Q" "--batch" "-l"
+                                 (expand-file-name "test/lisp/fastrevert-remote-relay.el"
+                                                   fastrevert-test-root)
+                                 "-f" "fastrevert-remote-relay-main"
+                                 (number-to-string delay) control)
+                           (cl-mapcar (lambda (from to) (format "%d:%d" from to))
+                                      ports (fastrevert-remote-test-sshd-ports sshd))))))
+    (setf (fastrevert-remote-test-sshd-relay sshd) relay
+          (fastrevert-remote-test-sshd-relay-ports sshd) ports
+          (fastrevert-remote-test-sshd-relay-control sshd) control)
+    (unless (fastrevert-test-wait-for
+             (lambda () (cl-every #'fastrevert-remote-test--listening-p ports)) 30)
+      (error "The relay did not start: %s"
+             (with-current-buffer " *fastrevert-test-relay*" (buffer-string))))))
+
+(defun fastrevert-remote-test-relay-freeze (frozen &optional sshd)
+  "With FROZEN non-nil, have the relay of SSHD pass nothing on; else resume.
+A host behind a frozen relay does not answer: what is sent to it
+waits, in order, and flows again when the relay resumes."
+  (let ((control (fastrevert-remote-test-sshd-relay-control
+                  (or sshd fastrevert-remote-test--sshd))))
+    (if frozen
+        (fastrevert-remote-test--write control "")
+      (delete-file control))))
+
+;;;; Waiting and writing
+
+(defun fastrevert-remote-test-write (file text &optional append)
+  "Write TEXT to the local FILE as another program on the host would.
+With APPEND non-nil, append it."
+  (let ((coding-system-for-write 'utf-8-unix))
+    (write-region text nil file append 'silent)))
+
+(defun fastrevert-remote-test-text (buffer)
+  "Return BUFFER's text without properties."
+  (with-current-buffer buffer
+    (buffer-substring-no-properties (point-min) (point-max))))
+
+(defun fastrevert-remote-test-watchers ()
+  "Return the live remote watcher processes."
+  (cl-remove-if-not (lambda (process) (string-prefix-p "fastrevert-remote " (fastrevert-process-name process)))
+                    (fastrevert-process-list)))
+
+(defun fastrevert-remote-test-running-p (host)
+  "Return non-nil once the watcher of the connection to HOST has greeted."
+  (let ((conn (gethash (format "/%s:%s:" fastrevert-remote-test-method host)
+                       fastrevert-remote--conns)))
+    (and conn (eq (fastrevert-remote--conn-state conn) 'running)
+         (fastrevert-remote--conn-watching conn))))
+
+(provide 'fastrevert-remote-helpers)
+
+;;; fastrevert-remote-helpers.el ends here
