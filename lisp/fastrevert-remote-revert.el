@@ -177,21 +177,21 @@ this time of the last become one, at its end.")
   "Timer of this buffer's VC refresh put off, or nil.")
 
 (defun fastrevert-remote--refresh-vc (buffer)
-  "Refresh BUFFER's VC state as the stock handler does after a revert.
-It is refreshed now, outside the handler's binding of
-`remote-file-name-inhibit-cache' to t so that Tramp answers from its
-cache as for any other call, unless it was refreshed less than
-`fastrevert-remote--vc-spacing' seconds ago: then it is refreshed once
-that time is up."
+  "Refresh BUFFER's VC state soon, as the stock handler does after a revert.
+It is refreshed once Emacs has shown the new text, from a timer,
+outside the handler's binding of `remote-file-name-inhibit-cache' to
+t so that Tramp answers from its cache as for any other call; and not
+sooner than `fastrevert-remote--vc-spacing' seconds after it was last
+refreshed."
   (with-current-buffer buffer
-    (let ((wait (and fastrevert-remote--vc-refreshed-at
-                     (- (+ fastrevert-remote--vc-refreshed-at fastrevert-remote--vc-spacing)
-                        (float-time)))))
-      (cond ((timerp fastrevert-remote--vc-timer))
-            ((and wait (> wait 0))
-             (setq fastrevert-remote--vc-timer
-                   (run-at-time wait nil #'fastrevert-remote--refresh-vc-now buffer)))
-            (t (fastrevert-remote--refresh-vc-now buffer))))))
+    (unless (timerp fastrevert-remote--vc-timer)
+      (setq fastrevert-remote--vc-timer
+            (run-at-time (max 0 (if fastrevert-remote--vc-refreshed-at
+                                    (- (+ fastrevert-remote--vc-refreshed-at
+                                          fastrevert-remote--vc-spacing)
+                                       (float-time))
+                                  0))
+                         nil #'fastrevert-remote--refresh-vc-now buffer)))))
 
 (defun fastrevert-remote--refresh-vc-now (buffer)
   "Refresh BUFFER's VC state now, as the stock handler does after a revert."

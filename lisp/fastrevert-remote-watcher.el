@@ -69,6 +69,9 @@ elif stat -f %m / >/dev/null; then
   case $(stat -f %Fm /) in *.*) F='M %Fm %z %N';; *) F='M %m %z %N';; esac
   st() { stat -f \"$F\" -- \"$@\"; }
 else echo 'X no stat'; exit 1; fi
+if command -v base64 >/dev/null; then E=base64
+elif command -v openssl >/dev/null; then E='openssl base64'
+else E=; fi
 W=$L
 O=
 one() { st \"$1\" || printf 'M - - %s\\n' \"$1\"; }
@@ -125,12 +128,15 @@ feed() {
   esac
 }
 feed | {
-  echo \"H 1 $T\"
+  echo \"H 1 $T ${E:+copies}\"
   while IFS= read -r l; do
     case $l in
       C+*) i=${l#C+}; case $W in *\"$L$i$L\"*) ;; *) W=$W$i$L;; esac; one \"$i\";;
       C-*) i=${l#C-}; w=$L; IFS=$L; for j in $W; do [ \"$j\" = \"$i\" ] || w=$w$j$L; done; IFS=' '; W=$w;;
       C.) [ $T = poll ] || dirs;;
+      C\\<*) r=${l#C?}; n=${r%% *}; r=${r#* }; o=${r%% *}; f=${r#* }
+        echo \"D $n\"
+        if [ -n \"$E\" ] && [ -r \"$f\" ] && [ ! -d \"$f\" ]; then tail -c +\"$o\" -- \"$f\" | $E; echo \"E $n 0\"; else echo \"E $n 1\"; fi;;
       E) all;;
       E*) ev \"${l#E}\";;
       T) tick;;
@@ -147,11 +153,16 @@ feed | {
   "The watcher: a POSIX shell program run on the remote host.
 It reads lines on its standard input: \"+NAME\" and \"-NAME\" add and
 remove a file (or a directory, for Dired) to watch, \".\" applies the
-changes to the set of directories watched, \"q\" or the end of input
-ends it.  It prints \"H PROTOCOL MODE\" once, then \"M MTIME SIZE NAME\"
-for a watched file as it is added and whenever it may have changed
-\(\"M - - NAME\" for one that does not exist), and \"B\" as a
-heartbeat.  The shell variables T (`notify' or `poll'), I (the poll
+changes to the set of directories watched, \"<ID OFFSET NAME\" asks
+for a copy of the file NAME from byte OFFSET (the first is 1) on,
+and \"q\" or the end of input ends it.  It prints \"H PROTOCOL MODE
+COPIES\" once (COPIES is \"copies\" when it can send copies), then
+\"M MTIME SIZE NAME\" for a watched file as it is added and whenever
+it may have changed (\"M - - NAME\" for one that does not exist), and
+\"B\" as a heartbeat.  A copy comes as \"D ID\", the bytes in base64
+lines, and \"E ID STATUS\", STATUS 0 if the file could be read.
+
+The shell variables T (`notify' or `poll'), I (the poll
 interval) and B (the heartbeat interval) are set before it.
 
 MODE is `inotifywait' or `fswatch' when such a program watches the
@@ -163,7 +174,7 @@ file is stat'ed anew, so that no change made meanwhile is missed.")
 
 (defconst fastrevert-remote--bootstrap
   "IFS= read -r n; eval \"$(dd bs=1 count=\"$n\" 2>/dev/null)\""
-  "The shell command that starts the watcher: it reads the program from its input.
+  "The shell command that starts the watcher, reading the program from its input.
 The first line gives the program's length in bytes, and the program
 follows; what comes after it is the watcher's own input.  Sending the
 program this way keeps the command line short and free of quoting
@@ -186,7 +197,7 @@ KEY is a connection's part of a file name, as `file-remote-p' returns it."
   (file-remote-p (concat key "/") nil 'connected))
 
 (defun fastrevert-remote--ssh-prefix (vec)
-  "Return the ssh command line that reaches VEC's host over its shared connection.
+  "Return the ssh command line that reaches VEC's host over its shared socket.
 A remote command, run by the login shell there, is to follow it.
 That is the command line Tramp's own direct processes use: the login
 program and arguments of VEC's method, with the connection-sharing
@@ -320,37 +331,6 @@ A watcher that has just ended gets nothing: its sentinel tells."
             ((processp process)
              (delete-process process)))
       (when (buffer-live-p stderr) (kill-buffer stderr)))))
-
-;;;; Fetching a file
-
-(defconst fastrevert-remote--fetch-command
-  "exec sh -c 'IFS= read -r o; IFS= read -r f; exec tail -c +\"$o\" -- \"$f\"'"
-  "The remote command that prints a file from a byte on, both read on its input.
-The file's name never passes through the login shell's quoting.")
-
-(defun fastrevert-remote-watcher-fetch (ssh name offset output callback)
-  "Copy the remote file NAME from byte OFFSET on into the local file OUTPUT.
-SSH is the command line that reaches the host, as
-`fastrevert-remote-watcher-start' returns it.  The copy runs in the
-background; CALLBACK is then called with non-nil if it succeeded.
-Return the process."
-  (let* ((default-directory (file-name-as-directory tramp-compat-temporary-file-directory))
-         (process (make-process
-                   :name "fastrevert-remote-fetch"
-                   :buffer nil
-                   :noquery t
-                   :connection-type 'pipe
-                   :command (append (list "sh" "-c" "out=$1; shift; exec \"$@\" >\"$out\""
-                                          "sh" output)
-                                    ssh (list fastrevert-remote--fetch-command))
-                   :sentinel (lambda (process _event)
-                               (unless (process-live-p process)
-                                 (funcall callback (and (eq (process-status process) 'exit)
-                                                        (zerop (process-exit-status process)))))))))
-    (process-send-string process (encode-coding-string (format "%d\n%s\n" (1+ offset) name)
-                                                       'utf-8-unix))
-    (process-send-eof process)
-    process))
 
 (provide 'fastrevert-remote-watcher)
 

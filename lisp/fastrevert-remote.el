@@ -75,9 +75,6 @@
   "Seconds between two looks at whether Tramp has connected again.
 A look is local: it costs no round trip.")
 
-(defconst fastrevert-remote--start-timeout 30.0
-  "Seconds a watcher has to greet before it counts as failed.")
-
 ;;;; Connections and the files they watch
 
 (cl-defstruct (fastrevert-remote--conn
@@ -102,10 +99,12 @@ A look is local: it costs no round trip.")
   (retry-delay 0.0 :documentation "Seconds to wait before the next try after a failed one.")
   (next-try 0.0 :documentation "The `float-time' before which no new try starts.")
   (reported nil :documentation "Non-nil once the watcher's end has been reported.")
-  (ssh nil :documentation "The ssh command line that reaches the host, or nil.
-Set when the watcher was started over Tramp's shared connection.")
-  (fetches 0 :documentation "How many copies of files are being fetched.")
-  (fetch-queue nil :documentation "Buffers waiting for their file to be fetched."))
+  (copies nil :documentation "Non-nil if the watcher sends copies of files.")
+  (copy-id 0 :documentation "The number of the last copy asked for.")
+  (asked (make-hash-table :test #'eql)
+         :documentation "The copies asked for, by number: each (BUFFER STATE BASE).")
+  (receiving nil :documentation "The copy being received: (ID BUFFER STATE BASE), or nil.")
+  (chunks nil :documentation "The lines of the copy being received, last first."))
 
 (cl-defstruct (fastrevert-remote--item
                (:constructor fastrevert-remote--item-create (name))
@@ -135,6 +134,15 @@ what the buffer read; nil when the buffer is not watched here.")
 A cons (SECONDS . SIZE): the whole seconds of its visited modification
 time, and the size, if Tramp's cache knew it, or nil.")
 (put 'fastrevert-remote--known 'permanent-local t)
+
+(defvar-local fastrevert-remote--fetching nil
+  "Non-nil while a copy of this buffer's remote file is being fetched.")
+
+(defvar-local fastrevert-remote--copy-ready nil
+  "A copy of this buffer's remote file waiting to be read, or nil.
+A list (STATE BASE COPY OK): the watcher's state of the file it was
+asked for, the byte it starts from, the local file holding it, and
+whether the file could be read.")
 
 (defvar fastrevert-remote--counters
   (list :remote-watchers-started 0 :remote-lines 0 :remote-reverts 0
@@ -284,6 +292,8 @@ that depends on Tramp's version."
           (remhash name (fastrevert-remote--conn-items conn))))
       (when conn (fastrevert-remote--schedule-flush conn))
       (remhash (current-buffer) fastrevert-remote--pending)
+      (fastrevert-remote--drop-copy)
+      (setq fastrevert-remote--fetching nil)
       (setq auto-revert-notify-watch-descriptor nil
             auto-revert-notify-modified-p nil
             fastrevert-remote--file nil
@@ -390,29 +400,17 @@ Tramp has open."
           (fastrevert-remote--conn-partial conn) ""
           (fastrevert-remote--conn-state conn) 'starting)
     (clrhash (fastrevert-remote--conn-sent conn))
-    (let* ((started (fastrevert-remote-watcher-start
+    (let ((process (car (fastrevert-remote-watcher-start
                          key (fastrevert-remote--conn-host conn) mode auto-revert-interval
                          (lambda (process output)
                            (when (eq process (fastrevert-remote--conn-process conn))
                              (fastrevert-remote--output conn output)))
                          (lambda (process reason)
                            (when (eq process (fastrevert-remote--conn-process conn))
-                             (fastrevert-remote--ended conn reason)))))
-           (process (car started)))
-      (setf (fastrevert-remote--conn-process conn) process
-            (fastrevert-remote--conn-ssh conn) (cdr started))
+                             (fastrevert-remote--ended conn reason)))))))
+      (setf (fastrevert-remote--conn-process conn) process)
       (fastrevert-remote--count :remote-watchers-started 1)
-      (setf (fastrevert-remote--conn-retry-timer conn)
-            (run-at-time fastrevert-remote--start-timeout nil
-                         #'fastrevert-remote--start-timed-out conn process))
-      (fastrevert-remote--send-changes conn))))
-
-(defun fastrevert-remote--start-timed-out (conn process)
-  "End PROCESS, CONN's watcher, if it has not greeted in time."
-  (when (and (eq (fastrevert-remote--conn-process conn) process)
-             (eq (fastrevert-remote--conn-state conn) 'starting))
-    (setf (fastrevert-remote--conn-retry-timer conn) nil)
-    (fastrevert-remote--ended conn "no answer")))
+(fastrevert-remote--send-changes conn))))
 
 (defun fastrevert-remote--stop (conn)
   "Stop CONN's watcher and its timers."
@@ -425,6 +423,7 @@ Tramp has open."
     (setf (fastrevert-remote--conn-retry-timer conn) nil
           (fastrevert-remote--conn-flush-timer conn) nil)
     (clrhash (fastrevert-remote--conn-sent conn))
+    (fastrevert-remote--drop-copies conn)
     (fastrevert-remote-watcher-kill process)))
 
 (defun fastrevert-remote-stop-all ()
@@ -445,6 +444,7 @@ the next, up to `fastrevert-remote--retry-longest' seconds."
          (errors (and process (fastrevert-remote-watcher-stderr process))))
     (setf (fastrevert-remote--conn-process conn) nil
           (fastrevert-remote--conn-state conn) 'down)
+    (fastrevert-remote--drop-copies conn)
     (fastrevert-remote-watcher-kill process)
     (unless (fastrevert-remote--conn-reported conn)
       (setf (fastrevert-remote--conn-reported conn) t)
@@ -482,14 +482,23 @@ it restarts once Tramp is connected again"
 
 (defun fastrevert-remote--line (conn line)
   "Handle one LINE of CONN's watcher."
-  (cond ((string-match "\\`M \\([^ ]+ [^ ]+\\) \\(.*?\\)\r?\\'" line)
+  (cond ((fastrevert-remote--conn-receiving conn)
+         (fastrevert-remote--copy-line conn line))
+        ((string-match "\\`D \\([0-9]+\\)" line)
+         (let* ((id (string-to-number (match-string 1 line)))
+                (asked (gethash id (fastrevert-remote--conn-asked conn))))
+           (remhash id (fastrevert-remote--conn-asked conn))
+           (setf (fastrevert-remote--conn-receiving conn) (cons id asked)
+                 (fastrevert-remote--conn-chunks conn) nil)))
+        ((string-match "\\`M \\([^ ]+ [^ ]+\\) \\(.*?\\)\r?\\'" line)
          (let ((item (gethash (match-string 2 line) (fastrevert-remote--conn-items conn)))
                (state (match-string 1 line)))
            (when (and item (not (equal state (fastrevert-remote--item-state item))))
              (setf (fastrevert-remote--item-state item) state)
              (dolist (buffer (fastrevert-remote--item-buffers item))
                (fastrevert-remote--compare buffer item)))))
-        ((string-match "\\`H \\([0-9]+\\) \\([a-z]+\\)" line)
+        ((string-match "\\`H \\([0-9]+\\) \\([a-z]+\\) ?\\([a-z]*\\)" line)
+         (setf (fastrevert-remote--conn-copies conn) (equal (match-string 3 line) "copies"))
          (fastrevert-remote--greeted conn (match-string 2 line)))))
 
 (defun fastrevert-remote--greeted (conn watching)
@@ -559,14 +568,6 @@ input and go on once Emacs is idle."
         (setq fastrevert-remote--check-timer
               (run-with-idle-timer 0 nil #'fastrevert-remote--check-pending))))))
 
-(defconst fastrevert-remote--fetch-limit 4
-  "The most copies fetched at once over one connection.
-An sshd serves ten sessions per connection by default; Tramp's own
-and the watcher take two of them.")
-
-(defvar-local fastrevert-remote--fetching nil
-  "Non-nil while a copy of this buffer's remote file is being fetched.")
-
 (defun fastrevert-remote--buffer-conn-item ()
   "Return (CONN . ITEM) of the current buffer, or nil if it is not watched here."
   (let* ((descriptor auto-revert-notify-watch-descriptor)
@@ -580,26 +581,31 @@ and the watcher take two of them.")
 (defun fastrevert-remote--check (buffer)
   "Revert BUFFER as the stock handler does, if its file changed.
 Nothing is done while Tramp's connection is down: the buffer is
-checked again once a watcher runs there.  Where the watcher was
-started over Tramp's shared connection, the file is first copied in
-the background, and the handler then reads that copy (see
-fastrevert-remote-revert.el); otherwise the handler reads the file
-through Tramp."
+checked again once a watcher runs there.  A file buffer reverted as
+`revert-buffer' reverts by default gets a copy of its file from the
+watcher first, in the background, and is checked again when it has
+come: the handler then reads that copy (see
+fastrevert-remote-revert.el).  Any other buffer is reverted through
+Tramp."
   (with-current-buffer buffer
     (pcase-let* ((`(,conn . ,item) (fastrevert-remote--buffer-conn-item))
                  (state (and item (fastrevert-remote--item-state item))))
-      (when (and state (auto-revert-active-p)
-                 (not (equal state fastrevert-remote--applied))
-                 (not fastrevert-remote--fetching)
-                 (fastrevert-remote--connected-p conn))
-        (if (and (fastrevert-remote--conn-ssh conn)
-                 buffer-file-name
-                 (eq revert-buffer-function #'revert-buffer--default)
-                 (not (string-prefix-p "- " state))
-                 (or auto-revert-tail-mode (not (buffer-modified-p))))
-            (fastrevert-remote--fetch conn buffer)
-          (fastrevert-remote--applied
-           state (fastrevert-remote-run-handler (string-prefix-p "- " state))))))))
+      (cond ((null state))
+            (fastrevert-remote--copy-ready
+             (fastrevert-remote--revert-from-copy conn item))
+            ((or fastrevert-remote--fetching
+                 (not (auto-revert-active-p))
+                 (equal state fastrevert-remote--applied)
+                 (not (fastrevert-remote--connected-p conn))))
+            ((and (fastrevert-remote--conn-copies conn)
+                  buffer-file-name
+                  (eq revert-buffer-function #'revert-buffer--default)
+                  (not (string-prefix-p "- " state))
+                  (or auto-revert-tail-mode (not (buffer-modified-p))))
+             (fastrevert-remote--fetch conn buffer))
+            (t
+             (fastrevert-remote--applied
+              state (fastrevert-remote-run-handler (string-prefix-p "- " state))))))))
 
 (defun fastrevert-remote--applied (state result)
   "Note the check of the current buffer for STATE, whose RESULT is given.
@@ -614,63 +620,85 @@ kept as it was: modified, or a revert that failed."
     (setq fastrevert-remote--applied state)))
 
 (defun fastrevert-remote--fetch (conn buffer)
-  "Fetch a copy of BUFFER's remote file over CONN's shared connection.
-At most `fastrevert-remote--fetch-limit' copies are fetched at once;
-the others wait their turn."
-  (if (>= (fastrevert-remote--conn-fetches conn) fastrevert-remote--fetch-limit)
-      (unless (memq buffer (fastrevert-remote--conn-fetch-queue conn))
-        (setf (fastrevert-remote--conn-fetch-queue conn)
-              (nconc (fastrevert-remote--conn-fetch-queue conn) (list buffer))))
-    (with-current-buffer buffer
-      (pcase-let* ((`(,_ . ,item) (fastrevert-remote--buffer-conn-item))
-                   (state (fastrevert-remote--item-state item))
-                   (fields (split-string state " "))
-                   (size (string-to-number (cadr fields)))
-                   ;; A tail-mode buffer needs only what was appended,
-                   ;; unless the file shrank, when stock reads it whole.
-                   (base (if (and auto-revert-tail-mode (<= auto-revert-tail-pos size))
-                             auto-revert-tail-pos
-                           0))
-                   (copy (make-temp-file "fastrevert-remote-")))
-        (setq fastrevert-remote--fetching t)
-        (cl-incf (fastrevert-remote--conn-fetches conn))
-        (fastrevert-remote-watcher-fetch
-         (fastrevert-remote--conn-ssh conn) (fastrevert-remote--item-name item) base copy
-         (lambda (ok)
-           (fastrevert-remote--fetched conn buffer state base copy ok)))))))
+  "Ask CONN's watcher for a copy of BUFFER's remote file.
+A tail-mode buffer asks only for what was appended, unless the file
+shrank, when stock reads it whole."
+  (with-current-buffer buffer
+    (pcase-let* ((`(,_ . ,item) (fastrevert-remote--buffer-conn-item))
+                 (state (fastrevert-remote--item-state item))
+                 (size (string-to-number (cadr (split-string state " "))))
+                 (base (if (and auto-revert-tail-mode (<= auto-revert-tail-pos size))
+                           auto-revert-tail-pos
+                         0))
+                 (id (cl-incf (fastrevert-remote--conn-copy-id conn))))
+      (setq fastrevert-remote--fetching t)
+      (puthash id (list buffer state base) (fastrevert-remote--conn-asked conn))
+      (fastrevert-remote--send conn (format "<%d %d %s\n" id (1+ base)
+                                            (fastrevert-remote--item-name item))))))
 
-(defun fastrevert-remote--fetched (conn buffer state base copy ok)
-  "Revert BUFFER from COPY, fetched from byte BASE for STATE, if OK.
-Then start the next fetch CONN has waiting, and check BUFFER again if
-its file changed meanwhile."
-  (let ((start (float-time)))
-    (cl-decf (fastrevert-remote--conn-fetches conn))
-    (unwind-protect
-        (when (buffer-live-p buffer)
-          (with-current-buffer buffer
-            (setq fastrevert-remote--fetching nil)
-            (pcase-let ((`(,now-conn . ,item) (fastrevert-remote--buffer-conn-item)))
-              (when (and (eq now-conn conn) (auto-revert-active-p)
-                         (fastrevert-remote--connected-p conn))
-                (if ok
-                    (when (or auto-revert-tail-mode (not (buffer-modified-p)))
-                      (save-match-data
-                        (fastrevert-remote--applied
-                         state (fastrevert-remote-run-handler
-                                nil copy base (string-to-number state))))
-                      (fastrevert-remote--forget-cached buffer-file-name))
-                  ;; The copy failed (the file cannot be read, say): the
-                  ;; handler reads it through Tramp, as stock would.
-                  (save-match-data
-                    (fastrevert-remote--applied
-                     state (fastrevert-remote-run-handler nil))))
-                (fastrevert-remote--compare buffer item)))))
+(defun fastrevert-remote--copy-line (conn line)
+  "Take LINE of the copy CONN's watcher is sending; return non-nil at its end."
+  (if (not (string-prefix-p "E " line))
+      (progn (push line (fastrevert-remote--conn-chunks conn)) nil)
+    (pcase-let ((`(,_ ,buffer ,state ,base) (fastrevert-remote--conn-receiving conn))
+                (ok (string-match-p "\\`E [0-9]+ 0" line))
+                (copy (make-temp-file "fastrevert-remote-")))
+      (when ok
+        (let ((coding-system-for-write 'no-conversion))
+          (write-region (base64-decode-string
+                         (apply #'concat (nreverse (fastrevert-remote--conn-chunks conn))))
+                        nil copy nil 'silent)))
+      (setf (fastrevert-remote--conn-receiving conn) nil
+            (fastrevert-remote--conn-chunks conn) nil)
+      (fastrevert-remote--copied buffer state base copy ok)
+      t)))
+
+(defun fastrevert-remote--drop-copies (conn)
+  "Forget the copies CONN's watcher was asked for, as it has ended."
+  (maphash (lambda (_ asked)
+             (when (buffer-live-p (car asked))
+               (with-current-buffer (car asked)
+                 (setq fastrevert-remote--fetching nil))))
+           (fastrevert-remote--conn-asked conn))
+  (clrhash (fastrevert-remote--conn-asked conn))
+  (setf (fastrevert-remote--conn-receiving conn) nil
+        (fastrevert-remote--conn-chunks conn) nil))
+
+(defun fastrevert-remote--copied (buffer state base copy ok)
+  "Note that COPY of BUFFER's file, from byte BASE for STATE, has come.
+OK is nil if the file could not be read.  BUFFER is checked soon,
+and then reverted from the copy."
+  (if (not (buffer-live-p buffer))
       (delete-file copy)
-      (let ((next (pop (fastrevert-remote--conn-fetch-queue conn))))
-        (when (buffer-live-p next)
-          (puthash next t fastrevert-remote--pending)
-          (fastrevert-remote--schedule-check)))
-      (fastrevert-remote--count :remote-check-ms (* 1000 (- (float-time) start))))))
+    (with-current-buffer buffer
+      (setq fastrevert-remote--fetching nil)
+      (fastrevert-remote--drop-copy)
+      (setq fastrevert-remote--copy-ready (list state base copy ok)))
+    (puthash buffer t fastrevert-remote--pending)
+    (fastrevert-remote--schedule-check)))
+
+(defun fastrevert-remote--drop-copy ()
+  "Delete the copy of the current buffer's file that waits to be read, if any."
+  (when fastrevert-remote--copy-ready
+    (ignore-errors (delete-file (nth 2 fastrevert-remote--copy-ready)))
+    (setq fastrevert-remote--copy-ready nil)))
+
+(defun fastrevert-remote--revert-from-copy (conn item)
+  "Revert the current buffer from the copy of ITEM's file that has come.
+CONN is its connection.  The buffer is checked again if its file
+changed meanwhile.  A copy that failed (the file cannot be read, say)
+has the handler read the file through Tramp, as stock would."
+  (pcase-let ((`(,state ,base ,copy ,ok) fastrevert-remote--copy-ready))
+    (unwind-protect
+        (when (and (auto-revert-active-p) (fastrevert-remote--connected-p conn))
+          (cond ((not ok)
+                 (fastrevert-remote--applied state (fastrevert-remote-run-handler nil)))
+                ((or auto-revert-tail-mode (not (buffer-modified-p)))
+                 (fastrevert-remote--applied
+                  state (fastrevert-remote-run-handler nil copy base (string-to-number state)))
+                 (fastrevert-remote--forget-cached buffer-file-name)))
+          (fastrevert-remote--compare (current-buffer) item))
+      (fastrevert-remote--drop-copy))))
 
 (defun fastrevert-remote--forget-cached (file)
   "Drop what Tramp's cache holds of FILE, which a revert from a copy made stale."
