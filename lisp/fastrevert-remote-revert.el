@@ -37,6 +37,7 @@
 
 (require 'cl-lib)
 (require 'autorevert)
+(require 'fastrevert-remote-watcher)
 
 ;; Set by the revert hook fastrevert.el adds.
 (defvar fastrevert--reverted)
@@ -197,14 +198,18 @@ refreshed."
   "Refresh BUFFER's VC state now, as the stock handler does after a revert."
   (when (buffer-live-p buffer)
     (with-current-buffer buffer
-      (setq fastrevert-remote--vc-timer nil
-            fastrevert-remote--vc-refreshed-at (float-time))
+      (setq fastrevert-remote--vc-timer nil)
+      (if (fastrevert-remote-tramp-busy-p)
+          ;; Called from inside a wait of Tramp's: later.
+          (setq fastrevert-remote--vc-timer
+                (run-at-time 0.1 nil #'fastrevert-remote--refresh-vc-now buffer))
+        (setq fastrevert-remote--vc-refreshed-at (float-time))
       (when buffer-file-name
         (with-suppressed-warnings ((obsolete revert-buffer-in-progress-p))
           (let ((revert-buffer-in-progress t)
                 (revert-buffer-in-progress-p t))
             (with-demoted-errors "fastrevert: VC refresh: %S"
-              (vc-refresh-state))))))))
+              (vc-refresh-state)))))))))
 
 (provide 'fastrevert-remote-revert)
 

@@ -196,6 +196,17 @@ that the remote login shell could read differently.")
 KEY is a connection's part of a file name, as `file-remote-p' returns it."
   (file-remote-p (concat key "/") nil 'connected))
 
+(declare-function tramp-get-connection-property "tramp-cache" (key property &optional default))
+
+(defun fastrevert-remote-tramp-busy-p ()
+  "Return non-nil while Tramp waits on one of its connections.
+A timer that runs then, inside Tramp's wait for output, must not call
+Tramp: that is a reentrant call, which Tramp refuses."
+  (cl-some (lambda (process)
+             (and (or (process-get process 'vector) (process-get process 'tramp-vector))
+                  (tramp-get-connection-property process "locked" nil)))
+           (process-list)))
+
 (defun fastrevert-remote--ssh-prefix (vec)
   "Return the ssh command line that reaches VEC's host over its shared socket.
 A remote command, run by the login shell there, is to follow it.

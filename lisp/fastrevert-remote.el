@@ -555,13 +555,19 @@ size; a tail-mode buffer knows how much of the file it has."
 (defun fastrevert-remote--check-pending ()
   "Check every pending remote buffer, visible ones first.
 When `auto-revert-stop-on-user-input' is non-nil, stop at pending
-input and go on once Emacs is idle."
+input and go on once Emacs is idle.  While Tramp waits on a
+connection, they wait."
   (setq fastrevert-remote--check-timer nil)
   (let ((start (float-time)))
     (unwind-protect
-        (save-match-data
-          (fastrevert--work-through fastrevert-remote--pending #'fastrevert-remote--check
-                                    "fastrevert: reverting remote buffers..."))
+        (if (fastrevert-remote-tramp-busy-p)
+            ;; Run from inside a wait of Tramp's, which a revert through
+            ;; Tramp would enter again: later.
+            (setq fastrevert-remote--check-timer
+                  (run-at-time 0.1 nil #'fastrevert-remote--check-pending))
+          (save-match-data
+            (fastrevert--work-through fastrevert-remote--pending #'fastrevert-remote--check
+                                      "fastrevert: reverting remote buffers...")))
       (fastrevert-remote--count :remote-check-ms (* 1000 (- (float-time) start)))
       (when (and (> (hash-table-count fastrevert-remote--pending) 0)
                  (not fastrevert-remote--check-timer))
@@ -597,6 +603,7 @@ Tramp."
                  (not (auto-revert-active-p))
                  (equal state fastrevert-remote--applied)
                  (not (fastrevert-remote--connected-p conn))))
+
             ((and (fastrevert-remote--conn-copies conn)
                   buffer-file-name
                   (eq revert-buffer-function #'revert-buffer--default)
@@ -612,12 +619,16 @@ Tramp."
 RESULT is what `fastrevert-remote-run-handler' returns.  The buffer
 then holds the version STATE names, or a later one, unless it was
 kept as it was: modified, or a revert that failed."
-  (when (car result)
-    (fastrevert--count :reverts)
-    (fastrevert-remote--count :remote-reverts 1))
-  (when (or (car result) auto-revert-tail-mode
-            (not (or (cdr result) (buffer-modified-p))))
-    (setq fastrevert-remote--applied state)))
+  (let ((reverted (or (car result)
+                      ;; A revert of a non-file buffer, such as Dired's,
+                      ;; may not run `after-revert-hook'.
+                      (and (not buffer-file-name) (cdr result)))))
+    (when reverted
+      (fastrevert--count :reverts)
+      (fastrevert-remote--count :remote-reverts 1))
+    (when (or reverted auto-revert-tail-mode
+              (not (or (cdr result) (buffer-modified-p))))
+      (setq fastrevert-remote--applied state))))
 
 (defun fastrevert-remote--fetch (conn buffer)
   "Ask CONN's watcher for a copy of BUFFER's remote file.

@@ -23,6 +23,7 @@
 ;;; Code:
 
 (require 'fastrevert-test-helpers)
+(require 'fastrevert)
 (require 'tramp)
 (require 'tramp-sh)
 (require 'cl-lib)
@@ -170,14 +171,25 @@ holding each chunk MS milliseconds each way."
     (fastrevert-remote-test--define-method (fastrevert-remote-test-sshd-config sshd))
     (setq fastrevert-remote-test--sshd sshd)))
 
+(defconst fastrevert-remote-test--guard
+  "\"$@\" & p=$!; read x; kill $p 2>/dev/null"
+  "A shell command that runs its arguments until its input ends.
+A daemon started through it ends with the Emacs that started it, even
+one killed by a test's time limit.")
+
+(defun fastrevert-remote-test--guarded (name buffer command)
+  "Start COMMAND as the process NAME with BUFFER, ended when this Emacs ends."
+  (make-process :name name :buffer buffer :noquery t :connection-type 'pipe
+                :command (append (list "sh" "-c" fastrevert-remote-test--guard "sh") command)))
+
 (defun fastrevert-remote-test--sshd-launch (sshd)
   "Run SSHD's daemon and wait until it listens on each of its ports."
   (let ((dir (fastrevert-remote-test-sshd-dir sshd)))
     (setf (fastrevert-remote-test-sshd-process sshd)
-          (make-process :name "fastrevert-test-sshd" :buffer " *fastrevert-test-sshd*"
-                        :noquery t :connection-type 'pipe
-                        :command (list (fastrevert-remote-test--sshd-program) "-D" "-e"
-                                       "-f" (expand-file-name "sshd_config" dir))))
+          (fastrevert-remote-test--guarded
+           "fastrevert-test-sshd" " *fastrevert-test-sshd*"
+           (list (fastrevert-remote-test--sshd-program) "-D" "-e"
+                 "-f" (expand-file-name "sshd_config" dir))))
     (unless (fastrevert-test-wait-for
              (lambda () (cl-every #'fastrevert-remote-test--listening-p
                                   (fastrevert-remote-test-sshd-ports sshd)))
@@ -224,7 +236,10 @@ The connections through it drop."
     (when sshd
       (ignore-errors (tramp-cleanup-all-connections))
       (let ((relay (fastrevert-remote-test-sshd-relay sshd)))
-        (when (process-live-p relay) (delete-process relay)))
+        (when (process-live-p relay)
+          (dolist (pid (fastrevert-remote-test--descendants (process-id relay)))
+            (ignore-errors (signal-process pid 'KILL)))
+          (delete-process relay)))
       (fastrevert-remote-test-sshd-kill sshd)
       (delete-directory (fastrevert-remote-test-sshd-dir sshd) t)
       (setq fastrevert-remote-test--sshd nil))))
@@ -241,10 +256,9 @@ The connections through it drop."
          (ports (cl-loop repeat fastrevert-remote-test-hosts
                          collect (fastrevert-remote-test--free-port)))
          (control (expand-file-name "relay-frozen" dir))
-         (relay (make-process
-                 :name "fastrevert-test-relay" :buffer " *fastrevert-test-relay*"
-                 :noquery t :connection-type 'pipe
-                 :command (append
+         (relay (fastrevert-remote-test--guarded
+                 "fastrevert-test-relay" " *fastrevert-test-relay*"
+                 (append
                            (list (expand-file-name invocation-name invocation-directory)
                                  "-Q" "--batch" "-l"
                                  (expand-file-name "test/lisp/fastrevert-remote-relay.el"
@@ -295,6 +309,89 @@ With APPEND non-nil, append it."
                        fastrevert-remote--conns)))
     (and conn (eq (fastrevert-remote--conn-state conn) 'running)
          (fastrevert-remote--conn-watching conn))))
+
+;;;; The state of the watchers
+
+(defun fastrevert-remote-test--conn (host)
+  "Return the connection record of HOST, or nil."
+  (gethash (format "/%s:%s:" fastrevert-remote-test-method host) fastrevert-remote--conns))
+
+(defun fastrevert-remote-test-watching (host)
+  "Return how the watcher of HOST watches, as it said, or nil."
+  (let ((conn (fastrevert-remote-test--conn host)))
+    (and conn (fastrevert-remote--conn-watching conn))))
+
+(defun fastrevert-remote-test-item-size (buffer)
+  "Return the size of BUFFER's file in the watcher's last line, a string, or nil."
+  (with-current-buffer buffer
+    (let ((item (cdr (fastrevert-remote--buffer-conn-item))))
+      (and item (fastrevert-remote--item-state item)
+           (cadr (split-string (fastrevert-remote--item-state item) " "))))))
+
+(defun fastrevert-remote-test-checked-p ()
+  "Return non-nil when no remote buffer waits to be checked or for a copy."
+  (and (zerop (hash-table-count fastrevert-remote--pending))
+       (not fastrevert-remote--check-timer)
+       (cl-notany (lambda (buffer) (buffer-local-value 'fastrevert-remote--fetching buffer))
+                  (buffer-list))))
+
+(defun fastrevert-remote-test-wait-checked ()
+  "Wait until every remote buffer due a check has had it."
+  (should (fastrevert-test-wait-for #'fastrevert-remote-test-checked-p 10)))
+
+(defun fastrevert-remote-test-wait-settled (buffers)
+  "Wait until each of BUFFERS is watched and holds its file's last version."
+  (should (fastrevert-test-wait-for
+           (lambda ()
+             (and (cl-every (lambda (buffer)
+                              (with-current-buffer buffer
+                                (let ((item (cdr (fastrevert-remote--buffer-conn-item))))
+                                  (and item
+                                       (equal fastrevert-remote--applied
+                                              (fastrevert-remote--item-state item))))))
+                            buffers)
+                  (fastrevert-remote-test-checked-p)))
+           30)))
+
+(defun fastrevert-remote-test-cleanup ()
+  "Kill the remote buffers, then turn the modes off; keep Tramp's connections."
+  (dolist (buffer (buffer-list))
+    (with-current-buffer buffer
+      (when (and (or buffer-file-name (derived-mode-p 'dired-mode))
+                 (file-remote-p default-directory))
+        (set-buffer-modified-p nil)
+        (kill-buffer buffer))))
+  (fastrevert-mode -1)
+  (global-auto-revert-mode -1))
+
+;;;; Doing things on the host, and waiting
+
+(defun fastrevert-remote-test-log-lines (file count interval)
+  "Append COUNT lines to FILE, one every INTERVAL seconds, as a program would.
+Return once the writer is done; Emacs runs meanwhile."
+  (let ((writer (make-process
+                 :name "fastrevert-test-log" :buffer nil :noquery t
+                 :command (list "sh" "-c"
+                                "i=0; while [ $i -lt $1 ]; do echo \"line $i\"; i=$((i+1)); \
+sleep $2; done >>\"$3\""
+                                "sh" (number-to-string count) (number-to-string interval) file))))
+    (should (fastrevert-test-wait-for (lambda () (not (process-live-p writer)))
+                                      (+ 30 (* 3 count interval))))))
+
+(defun fastrevert-remote-test-idle (seconds)
+  "Let Emacs run for SECONDS, doing nothing else."
+  (let ((end (+ (float-time) seconds)))
+    (while (< (float-time) end)
+      (accept-process-output nil 0.05))))
+
+(defun fastrevert-remote-test-count-tramp-calls (function)
+  "Call FUNCTION; return how many calls reached Tramp's file name handler then."
+  (let* ((count 0)
+         (advice (lambda (&rest _) (setq count (1+ count)))))
+    (advice-add 'tramp-file-name-handler :before advice)
+    (unwind-protect (funcall function)
+      (advice-remove 'tramp-file-name-handler advice))
+    count))
 
 (provide 'fastrevert-remote-helpers)
 
