@@ -393,6 +393,67 @@ sleep $2; done >>\"$3\""
       (advice-remove 'tramp-file-name-handler advice))
     count))
 
+;;;; Round trips and time on the main thread
+
+(defvar fastrevert-remote-test--in-vc nil
+  "Non-nil while fastrevert refreshes a remote buffer's VC state.")
+
+(defun fastrevert-remote-test--mark-vc (function &rest args)
+  "Call FUNCTION with ARGS, noting that a VC refresh runs."
+  (let ((fastrevert-remote-test--in-vc t))
+    (apply function args)))
+
+(defun fastrevert-remote-test-round-trips (function)
+  "Call FUNCTION; return (OWN . VC), the round trips Tramp made meanwhile.
+A round trip is a command Tramp sends to its remote shell.  VC counts
+those of the VC refreshes that follow reverts, which are stock's;
+OWN counts all others."
+  (let* ((own 0)
+         (vc 0)
+         (advice (lambda (&rest _)
+                   (if fastrevert-remote-test--in-vc (setq vc (1+ vc)) (setq own (1+ own))))))
+    (advice-add 'tramp-send-command :before advice)
+    (advice-add 'fastrevert-remote--refresh-vc-now :around #'fastrevert-remote-test--mark-vc)
+    (unwind-protect (funcall function)
+      (advice-remove 'tramp-send-command advice)
+      (advice-remove 'fastrevert-remote--refresh-vc-now #'fastrevert-remote-test--mark-vc))
+    (cons own vc)))
+
+(defun fastrevert-remote-test-main-thread-ms ()
+  "Return the milliseconds the main thread spent on remote watchers so far."
+  (let ((stats (fastrevert-remote-stats)))
+    (+ (plist-get stats :remote-line-ms) (plist-get stats :remote-check-ms))))
+
+(defun fastrevert-remote-test-seed ()
+  "Return the seed of this run: FASTREVERT_TEST_SEED, or a new one.
+The random number generator is seeded with it."
+  (let ((seed (or (getenv "FASTREVERT_TEST_SEED") (number-to-string (random 1000000)))))
+    (random seed)
+    seed))
+
+(defun fastrevert-remote-test-latencies (pairs count spacing)
+  "Return the seconds each of COUNT writes took to reach its buffer.
+PAIRS is a list of (BUFFER . LOCAL-FILE), written to in turn.  Between
+two writes Emacs runs for SPACING seconds plus a random part of one
+more, once the buffer has the text and no check or copy is pending."
+  (let ((latencies nil))
+    (dotimes (i count)
+      (pcase-let* ((`(,buffer . ,file) (nth (% i (length pairs)) pairs))
+                   (text (format "write %d at %s\n" i (float-time)))
+                   (start (float-time)))
+        (fastrevert-remote-test-write file text)
+        (should (fastrevert-test-wait-for
+                 (lambda () (equal (fastrevert-remote-test-text buffer) text)) 20))
+        (push (- (float-time) start) latencies)
+        (fastrevert-remote-test-wait-checked)
+        (fastrevert-remote-test-idle (+ spacing (/ (random 1000) 1000.0)))))
+    (nreverse latencies)))
+
+(defun fastrevert-remote-test-p90 (values)
+  "Return the 90th percentile of VALUES (the nearest rank)."
+  (let ((sorted (sort (copy-sequence values) #'<)))
+    (nth (1- (ceiling (* 0.9 (length sorted)))) sorted)))
+
 (provide 'fastrevert-remote-helpers)
 
 ;;; fastrevert-remote-helpers.el ends here

@@ -202,6 +202,14 @@
 
 ;;;; Left to stock
 
+(ert-deftest fastrevert-remote-polls-where-stock-would-not-be-notified ()
+  "With `auto-revert-use-notify' nil the watcher stats, as stock would poll."
+  (fastrevert-remote-test--with-mode
+    (let* ((auto-revert-use-notify nil)
+           (buffer (fastrevert-remote-test--open "fr1" "polled" "x\n")))
+      (fastrevert-remote-test-wait-settled (list buffer))
+      (should (equal (fastrevert-remote-test-watching "fr1") "poll")))))
+
 (ert-deftest fastrevert-remote-leaves-buffers-to-stock-when-remote-files-are-off ()
   "With `auto-revert-remote-files' nil, no watcher starts, as stock starts none."
   (fastrevert-remote-test--with-mode
