@@ -142,6 +142,9 @@ Return DIR."
 OPTIONS: :without-notifiers non-nil gives its sessions a PATH without
 inotifywait and fswatch; :relay-delay MS starts the relay to it,
 holding each chunk MS milliseconds each way."
+  (unless (and (executable-find "ssh") (executable-find "ssh-keygen")
+               (ignore-errors (fastrevert-remote-test--sshd-program)))
+    (ert-skip "No ssh, ssh-keygen or sshd here (`make deps' installs them on Debian)"))
   (let* ((dir (file-name-as-directory (make-temp-file "fastrevert-sshd-" t)))
          (user (user-login-name))
          (sshd (fastrevert-remote-test--sshd-create
