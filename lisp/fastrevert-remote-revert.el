@@ -86,7 +86,7 @@ The copy is decoded as FILE would be, as Tramp decodes its own copies."
     (append (nreverse extra) file-coding-system-alist)))
 
 (defun fastrevert-remote--copy-size ()
-  "Return the size of the remote file, as the fetched copy shows it."
+  "Return the size of the remote file, as the fetched copy gives it."
   (pcase-let ((`(,_file ,copy ,base . ,_) fastrevert-remote--copy))
     (+ base (file-attribute-size (file-attributes copy)))))
 

@@ -108,10 +108,10 @@ dirs() {
 }
 feed() {
   (while IFS= read -r l; do printf 'C%s\\n' \"$l\"; done; echo Q) <&3 &
-  (while [ ! -e \"$S/stop\" ]; do sleep $B; echo B; done) &
+  (while [ -d \"$S\" ]; do sleep $B; echo B; done) &
   case $T in
-    poll) while [ ! -e \"$S/stop\" ]; do sleep $I; echo T; done;;
-    *) while [ ! -e \"$S/stop\" ]; do
+    poll) while [ -d \"$S\" ]; do sleep $I; echo T; done;;
+    *) while [ -d \"$S\" ]; do
         rm -f \"$S/again\"
         if [ -s \"$S/dirs\" ]; then
           if [ $T = inotifywait ]; then
@@ -128,6 +128,8 @@ feed() {
   esac
 }
 feed | {
+  trap 'trap \"\" TERM; rm -rf \"$S\"; kill 0' EXIT
+  trap 'exit 1' HUP PIPE INT TERM
   echo \"H 1 $T ${E:+copies}\"
   while IFS= read -r l; do
     case $l in
@@ -145,9 +147,6 @@ feed | {
       Q|Cq) break;;
     esac
   done
-  : >\"$S/stop\"
-  [ -s \"$S/pid\" ] && kill \"$(cat \"$S/pid\")\"
-  rm -rf \"$S\"
 }
 "
   "The watcher: a POSIX shell program run on the remote host.
@@ -164,6 +163,11 @@ lines, and \"E ID STATUS\", STATUS 0 if the file could be read.
 
 The shell variables T (`notify' or `poll'), I (the poll
 interval) and B (the heartbeat interval) are set before it.
+
+When it ends, however it ends (its input closed, or its output, as
+when the connection drops, or a heartbeat finds it gone), it removes
+its temporary directory and ends every process of its process group:
+sshd, or Tramp's login for it, made that group its own.
 
 MODE is `inotifywait' or `fswatch' when such a program watches the
 directories, each event making the program stat the file named; with
@@ -331,7 +335,7 @@ A watcher that has just ended gets nothing: its sentinel tells."
       "")))
 
 (defun fastrevert-remote-watcher-kill (process)
-  "Kill the watcher PROCESS if it still runs, and its buffer of errors."
+  "Kill the watcher PROCESS if it is still running, and its buffer of errors."
   (when process
     (let ((stderr (get-buffer (format " *%s stderr*" (if (fastrevert-process-p process)
                                                          (fastrevert-process-name process)

@@ -192,7 +192,7 @@ su and the container methods do; not ftp, smb or dav)."
         (and (fastrevert-remote--supported-p file) file)))))
 
 (defun fastrevert-remote--supported-p (file)
-  "Return non-nil if FILE's Tramp method runs processes through a shell."
+  "Return non-nil if FILE's Tramp method can run processes through a shell."
   (and (featurep 'tramp-sh)
        (ignore-errors (tramp-sh-file-name-handler-p (tramp-dissect-file-name file)))))
 
@@ -241,7 +241,7 @@ another file visited) is released first."
        fastrevert-remote--file))
 
 (defun fastrevert-remote--known-size (file)
-  "Return FILE's size if Tramp's cache holds it, else nil; no round trip.
+  "Return FILE's size if Tramp's cache has it, else nil; no round trip.
 The attributes Tramp read while visiting FILE are cached under a name
 that depends on Tramp's version."
   (ignore-errors
@@ -502,7 +502,7 @@ it restarts once Tramp is connected again"
          (fastrevert-remote--greeted conn (match-string 2 line)))))
 
 (defun fastrevert-remote--greeted (conn watching)
-  "Note that CONN's watcher has started, WATCHING as it says.
+  "Note that CONN's watcher has started, WATCHING as it told.
 Every buffer whose file changed while no watcher ran is checked once
 the watcher's first lines tell so."
   (setf (fastrevert-remote--conn-state conn) 'running
@@ -520,7 +520,7 @@ the watcher's first lines tell so."
 ;;;; Checking and reverting buffers
 
 (defun fastrevert-remote--holds-p (buffer state)
-  "Return non-nil if BUFFER, first watched here, holds the version STATE names.
+  "Return non-nil if BUFFER, first watched here, has the version STATE names.
 STATE is \"MTIME SIZE\" from the watcher.  The buffer knows its file's
 modification time in whole seconds, as Tramp read it, and perhaps its
 size; a tail-mode buffer knows how much of the file it has."
@@ -535,7 +535,7 @@ size; a tail-mode buffer knows how much of the file it has."
                   (or (null (cdr known)) (eql (cdr known) size)))))))
 
 (defun fastrevert-remote--compare (buffer item)
-  "Queue BUFFER's check if the version of ITEM's file it holds is not the last."
+  "Queue BUFFER's check if the version of ITEM's file it has is not the last."
   (let ((state (fastrevert-remote--item-state item))
         (applied (buffer-local-value 'fastrevert-remote--applied buffer)))
     (cond ((or (null state) (equal applied state)))
@@ -712,13 +712,13 @@ has the handler read the file through Tramp, as stock would."
       (fastrevert-remote--drop-copy))))
 
 (defun fastrevert-remote--forget-cached (file)
-  "Drop what Tramp's cache holds of FILE, which a revert from a copy made stale."
+  "Drop what Tramp's cache has of FILE, which a revert from a copy made stale."
   (ignore-errors
     (let ((vec (tramp-dissect-file-name file)))
       (tramp-flush-file-properties vec (tramp-file-name-localname vec)))))
 
 (defun fastrevert-remote--note-save ()
-  "Take the current buffer's file as saved here to be the version it holds.
+  "Take the current buffer's file as saved here to be the version it has.
 The watcher's line for the save is then matched by modification time,
 as a buffer first watched is."
   (when (fastrevert-remote--descriptor-p auto-revert-notify-watch-descriptor)

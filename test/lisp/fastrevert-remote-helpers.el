@@ -175,10 +175,12 @@ holding each chunk MS milliseconds each way."
     (setq fastrevert-remote-test--sshd sshd)))
 
 (defconst fastrevert-remote-test--guard
-  "\"$@\" & p=$!; read x; kill $p 2>/dev/null"
+  "exec 3<&0; \"$@\" & p=$!; trap 'kill $p 2>/dev/null; exit' HUP INT TERM; \
+{ read x <&3; kill $p 2>/dev/null; } & wait $p"
   "A shell command that runs its arguments until its input ends.
-A daemon started through it ends with the Emacs that started it, even
-one killed by a test's time limit.")
+A daemon started through it ends with the Emacs that started it: when
+that Emacs exits, it hangs up on its processes (which would make sshd
+read its configuration again, not exit) or its end closes their input.")
 
 (defun fastrevert-remote-test--guarded (name buffer command)
   "Start COMMAND as the process NAME with BUFFER, ended when this Emacs ends."

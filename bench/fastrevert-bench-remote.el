@@ -1,0 +1,295 @@
+;;; fastrevert-bench-remote.el --- Remote files through Tramp, stock and fastrevert  -*- lexical-binding: t; -*-
+
+;; This file is part of fastrevert.
+
+;;; Commentary:
+
+;; The section of `make bench-full' on remote files: auto-revert through
+;; Tramp's ssh method, `auto-revert-remote-files' t, under
+;; `global-auto-revert-mode'.  The host is the tests' own sshd on
+;; loopback (test/lisp/fastrevert-remote-helpers.el), reached directly
+;; or through the tests' relay, which holds each chunk 25 ms each way
+;; (a 50 ms round trip).
+;;
+;; For 10 and 100 remote buffers, spread over 1 and 3 connections, with
+;; no added delay and with the 50 ms round trip, each of stock
+;; (notification, the default; and polling, notification off, at 10
+;; buffers) and fastrevert:
+;;
+;; - the seconds to open the files;
+;; - the longest stall of the main thread in the 12 s after they are
+;;   open, nothing changing (a wait of 50 ms that returned late by that
+;;   much), and the stalls' milliseconds per second then, counting
+;;   only those of 5 ms or more;
+;; - the seconds from a write on the host to the new text in its
+;;   buffer, median and 90th percentile of 5 writes;
+;; - a log followed in `auto-revert-tail-mode' while written at 100
+;;   lines a second for 3 s: whether the buffer ends up with exactly
+;;   the file's text, and how long after the last line it has it.
+;;
+;; Stock makes one notification process per buffer, each on a login of
+;; its own on the main thread; its watches stop being added once they
+;; have taken 30 s (the buffers left are polled, as stock polls a
+;; buffer without a watch), and a wait for a write or a log gives up
+;; after 20 s.  fastrevert's revert of a remote buffer is followed by
+;; stock's VC refresh, through Tramp: the stalls of those refreshes
+;; come after the text has shown, and are counted in the stalls.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'subr-x)
+(require 'autorevert)
+(require 'fastrevert-bench)
+
+(eval-and-compile
+  (let ((tests (expand-file-name "../test/lisp/"
+                                 (file-name-directory
+                                  (or load-file-name
+                                      (bound-and-true-p byte-compile-current-file)
+                                      buffer-file-name)))))
+    (add-to-list 'load-path tests)))
+(require 'fastrevert-remote-helpers)
+
+(declare-function fastrevert-mode "fastrevert" (&optional arg))
+
+(defconst fastrevert-bench-remote--sizes
+  '((:buffers (10 100) (10))
+    (:connections (1 3) (1 3))
+    (:delays (0 25) (0 25))
+    (:window 12 6)
+    (:writes 5 3)
+    (:tail-seconds 3 2)
+    (:watch-cap 30 10)
+    (:wait-cap 20 10))
+  "Workload sizes of this section as (KEY DEFAULT QUICK).")
+
+(defun fastrevert-bench-remote--size (key)
+  "Return the size KEY of this section for this run."
+  (fastrevert-bench-size key fastrevert-bench-remote--sizes))
+
+;;;; Stock's watches, capped
+
+(defvar fastrevert-bench-remote--watch-seconds 0.0
+  "Seconds stock spent adding notification watches in this cell.")
+
+(defvar fastrevert-bench-remote--watches-skipped 0
+  "Watches stock was not let add in this cell, once the cap was reached.")
+
+(defun fastrevert-bench-remote--capped-watch (function &rest args)
+  "Call FUNCTION (stock's add-watch) with ARGS unless the cap is reached."
+  (if (> fastrevert-bench-remote--watch-seconds (fastrevert-bench-remote--size :watch-cap))
+      (setq fastrevert-bench-remote--watches-skipped (1+ fastrevert-bench-remote--watches-skipped))
+    (let ((start (float-time)))
+      (unwind-protect (apply function args)
+        (setq fastrevert-bench-remote--watch-seconds
+              (+ fastrevert-bench-remote--watch-seconds (- (float-time) start)))))))
+
+;;;; Stock's filter errors
+
+(defvar fastrevert-bench-remote--filter-errors 0
+  "Errors that Tramp's notification filters signaled in this cell.")
+
+(defun fastrevert-bench-remote--demoted-filter (function &rest args)
+  "Call FUNCTION, a notification filter of Tramp's, with ARGS; count its errors.
+Tramp's inotifywait filter signals on lines it cannot parse, which
+come when a file is written many times a second.  An interactive
+Emacs reports that and goes on, but a batch Emacs exits."
+  (condition-case nil
+      (apply function args)
+    (error (setq fastrevert-bench-remote--filter-errors
+                 (1+ fastrevert-bench-remote--filter-errors)))))
+
+(defconst fastrevert-bench-remote--tramp-filters
+  '(tramp-sh-inotifywait-process-filter tramp-sh-gio-monitor-process-filter)
+  "Tramp's filters of its file notification processes.")
+
+;;;; Measuring
+
+(defun fastrevert-bench-remote--window (seconds)
+  "Let Emacs run SECONDS; return (LONGEST . MS-PER-SECOND) of its stalls.
+A stall is a wait of 50 ms that returned late; only those of 5 ms or
+more count toward the milliseconds per second."
+  (let* ((start (float-time))
+         (end (+ start seconds))
+         (longest 0.0)
+         (stalled 0.0))
+    (while (< (float-time) end)
+      (let ((before (float-time)))
+        (accept-process-output nil 0.05)
+        (let ((late (- (float-time) before 0.05)))
+          (setq longest (max longest late))
+          (when (>= late 0.005)
+            (setq stalled (+ stalled late))))))
+    (cons longest (/ (* 1000 stalled) (- (float-time) start)))))
+
+(defun fastrevert-bench-remote--wait-text (buffer text)
+  "Wait until BUFFER has TEXT, at most the wait cap; return seconds or nil."
+  (let* ((start (float-time))
+         (deadline (+ start (fastrevert-bench-remote--size :wait-cap))))
+    (while (and (not (equal (fastrevert-remote-test-text buffer) text))
+                (< (float-time) deadline))
+      (accept-process-output nil 0.01))
+    (and (equal (fastrevert-remote-test-text buffer) text) (- (float-time) start))))
+
+(defun fastrevert-bench-remote--latencies (pairs)
+  "Return the seconds each write took to reach its buffer (nil: not in time).
+PAIRS are (BUFFER . LOCAL-FILE), written to in turn."
+  (cl-loop for i below (fastrevert-bench-remote--size :writes)
+           collect (pcase-let* ((`(,buffer . ,file) (nth (% (* i 7) (length pairs)) pairs))
+                                (text (format "bench write %d %s\n" i (float-time))))
+                     (fastrevert-remote-test-write file text)
+                     (prog1 (fastrevert-bench-remote--wait-text buffer text)
+                       (fastrevert-bench-remote--window 1.0)))))
+
+(defun fastrevert-bench-remote--tail (host dir)
+  "Follow a log on HOST in DIR written at 100 lines a second; return a summary."
+  (let* ((file (expand-file-name "tail.log" dir))
+         (buffer (progn (fastrevert-remote-test-write file "begin\n")
+                        (find-file-noselect (fastrevert-remote-test-file host file)))))
+    (unwind-protect
+        (progn
+          (with-current-buffer buffer (auto-revert-tail-mode 1))
+          (fastrevert-bench-remote--window 2)
+          (let ((writer (make-process
+                         :name "fastrevert-bench-log" :buffer nil :noquery t
+                         :command (list "sh" "-c" "i=0; while [ $i -lt $1 ]; do \
+echo \"line $i\"; i=$((i+1)); sleep 0.01; done >>\"$2\""
+                                        "sh" (number-to-string
+                                              (* 100 (fastrevert-bench-remote--size :tail-seconds)))
+                                        file))))
+            (while (process-live-p writer) (accept-process-output nil 0.05)))
+          (let* ((expected (with-temp-buffer (insert-file-contents file) (buffer-string)))
+                 (took (fastrevert-bench-remote--wait-text buffer expected)))
+            (if took
+                (format "exact, +%.1f s" took)
+              (let ((have (split-string (fastrevert-remote-test-text buffer) "\n" t))
+                    (want (split-string expected "\n" t)))
+                (format "%d lines of %d (%d doubled)"
+                        (length (cl-intersection have want :test #'equal)) (length want)
+                        (- (length have) (length (delete-dups (copy-sequence have)))))))))
+      (with-current-buffer buffer (set-buffer-modified-p nil))
+      (kill-buffer buffer))))
+
+;;;; One cell
+
+(defun fastrevert-bench-remote--set-up (impl)
+  "Turn on auto-revert as IMPL (`fastrevert', `stock' or `stock-poll') does it."
+  (setq fastrevert-bench-remote--watch-seconds 0.0
+        fastrevert-bench-remote--watches-skipped 0
+        fastrevert-bench-remote--filter-errors 0)
+  (dolist (filter fastrevert-bench-remote--tramp-filters)
+    (advice-add filter :around #'fastrevert-bench-remote--demoted-filter))
+  (setq auto-revert-use-notify (not (eq impl 'stock-poll)))
+  (when (eq impl 'fastrevert) (fastrevert-mode 1))
+  (unless (eq impl 'fastrevert)
+    (advice-add 'auto-revert-notify-add-watch :around #'fastrevert-bench-remote--capped-watch))
+  (global-auto-revert-mode 1))
+
+(defun fastrevert-bench-remote--tear-down ()
+  "Kill the remote buffers and turn every mode off."
+  (fastrevert-remote-test-cleanup)
+  (advice-remove 'auto-revert-notify-add-watch #'fastrevert-bench-remote--capped-watch)
+  (dolist (filter fastrevert-bench-remote--tramp-filters)
+    (advice-remove filter #'fastrevert-bench-remote--demoted-filter))
+  (setq auto-revert-use-notify t))
+
+(defun fastrevert-bench-remote--cell (impl count hosts root)
+  "Measure IMPL with COUNT buffers spread over HOSTS, files under ROOT.
+Return the row's cells after the first three."
+  (let* ((dirs (mapcar (lambda (host)
+                         (let ((dir (file-name-as-directory (expand-file-name host root))))
+                           (make-directory dir t)
+                           dir))
+                       hosts))
+         (files (cl-loop for i below count
+                         for k = (% i (length hosts))
+                         collect (let ((file (expand-file-name (format "f%03d" i) (nth k dirs))))
+                                   (fastrevert-remote-test-write file "start\n")
+                                   (cons (nth k hosts) file)))))
+    (fastrevert-bench-remote--set-up impl)
+    (unwind-protect
+        (let* ((start (float-time))
+               (pairs (mapcar (lambda (entry)
+                                (cons (find-file-noselect
+                                       (fastrevert-remote-test-file (car entry) (cdr entry)))
+                                      (cdr entry)))
+                              files))
+               (open (- (float-time) start))
+               (window (fastrevert-bench-remote--window (fastrevert-bench-remote--size :window)))
+               (latencies (fastrevert-bench-remote--latencies pairs))
+               (arrived (delq nil (copy-sequence latencies)))
+               (tail (fastrevert-bench-remote--tail (car hosts) (car dirs))))
+          (list (format "%.1f" open)
+                (format "%.2f" (car window))
+                (format "%.0f" (cdr window))
+                (if arrived (format "%.2f" (fastrevert-bench-median arrived)) "-")
+                (if (memq nil latencies)
+                    (format ">%d (%d of %d)" (fastrevert-bench-remote--size :wait-cap)
+                            (length arrived) (length latencies))
+                  (format "%.2f" (fastrevert-remote-test-p90 latencies)))
+                tail
+                (string-join
+                 (delq nil
+                       (list (and (> fastrevert-bench-remote--watches-skipped 0)
+                                  (format "watches cut at %.0f s"
+                                          fastrevert-bench-remote--watch-seconds))
+                             (and (> fastrevert-bench-remote--filter-errors 0)
+                                  (format "%d Tramp filter errors"
+                                          fastrevert-bench-remote--filter-errors))))
+                 "; ")))
+      (fastrevert-bench-remote--tear-down)
+      (dolist (dir dirs) (delete-directory dir t)))))
+
+;;;; The section
+
+(defun fastrevert-bench-remote--run (root)
+  "Print the remote-files table, its files made under ROOT."
+  (condition-case err
+      (let ((sshd (fastrevert-remote-test-sshd-start :relay-delay 25))
+            (rows nil))
+        (unwind-protect
+            (let ((auto-revert-remote-files t)
+                  (auto-revert-verbose nil)
+                  (auto-revert-interval 5)
+                  (auto-revert-stop-on-user-input t)
+                  (auto-revert-notify-exclude-dir-regexp
+                   (concat "^" (regexp-opt '("/afs/" "/media/" "/mnt" "/net/" "/tmp_mnt/")))))
+              (dolist (delay (fastrevert-bench-remote--size :delays))
+                (dolist (connections (fastrevert-bench-remote--size :connections))
+                  (dolist (count (fastrevert-bench-remote--size :buffers))
+                    (dolist (impl (if (= count 10) '(fastrevert stock stock-poll) '(fastrevert stock)))
+                      (let ((hosts (cl-loop for i from 1 to connections
+                                            collect (format (if (zerop delay) "fr%d" "frd%d") i))))
+                        (fastrevert-bench--progress "remote: %d buffers, %d connections, %d ms, %s"
+                                                    count connections (* 2 delay) impl)
+                        (push (append (list (number-to-string count) (number-to-string connections)
+                                            (format "%d ms" (* 2 delay))
+                                            (pcase impl
+                                              ('fastrevert "fastrevert")
+                                              ('stock "stock, notification")
+                                              ('stock-poll "stock, polling")))
+                                      (fastrevert-bench-remote--cell impl count hosts root))
+                              rows)))))))
+          (fastrevert-remote-test-sshd-stop sshd))
+        (fastrevert-bench--heading
+         "Remote files through Tramp (ssh), `auto-revert-remote-files' t, global-auto-revert-mode")
+        (fastrevert-bench--out "Round trip: added by a relay on loopback.  Stall: the longest \
+time the main thread was\nbusy in the %d s after the files were open, nothing changing; \
+ms/s: those stalls of\n5 ms or more per second.  Write: seconds from a write on the host \
+to its text in the\nbuffer (%d writes).  Tail: a log written at 100 lines/s for %d s, \
+followed in tail mode.\n\n"
+                               (fastrevert-bench-remote--size :window)
+                               (fastrevert-bench-remote--size :writes)
+                               (fastrevert-bench-remote--size :tail-seconds))
+        (fastrevert-bench--print-table
+         '("buffers" "conns" "RTT" "implementation" "open s" "stall s" "idle ms/s"
+           "write median s" "write P90 s" "tail 100 lines/s" "note")
+         (nreverse rows)))
+    (error (fastrevert-bench--loud "remote files: %s" (error-message-string err)))))
+
+(add-hook 'fastrevert-bench-full-sections #'fastrevert-bench-remote--run 90)
+
+(provide 'fastrevert-bench-remote)
+
+;;; fastrevert-bench-remote.el ends here
