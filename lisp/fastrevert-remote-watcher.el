@@ -133,9 +133,9 @@ feed | {
   echo \"H 1 $T ${E:+copies}\"
   while IFS= read -r l; do
     case $l in
-      C+*) i=${l#C+}; case $W in *\"$L$i$L\"*) ;; *) W=$W$i$L;; esac; one \"$i\";;
+      C+*) i=${l#C+}; case $W in *\"$L$i$L\"*) ;; *) W=$W$i$L;; esac; [ $T = poll ] || one \"$i\";;
       C-*) i=${l#C-}; w=$L; IFS=$L; for j in $W; do [ \"$j\" = \"$i\" ] || w=$w$j$L; done; IFS=' '; W=$w;;
-      C.) [ $T = poll ] || dirs;;
+      C.) if [ $T = poll ]; then tick; else dirs; fi;;
       C\\<*) r=${l#C?}; n=${r%% *}; r=${r#* }; o=${r%% *}; f=${r#* }
         echo \"D $n\"
         if [ -n \"$E\" ] && [ -r \"$f\" ] && [ ! -d \"$f\" ]; then tail -c +\"$o\" -- \"$f\" | $E; echo \"E $n 0\"; else echo \"E $n 1\"; fi;;
@@ -156,8 +156,8 @@ changes to the set of directories watched, \"<ID OFFSET NAME\" asks
 for a copy of the file NAME from byte OFFSET (the first is 1) on,
 and \"q\" or the end of input ends it.  It prints \"H PROTOCOL MODE
 COPIES\" once (COPIES is \"copies\" when it can send copies), then
-\"M MTIME SIZE NAME\" for a watched file as it is added and whenever
-it may have changed (\"M - - NAME\" for one that does not exist), and
+\"M MTIME SIZE NAME\" for a watched file as it is added (with `poll',
+at the \".\" that follows) and whenever it may have changed (\"M - - NAME\" for one that does not exist), and
 \"B\" as a heartbeat.  A copy comes as \"D ID\", the bytes in base64
 lines, and \"E ID STATUS\", STATUS 0 if the file could be read.
 
