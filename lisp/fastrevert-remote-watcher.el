@@ -157,7 +157,8 @@ for a copy of the file NAME from byte OFFSET (the first is 1) on,
 and \"q\" or the end of input ends it.  It prints \"H PROTOCOL MODE
 COPIES\" once (COPIES is \"copies\" when it can send copies), then
 \"M MTIME SIZE NAME\" for a watched file as it is added (with `poll',
-at the \".\" that follows) and whenever it may have changed (\"M - - NAME\" for one that does not exist), and
+at the \".\" that follows) and whenever it may have changed
+\(\"M - - NAME\" for one that does not exist), and
 \"B\" as a heartbeat.  A copy comes as \"D ID\", the bytes in base64
 lines, and \"E ID STATUS\", STATUS 0 if the file could be read.
 
