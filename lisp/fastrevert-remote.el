@@ -277,7 +277,11 @@ that depends on Tramp's version."
     (setq fastrevert--stock-buffers (delq (current-buffer) fastrevert--stock-buffers))
     (when (fastrevert-remote--item-state item)
       (fastrevert-remote--compare (current-buffer) item))
-    (fastrevert-remote--schedule-flush conn)))
+    (if (eq (fastrevert-remote--conn-state conn) 'stopped)
+        ;; The connection's first buffer: its watcher starts while the
+        ;; buffer is being opened, which waits on Tramp already.
+        (fastrevert-remote--flush conn)
+      (fastrevert-remote--schedule-flush conn))))
 
 (defun fastrevert-remote-release ()
   "Stop watching the current buffer's remote file, if it is watched here."

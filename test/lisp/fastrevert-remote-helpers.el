@@ -304,9 +304,14 @@ With APPEND non-nil, append it."
     (buffer-substring-no-properties (point-min) (point-max))))
 
 (defun fastrevert-remote-test-watchers ()
-  "Return the live remote watcher processes."
-  (cl-remove-if-not (lambda (process) (string-prefix-p "fastrevert-remote " (fastrevert-process-name process)))
-                    (fastrevert-process-list)))
+  "Return the live remote watcher processes, whether Tramp or ssh started them."
+  (append (cl-remove-if-not (lambda (process)
+                              (string-prefix-p "fastrevert-remote " (fastrevert-process-name process)))
+                            (fastrevert-process-list))
+          (cl-remove-if-not (lambda (process)
+                              (and (process-live-p process)
+                                   (string-prefix-p "fastrevert-remote " (process-name process))))
+                            (process-list))))
 
 (defun fastrevert-remote-test-running-p (host)
   "Return non-nil once the watcher of the connection to HOST has greeted."
@@ -397,6 +402,47 @@ sleep $2; done >>\"$3\""
     (unwind-protect (funcall function)
       (advice-remove 'tramp-file-name-handler advice))
     count))
+
+;;;; The set-up of a test
+
+(defvar fastrevert-remote-test--dir nil
+  "The directory of the current test's files, local to the \"remote\" host.")
+
+(defun fastrevert-remote-test--ensure ()
+  "Start the test file's sshd once, and give each test an empty directory."
+  (unless fastrevert-remote-test--sshd
+    (fastrevert-remote-test-sshd-start)
+    (add-hook 'kill-emacs-hook #'fastrevert-remote-test-sshd-stop))
+  (setq fastrevert-remote-test--dir
+        (file-name-as-directory (make-temp-file "fastrevert-remote-" t))))
+
+(defmacro fastrevert-remote-test--with-mode (&rest body)
+  "Run BODY with `fastrevert-mode' and `global-auto-revert-mode' on, then clean up."
+  (declare (indent 0))
+  `(progn
+     (fastrevert-remote-test--ensure)
+     (let ((auto-revert-remote-files t)
+           (auto-revert-verbose nil)
+           (auto-revert-use-notify t)
+           (auto-revert-interval 5)
+           (auto-revert-notify-exclude-dir-regexp "^$")
+           (auto-revert-stop-on-user-input t))
+       (unwind-protect
+           (progn
+             (fastrevert-mode 1)
+             (global-auto-revert-mode 1)
+             ,@body)
+         (fastrevert-remote-test-cleanup)
+         (delete-directory fastrevert-remote-test--dir t)))))
+
+(defun fastrevert-remote-test--local (name)
+  "Return the local name of NAME in this test's directory."
+  (expand-file-name name fastrevert-remote-test--dir))
+
+(defun fastrevert-remote-test--open (host name &optional text)
+  "Write TEXT (if given) to NAME and visit it on HOST; return the buffer."
+  (when text (fastrevert-remote-test-write (fastrevert-remote-test--local name) text))
+  (find-file-noselect (fastrevert-remote-test-file host (fastrevert-remote-test--local name))))
 
 ;;;; Round trips and time on the main thread
 

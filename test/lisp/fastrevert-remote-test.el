@@ -4,62 +4,24 @@
 
 ;; Remote files on an sshd of the tests' own (see
 ;; fastrevert-remote-helpers.el), reached through Tramp with no added
-;; delay; the host has inotifywait.  The tests with a 50 ms round trip
-;; are in fastrevert-remote-delay-test.el, those of the shell loop in
-;; fastrevert-remote-poll-test.el, and those of faults in
-;; fastrevert-remote-fault-test.el.
+;; delay; the host has inotifywait.  These tests are of the watchers:
+;; one per connection, and which buffers they take.  How buffers are
+;; reverted is in fastrevert-remote-revert-test.el, the tests with a
+;; 50 ms round trip in fastrevert-remote-delay-test.el, those of the
+;; shell loop in fastrevert-remote-poll-test.el, and those of faults
+;; in fastrevert-remote-fault-test.el.
 
 ;;; Code:
 
 (require 'fastrevert-remote-helpers)
-(require 'dired)
-
-(defvar fastrevert-remote-test--dir nil
-  "The directory of this file's test files, local to the \"remote\" host.")
-
-(defun fastrevert-remote-test--ensure ()
-  "Start this file's sshd once, and give each test an empty directory."
-  (unless fastrevert-remote-test--sshd
-    (fastrevert-remote-test-sshd-start)
-    (add-hook 'kill-emacs-hook #'fastrevert-remote-test-sshd-stop))
-  (setq fastrevert-remote-test--dir
-        (file-name-as-directory (make-temp-file "fastrevert-remote-" t))))
-
-(defmacro fastrevert-remote-test--with-mode (&rest body)
-  "Run BODY with `fastrevert-mode' and `global-auto-revert-mode' on, then clean up."
-  (declare (indent 0))
-  `(progn
-     (fastrevert-remote-test--ensure)
-     (let ((auto-revert-remote-files t)
-           (auto-revert-verbose nil)
-           (auto-revert-use-notify t)
-           (auto-revert-interval 5)
-           (auto-revert-notify-exclude-dir-regexp "^$")
-           (auto-revert-stop-on-user-input t))
-       (unwind-protect
-           (progn
-             (fastrevert-mode 1)
-             (global-auto-revert-mode 1)
-             ,@body)
-         (fastrevert-remote-test-cleanup)
-         (delete-directory fastrevert-remote-test--dir t)))))
-
-(defun fastrevert-remote-test--local (name)
-  "Return the local name of NAME in this test's directory."
-  (expand-file-name name fastrevert-remote-test--dir))
-
-(defun fastrevert-remote-test--open (host name &optional text)
-  "Write TEXT (if given) to NAME and visit it on HOST; return the buffer."
-  (when text (fastrevert-remote-test-write (fastrevert-remote-test--local name) text))
-  (find-file-noselect (fastrevert-remote-test-file host (fastrevert-remote-test--local name))))
 
 ;;;; One watcher per connection
 
 (ert-deftest fastrevert-remote-one-watcher-serves-every-buffer-of-a-connection ()
-  "Twelve buffers on two connections make two watchers, and every change shows."
+  "Eight buffers on two connections make two watchers, and every change shows."
   (fastrevert-remote-test--with-mode
     (let* ((started (plist-get (fastrevert-remote-stats) :remote-watchers-started))
-           (buffers (append (cl-loop for i below 10 collect
+           (buffers (append (cl-loop for i below 6 collect
                                     (fastrevert-remote-test--open "fr1" (format "a%d" i) "old\n"))
                            (cl-loop for i below 2 collect
                                     (fastrevert-remote-test--open "fr2" (format "b%d" i) "old\n")))))
@@ -75,7 +37,7 @@
       (dolist (buffer buffers)
         (should (fastrevert-remote--descriptor-p
                  (buffer-local-value 'auto-revert-notify-watch-descriptor buffer))))
-      (dotimes (i 10)
+      (dotimes (i 6)
         (fastrevert-remote-test-write (fastrevert-remote-test--local (format "a%d" i)) "new\n"))
       (dotimes (i 2)
         (fastrevert-remote-test-write (fastrevert-remote-test--local (format "b%d" i)) "new\n"))
@@ -108,97 +70,31 @@
           (should (fastrevert-test-wait-for (lambda () (null (fastrevert-remote-test-watchers)))
                                             10)))))))
 
-;;;; Reverting as stock does
-
-(ert-deftest fastrevert-remote-never-reverts-a-modified-buffer ()
-  "A buffer with unsaved edits keeps them when its remote file changes."
+(ert-deftest fastrevert-remote-watcher-started-through-tramp-serves-its-buffers ()
+  "Where ssh cannot be run over a shared connection, Tramp starts the watcher.
+It runs as a remote process of Tramp's, one for the connection, and
+the copies of changed files come through it as well."
   (fastrevert-remote-test--with-mode
-    (let ((buffer (fastrevert-remote-test--open "fr1" "edited" "disk\n")))
-      (fastrevert-remote-test-wait-settled (list buffer))
-      (with-current-buffer buffer
-        (goto-char (point-max))
-        (insert "mine\n"))
-      (fastrevert-remote-test-write (fastrevert-remote-test--local "edited") "theirs\n")
-      ;; The watcher's line has come and the buffer has been checked.
-      (should (fastrevert-test-wait-for
-               (lambda () (equal (fastrevert-remote-test-item-size buffer) "7"))
-               10))
-      (fastrevert-remote-test-wait-checked)
-      (should (equal (fastrevert-remote-test-text buffer) "disk\nmine\n"))
-      (should (buffer-modified-p buffer))
-      ;; Once the edits are undone, as when saved elsewhere, a later change reverts.
-      (with-current-buffer buffer (set-buffer-modified-p nil))
-      (fastrevert-remote-test-write (fastrevert-remote-test--local "edited") "theirs again\n")
-      (should (fastrevert-test-wait-for
-               (lambda () (equal (fastrevert-remote-test-text buffer) "theirs again\n"))
-               10)))))
-
-(ert-deftest fastrevert-remote-half-written-file-is-never-the-last-reverted ()
-  "A file written in pieces ends up whole in its buffer, however the reverts fall."
-  (fastrevert-remote-test--with-mode
-    (let ((buffer (fastrevert-remote-test--open "fr1" "pieces" "start\n"))
-          (file (fastrevert-remote-test--local "pieces")))
-      (fastrevert-remote-test-wait-settled (list buffer))
-      (dotimes (round 5)
-        (let ((text (mapconcat (lambda (i) (format "round %d line %d\n" round i))
-                               (number-sequence 1 200) "")))
-          ;; The first half, then the rest a moment later, as a slow writer.
-          (fastrevert-remote-test-write file (substring text 0 (/ (length text) 2)))
-          (sleep-for 0.03)
-          (fastrevert-remote-test-write file (substring text (/ (length text) 2)) t)
-          (should (fastrevert-test-wait-for
-                   (lambda () (equal (fastrevert-remote-test-text buffer) text))
-                   10)))))))
-
-(ert-deftest fastrevert-remote-save-here-is-not-reverted-back ()
-  "A buffer saved through Tramp is not reverted by its own write."
-  (fastrevert-remote-test--with-mode
-    (let ((buffer (fastrevert-remote-test--open "fr1" "saved" "one\n")))
-      (fastrevert-remote-test-wait-settled (list buffer))
-      (let ((reverts (plist-get (fastrevert-remote-stats) :remote-reverts)))
-        (with-current-buffer buffer
-          (erase-buffer)
-          (insert "two\n")
-          (save-buffer))
-        (should (fastrevert-test-wait-for
-                 (lambda () (equal (fastrevert-remote-test-item-size buffer) "4"))
-                 10))
-        (fastrevert-remote-test-wait-checked)
-        (should (= reverts (plist-get (fastrevert-remote-stats) :remote-reverts)))
-        (should-not (buffer-modified-p buffer))))))
-
-(ert-deftest fastrevert-remote-dired-buffer-lists-a-new-file ()
-  "A remote Dired buffer shows a file created on the host."
-  (fastrevert-remote-test--with-mode
-    (let ((global-auto-revert-non-file-buffers t))
-      (fastrevert-remote-test-write (fastrevert-remote-test--local "present") "x\n")
-      (let ((buffer (dired-noselect (fastrevert-remote-test-file "fr1" fastrevert-remote-test--dir))))
-        (should (fastrevert-remote--descriptor-p
-                 (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
-        (fastrevert-remote-test-wait-settled (list buffer))
-        (fastrevert-remote-test-write (fastrevert-remote-test--local "appeared") "y\n")
-        (should (fastrevert-test-wait-for
-                 (lambda () (with-current-buffer buffer
-                              (save-excursion
-                                (goto-char (point-min))
-                                (search-forward "appeared" nil t))))
-                 15))))))
-
-(ert-deftest fastrevert-remote-tail-mode-follows-a-log-with-nothing-lost-or-doubled ()
-  "A log written at 100 lines a second is followed line for line."
-  (fastrevert-remote-test--with-mode
-    (let* ((file (fastrevert-remote-test--local "app.log"))
-           (buffer (fastrevert-remote-test--open "fr1" "app.log" "first\n")))
-      (with-current-buffer buffer (auto-revert-tail-mode 1))
-      (fastrevert-remote-test-wait-settled (list buffer))
-      (fastrevert-remote-test-log-lines file 300 0.01)
-      (let ((expected (with-temp-buffer
-                        (insert-file-contents file)
-                        (buffer-string))))
-        (should (fastrevert-test-wait-for
-                 (lambda () (equal (fastrevert-remote-test-text buffer) expected))
-                 15))
-        (should (string-match-p "line 299\n\\'" expected))))))
+    (let* ((fastrevert-remote-direct nil)
+           (buffers (cl-loop for i below 3 collect
+                             (fastrevert-remote-test--open "fr3" (format "t%d" i) "old\n"))))
+      (fastrevert-remote-test-wait-settled buffers)
+      (let ((watchers (fastrevert-remote-test-watchers)))
+        (should (= 1 (length watchers)))
+        (should (processp (car watchers)))
+        (should-not (fastrevert-process-p (car watchers))))
+      (let ((trips (fastrevert-remote-test-round-trips
+                    (lambda ()
+                      (dotimes (i 3)
+                        (fastrevert-remote-test-write
+                         (fastrevert-remote-test--local (format "t%d" i)) "new\n"))
+                      (should (fastrevert-test-wait-for
+                               (lambda () (cl-every (lambda (buffer)
+                                                      (equal (fastrevert-remote-test-text buffer)
+                                                             "new\n"))
+                                                    buffers))
+                               20))))))
+        (should (= 0 (car trips)))))))
 
 ;;;; Left to stock
 
@@ -246,7 +142,7 @@
 (ert-deftest fastrevert-remote-idle-connection-costs-no-tramp-call ()
   "With nothing changing, no Tramp call is made and no line is handled."
   (fastrevert-remote-test--with-mode
-    (let ((buffers (cl-loop for i below 10 collect
+    (let ((buffers (cl-loop for i below 5 collect
                             (fastrevert-remote-test--open "fr1" (format "i%d" i) "x\n"))))
       (fastrevert-remote-test-wait-settled buffers)
       (let ((calls (fastrevert-remote-test-count-tramp-calls
