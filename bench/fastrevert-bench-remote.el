@@ -55,6 +55,7 @@
 (require 'tramp)
 
 (declare-function fastrevert-mode "fastrevert" (&optional arg))
+(declare-function fastrevert-stats "fastrevert" ())
 
 (defconst fastrevert-bench-remote--sizes
   '((:buffers (10 100) (10))
@@ -126,6 +127,11 @@ more count toward the milliseconds per second."
           (when (>= late 0.005)
             (setq stalled (+ stalled late))))))
     (cons longest (/ (* 1000 stalled) (- (float-time) start)))))
+
+(defun fastrevert-bench-remote--own-ms ()
+  "Return the milliseconds fastrevert's handlers have spent on the main thread."
+  (let ((stats (fastrevert-stats)))
+    (+ (plist-get stats :main-thread-ms) (plist-get stats :remote-check-ms))))
 
 (defun fastrevert-bench-remote--wait-text (buffer text)
   "Wait until BUFFER has TEXT, at most the wait cap; return seconds or nil."
@@ -204,13 +210,15 @@ Return the row's cells after the first four.  A cell that takes longer
 than `:cell-cap' seconds (stock's can hang in Tramp for good, a timer
 having entered Tramp while it waited) is given up, and Tramp's
 connections are opened anew for the next."
+  ;; Each cell opens Tramp's connections anew, whichever came before.
+  (tramp-cleanup-all-connections)
   (let ((result (with-timeout ((fastrevert-bench-remote--size :cell-cap) nil)
                   (fastrevert-bench-remote--measure impl count hosts root))))
     (or result
         (progn
           (fastrevert-bench-remote--tear-down)
           (tramp-cleanup-all-connections)
-          (list "-" "-" "-" "-" "-" "-"
+          (list "-" "-" "-" "-" "-" "-" "-"
                 (format "hung: given up after %d s" (fastrevert-bench-remote--size :cell-cap)))))))
 
 (defun fastrevert-bench-remote--measure (impl count hosts root)
@@ -235,13 +243,18 @@ Return the row's cells after the first four."
                                       (cdr entry)))
                               files))
                (open (- (float-time) start))
+               (own-before (fastrevert-bench-remote--own-ms))
                (window (fastrevert-bench-remote--window (fastrevert-bench-remote--size :window)))
+               (own (and (eq impl 'fastrevert)
+                         (/ (- (fastrevert-bench-remote--own-ms) own-before)
+                            (fastrevert-bench-remote--size :window))))
                (latencies (fastrevert-bench-remote--latencies pairs))
                (arrived (delq nil (copy-sequence latencies)))
                (tail (fastrevert-bench-remote--tail (car hosts) (car dirs))))
           (list (format "%.1f" open)
                 (format "%.2f" (car window))
                 (format "%.0f" (cdr window))
+                (if own (format "%.2f" own) "-")
                 (if arrived (format "%.2f" (fastrevert-bench-median arrived)) "-")
                 (if (memq nil latencies)
                     (format ">%d (%d of %d)" (fastrevert-bench-remote--size :wait-cap)
@@ -276,6 +289,12 @@ Return the row's cells after the first four."
                   (auto-revert-stop-on-user-input t)
                   (auto-revert-notify-exclude-dir-regexp
                    (concat "^" (regexp-opt '("/afs/" "/media/" "/mnt" "/net/" "/tmp_mnt/")))))
+              (fastrevert-bench--progress "remote: the machine's own stalls")
+              (let ((window (fastrevert-bench-remote--window (fastrevert-bench-remote--size :window))))
+                (push (list "0" "0" "-" "nothing open (noise floor)" "-"
+                            (format "%.2f" (car window)) (format "%.0f" (cdr window))
+                            "-" "-" "-" "-" "")
+                      rows))
               (dolist (delay (fastrevert-bench-remote--size :delays))
                 (dolist (connections (fastrevert-bench-remote--size :connections))
                   (dolist (count (fastrevert-bench-remote--size :buffers))
@@ -299,7 +318,9 @@ Return the row's cells after the first four."
          "Remote files through Tramp (ssh), `auto-revert-remote-files' t, global-auto-revert-mode")
         (fastrevert-bench--out "Round trip: added by a relay on loopback.  Stall: the longest \
 time the main thread was\nbusy in the %d s after the files were open, nothing changing; \
-ms/s: those stalls of\n5 ms or more per second.  Write: seconds from a write on the host \
+ms/s: those stalls of\n5 ms or more per second (a busy machine makes some of its own: the \
+first row); own ms/s:\nthe main thread's time in fastrevert's handlers then, from its \
+counters.  Open: seconds to open\nthe files, Tramp's connections included.  Write: seconds from a write on the host \
 to its text in the\nbuffer (%d writes).  Tail: a log written at 100 lines/s for %d s, \
 followed in tail mode.\n\n"
                                (fastrevert-bench-remote--size :window)
@@ -307,7 +328,7 @@ followed in tail mode.\n\n"
                                (fastrevert-bench-remote--size :tail-seconds))
         (fastrevert-bench--print-table
          '("buffers" "conns" "RTT" "implementation" "open s" "stall s" "idle ms/s"
-           "write median s" "write P90 s" "tail 100 lines/s" "note")
+           "own ms/s" "write median s" "write P90 s" "tail 100 lines/s" "note")
          (nreverse rows)))
     (error (fastrevert-bench--loud "remote files: %s" (error-message-string err)))))
 
