@@ -488,22 +488,34 @@ it restarts once Tramp is connected again"
   "Handle one LINE of CONN's watcher."
   (cond ((fastrevert-remote--conn-receiving conn)
          (fastrevert-remote--copy-line conn line))
+        ((string-prefix-p "M " line)
+         (fastrevert-remote--state-line conn line))
         ((string-match "\\`D \\([0-9]+\\)" line)
          (let* ((id (string-to-number (match-string 1 line)))
                 (asked (gethash id (fastrevert-remote--conn-asked conn))))
            (remhash id (fastrevert-remote--conn-asked conn))
            (setf (fastrevert-remote--conn-receiving conn) (cons id asked)
                  (fastrevert-remote--conn-chunks conn) nil)))
-        ((string-match "\\`M \\([^ ]+ [^ ]+\\) \\(.*?\\)\r?\\'" line)
-         (let ((item (gethash (match-string 2 line) (fastrevert-remote--conn-items conn)))
-               (state (match-string 1 line)))
-           (when (and item (not (equal state (fastrevert-remote--item-state item))))
-             (setf (fastrevert-remote--item-state item) state)
-             (dolist (buffer (fastrevert-remote--item-buffers item))
-               (fastrevert-remote--compare buffer item)))))
         ((string-match "\\`H \\([0-9]+\\) \\([a-z]+\\) ?\\([a-z]*\\)" line)
          (setf (fastrevert-remote--conn-copies conn) (equal (match-string 3 line) "copies"))
          (fastrevert-remote--greeted conn (match-string 2 line)))))
+
+(defun fastrevert-remote--state-line (conn line)
+  "Handle LINE, \"M MTIME SIZE NAME\" from CONN's watcher.
+The buffers of NAME are compared with the new state if it is new; the
+fields are found by position, which costs less than a regexp."
+  (let* ((space (string-search " " line 2))
+         (next (and space (string-search " " line (1+ space)))))
+    (when next
+      (let* ((end (if (eq (aref line (1- (length line))) ?\r) (1- (length line)) (length line)))
+             (item (gethash (substring line (1+ next) end)
+                            (fastrevert-remote--conn-items conn))))
+        (when item
+          (let ((state (substring line 2 next)))
+            (unless (equal state (fastrevert-remote--item-state item))
+              (setf (fastrevert-remote--item-state item) state)
+              (dolist (buffer (fastrevert-remote--item-buffers item))
+                (fastrevert-remote--compare buffer item)))))))))
 
 (defun fastrevert-remote--greeted (conn watching)
   "Note that CONN's watcher has started, WATCHING as it told.
