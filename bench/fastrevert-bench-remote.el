@@ -31,7 +31,7 @@
 ;; its own on the main thread; its watches stop being added once they
 ;; have taken 30 s (the buffers left are polled, as stock polls a
 ;; buffer without a watch), and a wait for a write or a log gives up
-;; after 20 s; a cell that takes five minutes is given up.  Lock files
+;; after 20 s; a cell that takes three minutes is given up.  Lock files
 ;; on the host are off (`remote-file-name-inhibit-locks'), as nothing is
 ;; edited.  fastrevert's revert of a remote buffer is followed by
 ;; stock's VC refresh, through Tramp: the stalls of those refreshes
@@ -66,7 +66,7 @@
     (:tail-seconds 3 2)
     (:watch-cap 30 10)
     (:wait-cap 20 10)
-    (:cell-cap 300 120))
+    (:cell-cap 180 120))
   "Workload sizes of this section as (KEY DEFAULT QUICK).")
 
 (defun fastrevert-bench-remote--size (key)
