@@ -222,7 +222,8 @@ through that connection's socket.  \"ControlMaster=no\" comes first
 \(ssh takes the first value of an option), so that the watcher never
 becomes the connection others share, and \"BatchMode=yes\" keeps ssh
 from asking for a password where no shared connection exists.
-Return nil when the method is not ssh with connection sharing, needs
+Return nil when the method is not ssh with connection sharing (Tramp
+shares none when `tramp-use-ssh-controlmaster-options' is nil), needs
 a terminal, or goes through more than one hop."
   (let ((program (tramp-get-method-parameter vec 'tramp-login-program))
         (login-args (tramp-get-method-parameter vec 'tramp-login-args)))
@@ -247,7 +248,10 @@ a terminal, or goes through more than one hop."
                          (if (>= (car (func-arity 'tramp-expand-args)) 3)
                              (apply #'tramp-expand-args vec 'tramp-login-args nil spec)
                            (apply #'tramp-expand-args vec 'tramp-login-args spec)))))
-        (when expanded
+        ;; Without a shared socket ssh would make a login of its own:
+        ;; fastrevert rides Tramp's connections, it makes none.
+        (when (and expanded (string-match-p "ControlPath=" options)
+                   (not (string-match-p "ControlPath=none" options)))
           (append (list program "-o" "ControlMaster=no" "-o" "BatchMode=yes")
                   (flatten-tree (tramp-get-method-parameter vec 'tramp-async-args))
                   (mapcan (lambda (arg) (split-string arg " " t)) expanded)))))))
