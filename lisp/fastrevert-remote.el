@@ -33,11 +33,14 @@
 ;;
 ;; Handling a line costs a hash lookup and a string comparison, with
 ;; no Tramp call: a buffer is queued only when the line's MTIME and
-;; SIZE differ from those of the version it holds.  The queued buffers
-;; are then checked by the stock `auto-revert-handler', visible ones
-;; first and yielding to input, which reverts through Tramp; the
-;; buffer's stale predicate is answered from the line where it would
-;; otherwise ask the host (see `fastrevert-remote--stale-function').
+;; SIZE differ from those of the version it holds.  A queued file
+;; buffer asks the watcher for a copy of its file (only what was
+;; appended, in tail mode), which comes in the same stream; then the
+;; stock `auto-revert-handler' reverts it from that copy, visible
+;; buffers first and yielding to input, with no round trip (see
+;; fastrevert-remote-revert.el).  Other buffers, such as Dired's, are
+;; reverted through Tramp, their stale predicate answered from the
+;; line where it can be.
 ;;
 ;; When the connection drops, the watcher ends: that is reported once,
 ;; and a new watcher starts once Tramp has connected again, the tries
@@ -137,12 +140,14 @@ time, and the size, if Tramp's cache knew it, or nil.")
 
 (defvar-local fastrevert-remote--fetching nil
   "Non-nil while a copy of this buffer's remote file is being fetched.")
+(put 'fastrevert-remote--fetching 'permanent-local t)
 
 (defvar-local fastrevert-remote--copy-ready nil
   "A copy of this buffer's remote file waiting to be read, or nil.
 A list (STATE BASE COPY OK): the watcher's state of the file it was
 asked for, the byte it starts from, the local file holding it, and
 whether the file could be read.")
+(put 'fastrevert-remote--copy-ready 'permanent-local t)
 
 (defvar fastrevert-remote--counters
   (list :remote-watchers-started 0 :remote-lines 0 :remote-reverts 0
@@ -370,6 +375,11 @@ Tramp has open."
   (cond ((not (fastrevert-remote--connected-p conn))
          (setf (fastrevert-remote--conn-state conn) 'down)
          (fastrevert-remote--schedule-retry conn fastrevert-remote--connected-check))
+        ((fastrevert-remote-tramp-busy-p)
+         ;; Run from inside a wait of Tramp's, which starting a watcher
+         ;; through Tramp would enter again: soon after.
+         (setf (fastrevert-remote--conn-state conn) 'down)
+         (fastrevert-remote--schedule-retry conn 0.2))
         ((< (float-time) (fastrevert-remote--conn-next-try conn))
          (setf (fastrevert-remote--conn-state conn) 'down)
          (fastrevert-remote--schedule-retry
