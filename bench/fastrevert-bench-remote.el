@@ -31,7 +31,7 @@
 ;; its own on the main thread; its watches stop being added once they
 ;; have taken 30 s (the buffers left are polled, as stock polls a
 ;; buffer without a watch), and a wait for a write or a log gives up
-;; after 20 s; a cell that takes three minutes is given up.  Lock files
+;; after 20 s; a cell that makes no progress for 90 s is given up.  Lock files
 ;; on the host are off (`remote-file-name-inhibit-locks'), as nothing is
 ;; edited.  fastrevert's revert of a remote buffer is followed by
 ;; stock's VC refresh, through Tramp: the stalls of those refreshes
@@ -66,7 +66,7 @@
     (:tail-seconds 3 2)
     (:watch-cap 30 10)
     (:wait-cap 20 10)
-    (:cell-cap 180 120))
+    (:stuck-cap 90 60))
   "Workload sizes of this section as (KEY DEFAULT QUICK).")
 
 (defun fastrevert-bench-remote--size (key)
@@ -89,6 +89,9 @@
       (unwind-protect (apply function args)
         (setq fastrevert-bench-remote--watch-seconds
               (+ fastrevert-bench-remote--watch-seconds (- (float-time) start)))))))
+
+(defvar fastrevert-bench-remote--progress 0.0
+  "When the cell being measured last made progress, as a `float-time'.")
 
 ;;;; Stock's filter errors
 
@@ -121,6 +124,7 @@ more count toward the milliseconds per second."
          (stalled 0.0))
     (while (< (float-time) end)
       (let ((before (float-time)))
+        (fastrevert-bench-remote--progressed)
         (accept-process-output nil 0.05)
         (let ((late (- (float-time) before 0.05)))
           (setq longest (max longest late))
@@ -139,6 +143,7 @@ more count toward the milliseconds per second."
          (deadline (+ start (fastrevert-bench-remote--size :wait-cap))))
     (while (and (not (equal (fastrevert-remote-test-text buffer) text))
                 (< (float-time) deadline))
+      (fastrevert-bench-remote--progressed)
       (accept-process-output nil 0.01))
     (and (equal (fastrevert-remote-test-text buffer) text) (- (float-time) start))))
 
@@ -168,7 +173,9 @@ echo \"line $i\"; i=$((i+1)); sleep 0.01; done >>\"$2\""
                                         "sh" (number-to-string
                                               (* 100 (fastrevert-bench-remote--size :tail-seconds)))
                                         file))))
-            (while (process-live-p writer) (accept-process-output nil 0.05)))
+            (while (process-live-p writer)
+              (fastrevert-bench-remote--progressed)
+              (accept-process-output nil 0.05)))
           (let* ((expected (with-temp-buffer (insert-file-contents file) (buffer-string)))
                  (took (fastrevert-bench-remote--wait-text buffer expected)))
             (if took
@@ -206,20 +213,34 @@ echo \"line $i\"; i=$((i+1)); sleep 0.01; done >>\"$2\""
 
 (defun fastrevert-bench-remote--cell (impl count hosts root)
   "Measure IMPL with COUNT buffers spread over HOSTS, files under ROOT.
-Return the row's cells after the first four.  A cell that takes longer
-than `:cell-cap' seconds (stock's can hang in Tramp for good, a timer
-having entered Tramp while it waited) is given up, and Tramp's
+Return the row's cells after the first four.  A cell that makes no
+progress for `:stuck-cap' seconds (stock's can hang in Tramp for good,
+a timer having entered Tramp while it waited) is given up, and Tramp's
 connections are opened anew for the next."
   ;; Each cell opens Tramp's connections anew, whichever came before.
   (tramp-cleanup-all-connections)
-  (let ((result (with-timeout ((fastrevert-bench-remote--size :cell-cap) nil)
-                  (fastrevert-bench-remote--measure impl count hosts root))))
+  (setq fastrevert-bench-remote--progress (float-time))
+  (let* ((cap (fastrevert-bench-remote--size :stuck-cap))
+         (watchdog (run-with-timer 5 5 #'fastrevert-bench-remote--watch-progress cap))
+         (result (unwind-protect
+                     (catch 'fastrevert-bench-remote--stuck
+                       (fastrevert-bench-remote--measure impl count hosts root))
+                   (cancel-timer watchdog))))
     (or result
         (progn
           (fastrevert-bench-remote--tear-down)
           (tramp-cleanup-all-connections)
           (list "-" "-" "-" "-" "-" "-" "-"
-                (format "hung: given up after %d s" (fastrevert-bench-remote--size :cell-cap)))))))
+                (format "hung: nothing for %d s, given up" cap))))))
+
+(defun fastrevert-bench-remote--progressed ()
+  "Note that the cell being measured has made progress."
+  (setq fastrevert-bench-remote--progress (float-time)))
+
+(defun fastrevert-bench-remote--watch-progress (cap)
+  "Give the cell up if it has made no progress for CAP seconds."
+  (when (> (- (float-time) fastrevert-bench-remote--progress) cap)
+    (throw 'fastrevert-bench-remote--stuck nil)))
 
 (defun fastrevert-bench-remote--measure (impl count hosts root)
   "Measure IMPL with COUNT buffers spread over HOSTS, files under ROOT.
@@ -238,9 +259,10 @@ Return the row's cells after the first four."
     (unwind-protect
         (let* ((start (float-time))
                (pairs (mapcar (lambda (entry)
-                                (cons (find-file-noselect
-                                       (fastrevert-remote-test-file (car entry) (cdr entry)))
-                                      (cdr entry)))
+                                (prog1 (cons (find-file-noselect
+                                              (fastrevert-remote-test-file (car entry) (cdr entry)))
+                                             (cdr entry))
+                                  (fastrevert-bench-remote--progressed)))
                               files))
                (open (- (float-time) start))
                (own-before (fastrevert-bench-remote--own-ms))
