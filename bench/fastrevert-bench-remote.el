@@ -14,7 +14,9 @@
 ;; For 10 and 100 remote buffers, spread over 1 and 3 connections, with
 ;; no added delay and with the 50 ms round trip, each of stock
 ;; (notification, the default; and polling, notification off, at 10
-;; buffers on one connection) and fastrevert:
+;; buffers on one connection) and fastrevert (and its watcher's shell
+;; loop, as without inotifywait, at an interval of 1 s, at 10 buffers on
+;; one connection):
 ;;
 ;; - the seconds to open the files;
 ;; - the longest stall of the main thread in the 12 s after they are
@@ -197,9 +199,10 @@ echo \"line $i\"; i=$((i+1)); sleep 0.01; done >>\"$2\""
         fastrevert-bench-remote--filter-errors 0)
   (dolist (filter fastrevert-bench-remote--tramp-filters)
     (advice-add filter :around #'fastrevert-bench-remote--demoted-filter))
-  (setq auto-revert-use-notify (not (eq impl 'stock-poll)))
-  (when (eq impl 'fastrevert) (fastrevert-mode 1))
-  (unless (eq impl 'fastrevert)
+  (setq auto-revert-use-notify (not (memq impl '(stock-poll fastrevert-poll)))
+        auto-revert-interval (if (eq impl 'fastrevert-poll) 1 5))
+  (when (memq impl '(fastrevert fastrevert-poll)) (fastrevert-mode 1))
+  (unless (memq impl '(fastrevert fastrevert-poll))
     (advice-add 'auto-revert-notify-add-watch :around #'fastrevert-bench-remote--capped-watch))
   (global-auto-revert-mode 1))
 
@@ -207,6 +210,7 @@ echo \"line $i\"; i=$((i+1)); sleep 0.01; done >>\"$2\""
   "Kill the remote buffers and turn every mode off."
   (fastrevert-remote-test-cleanup)
   (advice-remove 'auto-revert-notify-add-watch #'fastrevert-bench-remote--capped-watch)
+  (setq auto-revert-interval 5)
   (dolist (filter fastrevert-bench-remote--tramp-filters)
     (advice-remove filter #'fastrevert-bench-remote--demoted-filter))
   (setq auto-revert-use-notify t))
@@ -267,7 +271,7 @@ Return the row's cells after the first four."
                (open (- (float-time) start))
                (own-before (fastrevert-bench-remote--own-ms))
                (window (fastrevert-bench-remote--window (fastrevert-bench-remote--size :window)))
-               (own (and (eq impl 'fastrevert)
+               (own (and (memq impl '(fastrevert fastrevert-poll))
                          (/ (- (fastrevert-bench-remote--own-ms) own-before)
                             (fastrevert-bench-remote--size :window))))
                (latencies (fastrevert-bench-remote--latencies pairs))
@@ -358,7 +362,7 @@ queues its buffer), then again unchanged.  No Tramp call is made."
                 (dolist (connections (fastrevert-bench-remote--size :connections))
                   (dolist (count (fastrevert-bench-remote--size :buffers))
                     (dolist (impl (if (and (= count 10) (= connections 1))
-                                      '(fastrevert stock stock-poll)
+                                      '(fastrevert fastrevert-poll stock stock-poll)
                                     '(fastrevert stock)))
                       (let ((hosts (cl-loop for i from 1 to connections
                                             collect (format (if (zerop delay) "fr%d" "frd%d") i))))
@@ -368,6 +372,7 @@ queues its buffer), then again unchanged.  No Tramp call is made."
                                             (format "%d ms" (* 2 delay))
                                             (pcase impl
                                               ('fastrevert "fastrevert")
+                                              ('fastrevert-poll "fastrevert, shell loop, 1 s")
                                               ('stock "stock, notification")
                                               ('stock-poll "stock, polling")))
                                       (fastrevert-bench-remote--cell impl count hosts root))

@@ -46,7 +46,11 @@
                      (cons (find-file-noselect (fastrevert-remote-test-file "fr1" file)) file))))
 
 (ert-deftest fastrevert-remote-poll-write-reaches-its-buffer-within-the-interval ()
-  "Without inotifywait, a write shows within the interval and half a second (P90)."
+  "Without inotifywait, a write shows within about the interval (P90).
+On an idle machine that is within the interval and half a second
+\(the benchmark has the figures); the bound here leaves another half
+second for a machine busy with other work, where each of the five
+processes a change passes through waits for a CPU."
   (let ((seed (fastrevert-remote-test-seed)))
     (ert-info ((format "FASTREVERT_TEST_SEED=%s" seed))
       (fastrevert-remote-poll-test--with-mode
@@ -57,7 +61,8 @@
             (message "Write to buffer, shell loop at a 1 s interval: %s s"
                      (mapconcat (lambda (s) (format "%.2f" s)) latencies " "))
             (ert-info ((format "latencies %S" latencies))
-              (should (<= (fastrevert-remote-test-p90 latencies) 1.5)))))))))
+              (should (<= (fastrevert-remote-test-p90 latencies)
+                          (+ auto-revert-interval 0.5 0.5))))))))))
 
 (ert-deftest fastrevert-remote-poll-prints-only-what-changed ()
   "The shell loop stats every second, but an unchanged file makes no line."
