@@ -178,12 +178,22 @@ restarts the notifying program, and once it watches them again every
 file is stat'ed anew, so that no change made meanwhile is missed.")
 
 (defconst fastrevert-remote--bootstrap
-  "IFS= read -r n; eval \"$(dd bs=1 count=\"$n\" 2>/dev/null)\""
+  "echo S; IFS= read -r n; eval \"$(dd bs=1 count=\"$n\" 2>/dev/null)\""
   "The shell command that starts the watcher, reading the program from its input.
-The first line gives the program's length in bytes, and the program
-follows; what comes after it is the watcher's own input.  Sending the
-program this way keeps the command line short and free of quoting
-that the remote login shell could read differently.")
+It prints \"S\" once it runs; then the first line of its input gives
+the program's length in bytes, and the program follows; what comes
+after it is the watcher's own input.  Sending the program this way
+keeps the command line short and free of quoting that the remote
+login shell could read differently.  Nothing is sent before the
+\"S\": the shell that Tramp runs a command in may read past the
+command's line (its terminal is not in canonical mode), which would
+lose what comes after.")
+
+(defun fastrevert-remote-watcher-send-program (process mode interval)
+  "Send the watcher PROCESS its program, for MODE and INTERVAL.
+Call this once it has printed \"S\"; see `fastrevert-remote--program'."
+  (let ((program (fastrevert-remote--program mode interval)))
+    (fastrevert-remote-watcher-send process (format "%d\n%s" (string-bytes program) program))))
 
 (defun fastrevert-remote--program (mode interval)
   "Return the watcher's program for MODE (`notify' or `poll') and INTERVAL."
@@ -256,10 +266,11 @@ a terminal, or goes through more than one hop."
                   (flatten-tree (tramp-get-method-parameter vec 'tramp-async-args))
                   (mapcan (lambda (arg) (split-string arg " " t)) expanded)))))))
 
-(defun fastrevert-remote-watcher-start (key host mode interval filter sentinel)
+(defun fastrevert-remote-watcher-start (key host filter sentinel)
   "Start a watcher on Tramp's connection KEY to HOST; return (PROCESS . SSH).
-MODE and INTERVAL are as for `fastrevert-remote--program', which is
-sent to it.  FILTER is called with the process and its output, and
+Once it prints \"S\", it is to be sent its program
+\(`fastrevert-remote-watcher-send-program').  FILTER is called with the
+process and its output, and
 SENTINEL with the process and a word for its end.  SSH is the command
 line that reaches the host over its shared connection, when the
 watcher was started that way (see `fastrevert-remote-direct');
@@ -272,9 +283,7 @@ otherwise it is nil, and Tramp started the watcher."
                        name (append ssh (list (concat "exec sh -c '" fastrevert-remote--bootstrap
                                                       "'")))
                        filter sentinel)
-                    (fastrevert-remote--start-through-tramp key name filter sentinel)))
-         (program (fastrevert-remote--program mode interval)))
-    (fastrevert-remote-watcher-send process (format "%d\n%s" (string-bytes program) program))
+                    (fastrevert-remote--start-through-tramp key name filter sentinel))))
     (cons process ssh)))
 
 (defun fastrevert-remote--stderr-buffer (name)

@@ -102,6 +102,8 @@ A look is local: it costs no round trip.")
   (retry-delay 0.0 :documentation "Seconds to wait before the next try after a failed one.")
   (next-try 0.0 :documentation "The `float-time' before which no new try starts.")
   (reported nil :documentation "Non-nil once the watcher's end has been reported.")
+  (ready nil :documentation "Non-nil once the watcher has its program.
+Until then, nothing else is sent to it.")
   (copies nil :documentation "Non-nil if the watcher sends copies of files.")
   (copy-id 0 :documentation "The number of the last copy asked for.")
   (asked (make-hash-table :test #'eql)
@@ -340,7 +342,8 @@ settings is replaced."
            (fastrevert-remote--try-start conn)))))
 
 (defun fastrevert-remote--send-changes (conn)
-  "Send CONN's watcher the files added to and removed from its set."
+  "Send CONN's watcher the files added to and removed from its set.
+A watcher that has not got its program yet gets them with it."
   (let ((sent (fastrevert-remote--conn-sent conn))
         (items (fastrevert-remote--conn-items conn))
         (lines nil))
@@ -352,7 +355,7 @@ settings is replaced."
                (unless (gethash name sent)
                  (push (concat "+" name "\n") lines)))
              items)
-    (when lines
+    (when (and lines (fastrevert-remote--conn-ready conn))
       (dolist (line lines)
         (let ((name (substring line 1 -1)))
           (if (eq (aref line 0) ?+) (puthash name t sent) (remhash name sent))))
@@ -412,10 +415,11 @@ Tramp has open."
           (fastrevert-remote--conn-interval conn) auto-revert-interval
           (fastrevert-remote--conn-watching conn) nil
           (fastrevert-remote--conn-partial conn) ""
+          (fastrevert-remote--conn-ready conn) nil
           (fastrevert-remote--conn-state conn) 'starting)
     (clrhash (fastrevert-remote--conn-sent conn))
     (let ((process (car (fastrevert-remote-watcher-start
-                         key (fastrevert-remote--conn-host conn) mode auto-revert-interval
+                         key (fastrevert-remote--conn-host conn)
                          (lambda (process output)
                            (when (eq process (fastrevert-remote--conn-process conn))
                              (fastrevert-remote--output conn output)))
@@ -500,6 +504,12 @@ it restarts once Tramp is connected again"
          (fastrevert-remote--copy-line conn line))
         ((string-prefix-p "M " line)
          (fastrevert-remote--state-line conn line))
+        ((and (member line '("S" "S\r")) (not (fastrevert-remote--conn-ready conn)))
+         (fastrevert-remote-watcher-send-program (fastrevert-remote--conn-process conn)
+                                                 (fastrevert-remote--conn-mode conn)
+                                                 (fastrevert-remote--conn-interval conn))
+         (setf (fastrevert-remote--conn-ready conn) t)
+         (fastrevert-remote--send-changes conn))
         ((string-match "\\`D \\([0-9]+\\)" line)
          (let* ((id (string-to-number (match-string 1 line)))
                 (asked (gethash id (fastrevert-remote--conn-asked conn))))
