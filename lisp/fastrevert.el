@@ -836,7 +836,8 @@ that `unload-feature' goes on to remove the rest."
   (when fastrevert-mode (fastrevert-mode -1))
   ;; Each library goes before the ones it needs; the engine's goes last,
   ;; once no process is left to tell of its end.
-  (dolist (feature '(fastrevert-report fastrevert-remote fastrevert-call fastrevert-process
+  (dolist (feature '(fastrevert-report fastrevert-remote fastrevert-remote-revert
+                     fastrevert-remote-watcher fastrevert-call fastrevert-process
                      fastrevert-child fastrevert-decode fastrevert-compile fastrevert-watch
                      fastrevert-batch fastrevert-engine))
     (when (featurep feature) (unload-feature feature t)))
