@@ -8,9 +8,11 @@ WERROR     ?= $(if $(CI),ON,OFF)
 CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 
-# Debian packages the build and the tests need.  The remote-file tests run
-# an sshd of their own on loopback, on a "remote" host that has inotifywait.
-DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit mercurial \
+# Debian packages the build and the tests need.
+# ccache lets the package tests' module builds share their compiling.  The
+# remote-file tests run an sshd of their own on loopback, on a "remote" host
+# that has inotifywait.
+DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit mercurial ccache \
   openssh-server openssh-client inotify-tools
 
 # The package manager `make deps' speaks to: apt-get where it exists (Debian,
@@ -66,7 +68,24 @@ CROSS_CACHE      ?= $(HOME)/.cache/fastrevert/cross
 CROSS_BUILD      ?= $(BUILD)-cross
 CROSS_PACKAGES   := npm dpkg-dev llvm
 
-.PHONY: all build deps deps-fuzz deps-root deps-bench deps-cross test test-emacs30 test-portable \
+# `make package': fastrevert-VERSION.tar in PACKAGE_OUT (default: here), the
+# tarball package-install-file takes, as a MELPA build makes it (the recipe
+# in recipes/fastrevert names the same files): the Lisp at the top, the
+# module's sources and CMake files beside it, nothing of test/ or bench/.
+VERSION      := $(shell sed -n 's/^;; Version: *//p' lisp/fastrevert.el)
+PACKAGE_OUT  ?= .
+PACKAGE_NAME := fastrevert-$(VERSION)
+PACKAGE_STAGE = $(BUILD)/package
+# fastrevert-pkg.el, from the headers of fastrevert.el as package.el reads them,
+# and saying, as Emacs 30 asks every file to, which binding it is written for.
+PACKAGE_PKG_EL = $(PACKAGE_STAGE)/$(PACKAGE_NAME)/fastrevert-pkg.el
+PACKAGE_DESCRIBE = (progn (with-temp-buffer (insert-file-contents "lisp/fastrevert.el") \
+  (package-generate-description-file (package-buffer-info) "$(PACKAGE_PKG_EL)")) \
+  (with-temp-file "$(PACKAGE_PKG_EL)" (insert-file-contents "$(PACKAGE_PKG_EL)") \
+    (when (search-forward "-*- no-byte-compile: t -*-" (line-end-position) t) \
+      (replace-match "-*- no-byte-compile: t; lexical-binding: nil -*-" t t))))
+
+.PHONY: all build deps package deps-fuzz deps-root deps-bench deps-cross test test-emacs30 test-portable \
   test-portable-emacs30 cross bench bench-build bench-full bench-emacs30 bench-run bench-full-run \
   asan tsan asan-emacs fuzz lint stress clean help
 
@@ -88,6 +107,7 @@ help:
 	@echo "make fuzz     fuzz the LSP framer for FUZZ_SECONDS (default 60) seconds"
 	@echo "make stress TESTS=\"call-process vc\" N=20  run those test files N times under load"
 	@echo "make lint     byte-compile the Lisp with warnings as errors and run checkdoc"
+	@echo "make package  write fastrevert-VERSION.tar, for M-x package-install-file"
 	@echo "make clean    remove build directories and the built module"
 
 # Checks for every dependency; installs what is missing when run as root,
@@ -106,6 +126,7 @@ define install_missing
 	    clang)       command -v clang++ >/dev/null 2>&1 || missing="$$missing clang" ;; \
 	    git)         command -v git >/dev/null 2>&1 || missing="$$missing git" ;; \
 	    mercurial)   command -v hg >/dev/null 2>&1 || missing="$$missing mercurial" ;; \
+	    ccache)      command -v ccache >/dev/null 2>&1 || missing="$$missing ccache" ;; \
 	    gnuplot-nox) command -v gnuplot >/dev/null 2>&1 || missing="$$missing gnuplot-nox" ;; \
 	    npm)         command -v npm >/dev/null 2>&1 || missing="$$missing npm" ;; \
 	    dpkg-dev)    command -v dpkg-source >/dev/null 2>&1 || missing="$$missing dpkg-dev" ;; \
@@ -317,6 +338,16 @@ BUSY  ?= 2
 stress: build
 	test/stress.sh $(BUILD) $(N) $(BUSY) "$(TESTS)"
 
+package:
+	rm -rf $(PACKAGE_STAGE)
+	mkdir -p $(PACKAGE_STAGE)/$(PACKAGE_NAME)
+	cp lisp/*.el CMakeLists.txt $(PACKAGE_STAGE)/$(PACKAGE_NAME)/
+	cp -R cmake module $(PACKAGE_STAGE)/$(PACKAGE_NAME)/
+	$(EMACS) -Q --batch -l package --eval '$(PACKAGE_DESCRIBE)'
+	mkdir -p $(PACKAGE_OUT)
+	tar -cf $(PACKAGE_OUT)/$(PACKAGE_NAME).tar -C $(PACKAGE_STAGE) $(PACKAGE_NAME)
+	@echo "Wrote $(PACKAGE_OUT)/$(PACKAGE_NAME).tar"
+
 lint: deps
 	$(EMACS) -Q --batch -L lisp -L test/lisp --eval '(setq load-prefer-newer t)' \
 	  -l ert -l test/lisp/fastrevert-lint-test.el -f ert-run-tests-batch-and-exit
@@ -325,5 +356,6 @@ clean:
 	rm -rf $(BUILD) $(BUILD)-release $(BUILD)-asan $(BUILD)-tsan $(BUILD)-asan-emacs $(BUILD)-fuzz \
 	  $(EMACS30_BUILD) $(EMACS30_BUILD)-release $(PORTABLE_BUILD) $(EMACS30_BUILD)-portable \
 	  $(CROSS_BUILD)
-	rm -f lisp/fastrevert-module.so lisp/fastrevert-module.dylib lisp/*.elc bench/*.elc \
-	  test/lisp/*.elc
+	rm -rf build-module
+	rm -f lisp/fastrevert-module*.so lisp/fastrevert-module*.dylib lisp/*.elc bench/*.elc \
+	  test/lisp/*.elc fastrevert-*.tar

@@ -164,6 +164,46 @@ Emacs's hash tables never shrink: a queue would keep a checkout's room."
       (make-hash-table :test #'eq)
     queue))
 
+;;;; For each buffer, the text before the state
+
+;; Stock auto-revert refreshes a buffer's VC state right after reverting
+;; it, so the mode line never describes a newer file than the text does.
+;; A refresh that a change of the repository asks for can come first: `git
+;; stash' writes the index, then starts `git reset --hard' to put the
+;; files back, and the engine may see the repository idle in between and
+;; report the index alone.  Git, asked later, already says the file is
+;; clean while its buffer still shows the edit.  So a buffer's state is
+;; refreshed only while its text is its file's, from what VC read while
+;; it was; a buffer waiting for its revert keeps its mode line until the
+;; revert, which asks for the refresh again.
+
+(defvar vc-file-prop-obarray)
+
+(defun fastrevert--refresh-if-current (refresh current-p &optional read-before)
+  "Call REFRESH to refresh the current buffer's VC state while its text is current.
+CURRENT-P, called with the buffer, returns nil while its text waits
+for a revert.  Then REFRESH is not called.  READ-BEFORE non-nil says
+that what REFRESH reads was read before this call, as a batch reads
+Git's answers; otherwise CURRENT-P is asked again once REFRESH is
+done, and if the file changed meanwhile, the buffer's `vc-mode' and
+the VC properties of its file are put back as they were.  Return
+non-nil if the buffer shows its refreshed state."
+  (let ((buffer (current-buffer)))
+    (when (funcall current-p buffer)
+      (if read-before
+          (progn (funcall refresh) t)
+        (let* ((file (and buffer-file-name
+                          (intern (expand-file-name buffer-file-name) vc-file-prop-obarray)))
+               (properties (and file (copy-sequence (symbol-plist file))))
+               (mode vc-mode))
+          (funcall refresh)
+          (or (funcall current-p buffer)
+              (progn
+                (setq vc-mode mode)
+                (when file (setplist file properties))
+                (force-mode-line-update)
+                nil)))))))
+
 (provide 'fastrevert-batch)
 
 ;;; fastrevert-batch.el ends here

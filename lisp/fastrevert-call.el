@@ -12,13 +12,21 @@
 ;; `fastrevert-call-process' takes the arguments of `call-process' and
 ;; returns what it returns.  While the child runs, Emacs waits natively
 ;; on its exit; how the output reaches the buffer follows its size and
-;; pace.  Up to 16 KiB comes as one string, decoded and inserted.
-;; Anything longer is read by `insert-file-contents' straight from the
-;; pipe into the buffer gap and decoded there once: nothing is copied on
-;; the way and no Lisp string is made.  A child that fills its pipe
-;; faster than Emacs inserts goes through a memfd (an anonymous
+;; pace.  Up to 16 KiB comes as one string, decoded and inserted.  A
+;; longer output that the child wrote and closed is read by
+;; `insert-file-contents' straight from the pipe into the buffer gap and
+;; decoded there once: nothing is copied on the way and no Lisp string
+;; is made.  Output that goes on goes through a memfd (an anonymous
 ;; in-memory file) in chunks of whole lines, each inserted with
 ;; `insert-file-contents' while the child writes the next.
+;;
+;; The call runs with quit inhibited, and the module takes each C-g from
+;; `quit-flag' between the parts it hands over: Emacs keeps nothing of
+;; an insert that a quit stops, and a quit can fall on any call into
+;; Lisp before it begins.  Each part is a few MiB at most, so a C-g
+;; waits little, and on a quit the module hands over all it has read,
+;; cut after the last whole character: a C-g keeps at least what stock
+;; `call-process' would have inserted by then.
 ;;
 ;; All policy (which coding system, which buffer, which error to
 ;; signal) is here and follows the stock primitive; the module spawns,
@@ -31,7 +39,7 @@
 (require 'fastrevert-decode)
 
 (declare-function fastrevert--mod-call-process "fastrevert-module"
-                  (program argv env cwd infile stdout stderr chunk))
+                  (program argv env cwd infile stdout stderr chunk cut))
 (declare-function fastrevert--mod-process-start "fastrevert-module"
                   (id program argv env cwd stdin stdout stderr framing read-size))
 (declare-function fastrevert--mod-strsignal "fastrevert-module" (signal))
@@ -78,6 +86,16 @@ across lines and need no detection of the character encoding;
   (and coding
        (memq (coding-system-type coding) '(utf-8 charset raw-text shift-jis big5))))
 
+(defun fastrevert--call-process-cut (coding)
+  "Return where output decoded with CODING may be cut, for the native call.
+That is `utf-8' for UTF-8, `bytes' for raw bytes, where every byte is
+a character, and nil otherwise: after a byte below 0x80 that is
+neither a digit nor a carriage return, which ends a character in
+every ASCII-compatible coding system."
+  (pcase (and coding (not (eq coding 'undecided)) (coding-system-type coding))
+    ('utf-8 'utf-8)
+    ('raw-text 'bytes)))
+
 (defun fastrevert--call-process-chunk-for (coding display)
   "Return the CHUNK argument of the native call for output in CODING.
 With DISPLAY non-nil, every line as it arrives (1), which takes a
@@ -93,29 +111,26 @@ read straight from the pipe, and decoded once, whole."
         (t fastrevert--call-process-chunk)))
 
 (defun fastrevert--insert-pipe (fd coding)
-  "Insert all the pipe FD will give, to its end, at point, decoded with CODING.
-Return the number of bytes inserted, as the buffer holds them, or
-the symbol `quit' when a quit stopped the reading; the text read
-until then stays, and point ends after the text either way.  As
-for a memfd range, `buffer-file-coding-system' is restored and no
-file name handler, format decoder or after-insert function runs.
+  "Insert the contents of the pipe FD, to its end, at point, decoded with CODING.
+The pipe has no writer left, so the read ends at what it holds.
+Return the number of bytes inserted, as the buffer holds them; point
+ends after the text.  As for a memfd range,
+`buffer-file-coding-system' is restored and no file name handler,
+format decoder or after-insert function runs.
 `last-coding-system-used' tells what `undecided' detected."
   (let ((start (point))
         (size (buffer-size))
-        (saved-file-coding buffer-file-coding-system)
-        (quit nil))
+        (saved-file-coding buffer-file-coding-system))
     (unwind-protect
-        (condition-case nil
-            (let ((coding-system-for-read coding)
-                  (file-name-handler-alist nil)
-                  (after-insert-file-functions nil)
-                  (format-alist nil))
-              (insert-file-contents (fastrevert--memfd-file-name fd)))
-          (quit (setq quit t)))
+        (let ((coding-system-for-read coding)
+              (file-name-handler-alist nil)
+              (after-insert-file-functions nil)
+              (format-alist nil))
+          (insert-file-contents (fastrevert--memfd-file-name fd)))
       (unless (eq buffer-file-coding-system saved-file-coding)
         (setq buffer-file-coding-system saved-file-coding)))
     (goto-char (+ start (- (buffer-size) size)))
-    (if quit 'quit (- (position-bytes (point)) (position-bytes start)))))
+    (- (position-bytes (point)) (position-bytes start))))
 
 (defun fastrevert--call-process-insert (coding fd beg end)
   "Insert output at point, decoded with CODING.
@@ -256,9 +271,19 @@ lookup needs (the operation's arguments) is made only then."
                ;; Standard error "mixed with the output" goes to the null
                ;; device when the output is discarded.
                (stderr-target (if (and (eq encoded-stderr t) (null stdout)) nil encoded-stderr))
-               (result (fastrevert--mod-call-process
-                        encoded-path argv env encoded-dir encoded-infile stdout stderr-target
-                        (fastrevert--call-process-chunk-for coding display))))
+               (chunk (fastrevert--call-process-chunk-for coding display))
+               (cut (fastrevert--call-process-cut
+                     (if (and buffer (not (buffer-local-value 'enable-multibyte-characters
+                                                              buffer)))
+                         'raw-text
+                       coding)))
+               ;; The module takes each C-g from `quit-flag' itself: a quit
+               ;; that stopped an insert, or fell on a call into Lisp
+               ;; before it began, would lose output already read.
+               (result (let ((inhibit-quit t))
+                         (fastrevert--mod-call-process
+                          encoded-path argv env encoded-dir encoded-infile stdout stderr-target
+                          chunk cut))))
           (cond
            ;; The common end: the child exited.
            ((integerp result)

@@ -19,6 +19,11 @@
 ;; (fastrevert.el) and the process layer (fastrevert-process.el,
 ;; fastrevert-call.el) register their handlers here; neither needs the
 ;; other.
+;;
+;; Nothing here needs the module to load or to byte-compile: it is
+;; loaded on first use, when `fastrevert-mode' is turned on or a native
+;; primitive is first called, and built then if it is missing (see
+;; fastrevert-compile.el).
 
 ;;; Code:
 
@@ -33,56 +38,255 @@ the \"Version:\" header of fastrevert.el gives the build.")
   :prefix "fastrevert-")
 
 (defcustom fastrevert-always-compile-module nil
-  "Non-nil means build a missing native module without asking."
+  "Non-nil means build a missing native module without asking.
+Otherwise fastrevert asks, once, when the module is first needed;
+batch Emacs is never asked, and gets an error naming the command
+that builds the module."
   :type 'boolean)
+
+(defcustom fastrevert-module-file nil
+  "A prebuilt native module to load, or nil to find or build one.
+For distributions that ship the module built: it must have been
+built from this version of fastrevert, and fastrevert never builds
+one in its place."
+  :type '(choice (const :tag "Find or build it" nil) file))
 
 ;;;; Errors
 
 (define-error 'fastrevert-error "fastrevert error")
 (define-error 'fastrevert-system-error "fastrevert system call failed" 'fastrevert-error)
 (define-error 'fastrevert-not-running "fastrevert engine not running" 'fastrevert-error)
+;; What stands between the user and the module: the data of each is a
+;; message that says what to do.
 (define-error 'fastrevert-module-version-mismatch
   "fastrevert module does not match its Lisp" 'fastrevert-error)
+(define-error 'fastrevert-module-missing "fastrevert module not built" 'fastrevert-error)
+(define-error 'fastrevert-module-build-failed "fastrevert module build failed" 'fastrevert-error)
+(defconst fastrevert--module-errors
+  '(fastrevert-module-version-mismatch fastrevert-module-missing fastrevert-module-build-failed)
+  "The errors that say why the module cannot be loaded, each with its message.")
+
+(when (< emacs-major-version 28)
+  (error "Fastrevert needs Emacs 28 or later (it uses the module API's open_channel)"))
+
+;;;; Where the native module is
+
+(defconst fastrevert--lisp-directory
+  (file-name-directory (or load-file-name buffer-file-name default-directory))
+  "The directory fastrevert's Lisp is loaded from.
+The module is looked for there first, and built there when the
+directory is writable.")
+
+(defun fastrevert--module-file-name ()
+  "Return the name of this version's module file, without a directory.
+It carries the version, so that no other version's build is ever
+taken for it."
+  (concat "fastrevert-module-" fastrevert-version module-file-suffix))
+
+(defun fastrevert--user-module-directory ()
+  "Return the folder for this version's module under `user-emacs-directory'.
+A module goes there when fastrevert's Lisp directory is read-only."
+  (file-name-as-directory
+   (expand-file-name (concat "fastrevert/" fastrevert-version) user-emacs-directory)))
+
+(defun fastrevert--module-target-directory ()
+  "Return the directory a build writes the module to."
+  (if (file-writable-p fastrevert--lisp-directory)
+      fastrevert--lisp-directory
+    (fastrevert--user-module-directory)))
+
+(defun fastrevert--find-module ()
+  "Return the module file to load, or nil if there is none yet.
+That is `fastrevert-module-file' when set, else this version's module
+next to the Lisp or under `user-emacs-directory'."
+  (if fastrevert-module-file
+      (let ((file (expand-file-name fastrevert-module-file)))
+        (unless (file-exists-p file)
+          (signal 'fastrevert-module-missing
+                  (list (format "`fastrevert-module-file' names %s, which does not exist"
+                                file))))
+        file)
+    (let ((found nil))
+      (dolist (directory (list fastrevert--lisp-directory (fastrevert--user-module-directory)))
+        (let ((file (expand-file-name (fastrevert--module-file-name) directory)))
+          (when (and (not found) (file-exists-p file))
+            (setq found file))))
+      found)))
 
 ;;;; Loading the native module
 
+;; Until the module is loaded, each native primitive is a stub that
+;; loads it (building it first if need be) and calls the primitive
+;; the module defined in its place.  Loading the module replaces them
+;; all.  A few answer for an engine that cannot be running without
+;; loading anything.
+
+(defconst fastrevert--module-functions
+  '(fastrevert--mod-accessible-directory-p fastrevert--mod-call-process
+    fastrevert--mod-drain fastrevert--mod-echo fastrevert--mod-first-executable
+    fastrevert--mod-hold-wakes fastrevert--mod-memfd-read fastrevert--mod-memfd-release
+    fastrevert--mod-module-api fastrevert--mod-process-eof fastrevert--mod-process-remove
+    fastrevert--mod-process-send fastrevert--mod-process-signal
+    fastrevert--mod-process-start fastrevert--mod-running-p
+    fastrevert--mod-set-wake-process fastrevert--mod-signal-number fastrevert--mod-start
+    fastrevert--mod-stats fastrevert--mod-stop fastrevert--mod-strerror
+    fastrevert--mod-strsignal fastrevert--mod-test-delayed-stats
+    fastrevert--mod-test-throw fastrevert--mod-test-watch-fault fastrevert--mod-version
+    fastrevert--mod-wait fastrevert--mod-watch-add fastrevert--mod-watch-backend
+    fastrevert--mod-watch-configure fastrevert--mod-watch-hold-limit
+    fastrevert--mod-watch-remove fastrevert--mod-watch-vc-info
+    fastrevert--mod-watch-visible)
+  "Every function the native module defines.")
+
+(defconst fastrevert--module-idle-functions
+  '(fastrevert--mod-running-p fastrevert--mod-stats fastrevert--mod-stop)
+  "Native functions that return nil, loading nothing, before the module is loaded.
+Each asks about, or stops, an engine that cannot run without it.")
+
 (declare-function fastrevert--mod-version "fastrevert-module" ())
+(declare-function fastrevert--mod-module-api "fastrevert-module" ())
 (declare-function fastrevert--mod-start "fastrevert-module" (pipe-process))
 (declare-function fastrevert--mod-stop "fastrevert-module" (&optional timeout))
 (declare-function fastrevert--mod-running-p "fastrevert-module" ())
 (declare-function fastrevert--mod-drain "fastrevert-module" (handler))
 (declare-function fastrevert--mod-stats "fastrevert-module" ())
-(declare-function fastrevert-module-compile "fastrevert-compile" ())
+(declare-function fastrevert-module--build "fastrevert-compile" (wait then))
+(declare-function fastrevert-module--build-command "fastrevert-compile" ())
+(declare-function fastrevert-module--last-failure "fastrevert-compile" ())
+;; The build, and `compile' with it, is loaded only when it is needed.
+(autoload 'fastrevert-module--build "fastrevert-compile")
+(autoload 'fastrevert-module--build-command "fastrevert-compile")
+
+(defun fastrevert--module-stub (name)
+  "Return the stub to stand for native function NAME until the module is loaded."
+  (if (memq name fastrevert--module-idle-functions)
+      (lambda (&rest _) nil)
+    (lambda (&rest args)
+      (fastrevert--module-ready)
+      (when (fastrevert--module-stub-p name)
+        (signal 'fastrevert-error
+                (list (format "The fastrevert module defines no `%s'" name))))
+      (apply name args))))
+
+(defun fastrevert--module-stub-p (name)
+  "Return non-nil if native function NAME is still its stub."
+  (let ((stub (get name 'fastrevert--stub)))
+    (and stub (eq (symbol-function name) stub))))
+
+;; `fset' rather than `defalias': the stubs belong to no file, so that
+;; unloading this one leaves the module's functions, which replaced
+;; them, in place.
+(dolist (name fastrevert--module-functions)
+  (unless (fboundp name)
+    (let ((stub (fastrevert--module-stub name)))
+      (put name 'fastrevert--stub stub)
+      (fset name stub))))
+
+(defvar fastrevert--module-loaded-file nil
+  "The module file this Emacs loaded, or nil.")
+
+(defun fastrevert--module-loaded-p ()
+  "Return non-nil if a fastrevert module is loaded in this Emacs, of any version."
+  (and (featurep 'fastrevert-module)
+       (fboundp 'fastrevert--mod-version)
+       (not (fastrevert--module-stub-p 'fastrevert--mod-version))))
 
 (defun fastrevert--check-module-version (module-version)
-  "Signal an error unless MODULE-VERSION is `fastrevert-version'."
+  "Signal an error unless MODULE-VERSION is `fastrevert-version'.
+A module cannot be unloaded: one of another version, once loaded,
+stays until Emacs exits."
   (unless (equal module-version fastrevert-version)
     (signal 'fastrevert-module-version-mismatch
-            (list (format "The fastrevert module was built as version %s, \
-but the Lisp is version %s; rebuild it (make, or M-x \
-fastrevert-module-compile) and restart Emacs"
-                          module-version fastrevert-version)))))
+            (list (format "This Emacs has loaded the module of fastrevert %s, \
+but its Lisp is now version %s: restart Emacs to use %s"
+                          module-version fastrevert-version fastrevert-version)))))
+
+(defun fastrevert--missing-module-message ()
+  "Return the text to say that the module is missing, and how to build it."
+  (format "The fastrevert native module %s is not built.  Build it with \
+M-x fastrevert-module-compile, or set `fastrevert-always-compile-module' to \
+build it when needed, or run:  %s"
+          (fastrevert--module-file-name) (fastrevert-module--build-command)))
 
 (defun fastrevert--load-module ()
-  "Load the native module, offering to build it when it is missing."
-  (unless (featurep 'fastrevert-module)
-    (unless module-file-suffix
-      (user-error "Fastrevert needs an Emacs built with dynamic module support"))
-    (unless (require 'fastrevert-module nil t)
-      (if (or fastrevert-always-compile-module
-              (and (not noninteractive)
-                   (y-or-n-p "The fastrevert native module is not built; compile it now? ")))
-          (progn
-            (require 'fastrevert-compile)
-            (fastrevert-module-compile))
-        (error "The fastrevert native module (fastrevert-module%s) is not built: \
-run `make' in the fastrevert source tree or M-x fastrevert-module-compile"
-               module-file-suffix))))
-  (fastrevert--check-module-version (fastrevert--mod-version)))
+  "Load this version's module; signal an error if it cannot be loaded.
+The error is `fastrevert-module-missing' when there is no module to
+load, and `fastrevert-module-version-mismatch' when this Emacs has
+loaded a module of another version."
+  (cond ((fastrevert--module-loaded-p)
+         (fastrevert--check-module-version (fastrevert--mod-version)))
+        ((not module-file-suffix)
+         (signal 'fastrevert-error
+                 '("Fastrevert needs an Emacs built with dynamic module support")))
+        (t
+         (let ((file (fastrevert--find-module)))
+           (unless file
+             (signal 'fastrevert-module-missing (list (fastrevert--missing-module-message))))
+           (load file nil t t)
+           (setq fastrevert--module-loaded-file file)
+           (fastrevert--check-module-version (fastrevert--mod-version))))))
 
-(when (< emacs-major-version 28)
-  (error "Fastrevert needs Emacs 28 or later (it uses the module API's open_channel)"))
-(fastrevert--load-module)
+(defvar fastrevert--build-answer nil
+  "The answer to the one question whether to build the module, or nil.
+It is `yes' or `no' once asked in this Emacs.")
+
+(defun fastrevert--build-allowed-p (in-background)
+  "Return non-nil if the missing module may be built now.
+It may when `fastrevert-always-compile-module' is set, or, in an
+interactive Emacs, when the user says so; the question is asked at
+most once.  IN-BACKGROUND non-nil says the build would not be waited
+for."
+  (cond (fastrevert-module-file nil)
+        (fastrevert-always-compile-module t)
+        (noninteractive nil)
+        (fastrevert--build-answer (eq fastrevert--build-answer 'yes))
+        (t (setq fastrevert--build-answer
+                 (if (y-or-n-p
+                      (format "The fastrevert native module is not built; build it now \
+with CMake (about a minute%s)? "
+                              (if in-background ", in the background" "")))
+                     'yes 'no))
+           (eq fastrevert--build-answer 'yes))))
+
+(defvar fastrevert--build-in-background 'unless-batch
+  "Whether turning a mode on may build the module in the background.
+`unless-batch' means so in an interactive Emacs; batch Emacs waits for
+the build, since it has no command loop to come back to.  t and nil
+mean always and never.")
+
+(defun fastrevert--module-ready (&optional then)
+  "Load the module, building it first if it is missing; return non-nil if loaded.
+Without THEN, a build is waited for, and any failure signals an error.
+With THEN, a function of no argument, a build may run in the
+background instead (see `fastrevert--build-in-background'): the value
+is then nil, and THEN is called once the build has loaded the module.
+A missing module that may not be built signals `fastrevert-module-missing'."
+  (condition-case err
+      (progn (fastrevert--load-module) t)
+    (fastrevert-module-missing
+     (let ((in-background (and then (if (eq fastrevert--build-in-background 'unless-batch)
+                                         (not noninteractive)
+                                       fastrevert--build-in-background))))
+       ;; A build that failed is tried again when asked for, by the mode
+       ;; or the command, not at each call of a primitive.
+       (let ((failure (and (not then) (featurep 'fastrevert-compile)
+                           (fastrevert-module--last-failure))))
+         (when failure
+           (signal 'fastrevert-module-build-failed (list failure))))
+       (unless (fastrevert--build-allowed-p in-background)
+         (signal (car err) (cdr err)))
+       (fastrevert-module--build (not in-background) (and in-background then))
+       (and (not in-background) (fastrevert--module-loaded-p))))))
+
+;; A newer version's Lisp loaded over an older one (package.el reloads
+;; an upgraded package's files) finds the older module in place.
+(when (and (fastrevert--module-loaded-p)
+           (not (equal (fastrevert--mod-version) fastrevert-version)))
+  (display-warning
+   'fastrevert
+   (format "fastrevert %s is loaded, but this Emacs runs the module of %s, \
+which cannot be unloaded: restart Emacs to use fastrevert %s"
+           fastrevert-version (fastrevert--mod-version) fastrevert-version)))
 
 ;;;; Records
 
@@ -263,6 +467,8 @@ holds; an engine started anew runs `fastrevert--engine-started-hook'."
   (cond ((fastrevert--engine-live-p))
         ((fastrevert--mod-running-p) (fastrevert--wake-renew))
         (t
+         ;; Loaded (or built) before anything is made for it.
+         (fastrevert--module-ready)
          (fastrevert--engine-stop)
          (setq fastrevert--wake-process (fastrevert--make-wake-process))
          (fastrevert--mod-start fastrevert--wake-process)

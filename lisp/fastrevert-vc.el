@@ -422,6 +422,17 @@ if this is the first time the repository is asked about."
                       (puthash root (or fetched 'failed) repos)
                       fetched)))))))
 
+(defun fastrevert-vc-fetch-for (buffer)
+  "Have Git's answers for BUFFER read now, if the running batch gives any.
+Return non-nil if it does: a buffer whose file is found unchanged
+after this was the same file while Git read it."
+  (let ((place (and fastrevert-vc--batch
+                    (gethash buffer (plist-get fastrevert-vc--batch :buffers)))))
+    (when place
+      (with-current-buffer buffer
+        (when (fastrevert-vc--usable-p)
+          (fastrevert-vc--repo-of-root (fastrevert-vc--place-root place)))))))
+
 (defun fastrevert-vc--repo-for (directory)
   "Return the batch's answers for the repository of DIRECTORY, or nil."
   (let ((root (fastrevert-vc--root-of directory)))
@@ -773,7 +784,7 @@ a hundred buffers."
 
 ;;;; Showing the state early
 
-(defun fastrevert-vc-show-early (buffers refresh)
+(defun fastrevert-vc-show-early (buffers refresh &optional current-p)
   "Show in BUFFERS' mode lines the VC state their refresh will give them.
 Call this inside `fastrevert-vc-call-with-batch' for BUFFERS.  Files
 of one repository that Git answers for alike, with the same count of
@@ -787,8 +798,12 @@ never changes one in place, and copies of 1,000 of them would cost a
 garbage collection).  Their full refresh, which
 sets the rest of their VC state and a string of their own, is still
 to be done.  A file Git does not track, or one the batch cannot
-answer for, is in no group.  Return (REFRESHED . SHOWN): the buffers
-REFRESH was called on, and those given the string."
+answer for, is in no group.  With CURRENT-P, a function of a buffer
+that returns nil while its text waits for a revert, REFRESH returns
+non-nil if the buffer shows its refreshed state, the first buffer of
+a group for which it does gives the string, and only to those that
+CURRENT-P accepts.  Return (REFRESHED . SHOWN): the buffers REFRESH
+was called on, and those given the string."
   (let ((by-buffer (plist-get fastrevert-vc--batch :buffers))
         ;; A repository's answers to its groups: ((COUNT . CODES)
         ;; BUFFERS...), the buffers in reverse.
@@ -810,19 +825,23 @@ REFRESH was called on, and those given the string."
     (let ((refreshed nil)
           (shown nil))
       (dolist (group (nreverse groups))
-        (let* ((members (nreverse (cdr group)))
-               (first (car members)))
-          (funcall refresh first)
-          (push first refreshed)
-          (let ((mode (buffer-local-value 'vc-mode first)))
+        (let ((members (nreverse (cdr group)))
+              (first nil))
+          (while (and members (not first))
+            (let ((buffer (pop members)))
+              (push buffer refreshed)
+              (when (or (funcall refresh buffer) (not current-p))
+                (setq first buffer))))
+          (let ((mode (and first (buffer-local-value 'vc-mode first))))
             (when (and (stringp mode)
                        (eq (vc-file-getprop (buffer-local-value 'buffer-file-name first)
                                             'vc-backend)
                            'Git))
-              (dolist (buffer (cdr members))
-                (when (eq (vc-file-getprop (buffer-local-value 'buffer-file-name buffer)
-                                           'vc-backend)
-                          'Git)
+              (dolist (buffer members)
+                (when (and (eq (vc-file-getprop (buffer-local-value 'buffer-file-name buffer)
+                                                'vc-backend)
+                               'Git)
+                           (or (not current-p) (funcall current-p buffer)))
                   (with-current-buffer buffer
                     (setq vc-mode mode)
                     (force-mode-line-update))

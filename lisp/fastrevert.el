@@ -42,13 +42,14 @@
 ;;   fastrevert-process.el  `fastrevert-make-process' and companions
 ;;   fastrevert-call.el     `fastrevert-call-process'
 ;;
-;; Usage, from an init file:
+;; Usage, from an init file, once the package is installed:
 ;;
-;;   (add-to-list 'load-path "/path/to/fastrevert/lisp")
-;;   (require 'fastrevert)
+;;   (fastrevert-mode 1)
 ;;
-;; When the native module is missing, `require' offers to build it
-;; with CMake (see `fastrevert-module-compile').
+;; Loading the Lisp needs no native module.  The module is loaded when
+;; the mode is turned on or a native primitive is first called; when
+;; it is missing, fastrevert offers to build it with CMake (see
+;; `fastrevert-module-compile').
 
 ;;; Code:
 
@@ -98,12 +99,7 @@ spent handling engine results; and those of the VC batches (see
 (require 'fastrevert-batch)
 (require 'fastrevert-vc)
 (require 'fastrevert-watch)
-
-(declare-function fastrevert-remote-adopt "fastrevert-remote" ())
-(declare-function fastrevert-remote-release "fastrevert-remote" ())
-(declare-function fastrevert-remote-stop-all "fastrevert-remote" ())
-(declare-function fastrevert-remote--descriptor-p "fastrevert-remote" (descriptor))
-(declare-function fastrevert-remote-stats "fastrevert-remote" ())
+(require 'fastrevert-remote)
 (declare-function fastrevert--mod-watch-add "fastrevert-module" (id file mode &optional contents))
 (declare-function fastrevert--mod-watch-remove "fastrevert-module" (id))
 (declare-function fastrevert--mod-watch-configure "fastrevert-module"
@@ -324,10 +320,41 @@ the revert (a process per file for Git), and the text comes first."
       (cl-letf (((symbol-function 'vc-refresh-state) #'fastrevert--defer-vc-refresh))
         (auto-revert-handler)))))
 
+(defun fastrevert--text-current-p (buffer)
+  "Return non-nil unless BUFFER waits for a revert.
+It waits when the engine watches its file for auto-revert and a check
+would revert it now: the file changed since it was read, and the
+change is yet to be reported, or the buffer yet to be checked.  The
+test is the stock handler's, without its wait for a notification.
+With the stock stale function, a file whose modification time is
+still the buffer's is current at the cost of one `stat'.  Other
+buffers, remote ones among them, are never looked at."
+  (or (not (fastrevert--descriptor-p
+            (buffer-local-value 'auto-revert-notify-watch-descriptor buffer)))
+      (and (not (buffer-local-value 'auto-revert-tail-mode buffer))
+           (memq (buffer-local-value 'buffer-stale-function buffer)
+                 '(nil buffer-stale--default-function))
+           (verify-visited-file-modtime buffer))
+      (with-current-buffer buffer
+        (not (and buffer-file-name
+                  (auto-revert-active-p)
+                  (if auto-revert-tail-mode
+                      (and (file-readable-p buffer-file-name)
+                           (/= auto-revert-tail-pos
+                               (file-attribute-size (file-attributes buffer-file-name))))
+                    (funcall (or buffer-stale-function #'buffer-stale--default-function) t)))))))
+
 (defun fastrevert--refresh-vc-of (buffer)
-  "Refresh BUFFER's VC state as the stock handler does after a revert."
-  (with-current-buffer buffer
-    (fastrevert--call-as-revert #'vc-refresh-state)))
+  "Refresh BUFFER's VC state as the stock handler does after a revert.
+The text comes before the state: BUFFER is refreshed only if its text
+is still its file's once the batch has read Git's answers for it (see
+`fastrevert--refresh-if-current').  Return non-nil if BUFFER shows its
+refreshed state."
+  (let ((read-before (fastrevert-vc-fetch-for buffer)))
+    (with-current-buffer buffer
+      (fastrevert--refresh-if-current
+       (lambda () (fastrevert--call-as-revert #'vc-refresh-state))
+       #'fastrevert--text-current-p read-before))))
 
 (defvar fastrevert--deferring-vc nil
   "Non-nil while the VC refreshes of a call are put off to its end.")
@@ -379,7 +406,8 @@ mark of an early showing."
     (let ((done (fastrevert-vc-show-early
                  due
                  (lambda (buffer)
-                   (with-demoted-errors "fastrevert: %S" (funcall refresh buffer))))))
+                   (with-demoted-errors "fastrevert: %S" (funcall refresh buffer)))
+                 #'fastrevert--text-current-p)))
       (dolist (buffer (car done)) (remhash buffer fastrevert--vc-pending))
       (setq fastrevert--vc-shown-early (and (cdr done) t)))))
 
@@ -595,9 +623,7 @@ buffer it covers (see `fastrevert--covered-buffers')."
     (fastrevert--configure-engine)
     (dolist (buffer (buffer-list))
       (with-current-buffer buffer
-        (when (or (fastrevert--descriptor-p auto-revert-notify-watch-descriptor)
-                  (fastrevert-remote--descriptor-p auto-revert-notify-watch-descriptor))
-          (fastrevert--unregister))
+        (fastrevert--unregister)
         (fastrevert--adopt-current-buffer)))
     ;; The buffers have new watch ids.
     (fastrevert--track-visible t)
@@ -804,6 +830,13 @@ runs `fastrevert--poll-stock-buffers'."
   (when (or global-auto-revert-mode auto-revert-buffer-list)
     (auto-revert-buffers)))
 
+(defvar fastrevert-module--buffer-name)
+
+(defun fastrevert--enable-after-build ()
+  "Turn `fastrevert-mode' on, now that its module has been built."
+  (fastrevert-mode 1)
+  (message "The fastrevert module is built and loaded; fastrevert-mode is on"))
+
 ;;;###autoload
 (define-minor-mode fastrevert-mode
   "Toggle fastrevert's native engine for auto-revert.
@@ -816,16 +849,30 @@ stock machinery, so every `auto-revert-*' setting keeps its meaning.
 What stock auto-revert checks at once is still checked at once:
 turning an auto-revert mode on checks the buffers it adopts, and a
 call of `auto-revert-buffers' the buffers whose change was reported
-and those whose files are polled.  Remote buffers are watched by one
-watcher per Tramp connection (see fastrevert-remote.el) where their
-method runs processes; other remote buffers, and non-file buffers
-that cannot be notified, keep stock polling.  Turning the mode off
-restores the stock behavior."
+and those whose files are polled.  Remote buffers share one watcher
+per Tramp connection; those whose method runs no processes, and
+non-file buffers that cannot be notified, keep stock polling.
+Turning the mode off restores the stock behavior.
+
+Turning the mode on loads the native module.  A missing module is
+built first (see `fastrevert-always-compile-module'), in the
+background: the mode stays off meanwhile, and comes on when the
+module is loaded."
   :global t
   :group 'fastrevert
-  (if fastrevert-mode
-      (fastrevert--enable)
-    (fastrevert--disable)))
+  (cond ((not fastrevert-mode) (fastrevert--disable))
+        ((condition-case err
+             (fastrevert--module-ready #'fastrevert--enable-after-build)
+           (error (setq fastrevert-mode nil)
+                  ;; Said as the user should read it: what to do.
+                  (if (memq (car err) fastrevert--module-errors)
+                      (user-error "%s" (cadr err))
+                    (signal (car err) (cdr err)))))
+         (fastrevert--enable))
+        (t
+         (setq fastrevert-mode nil)
+         (message "Building the fastrevert module (buffer %s); fastrevert-mode comes \
+on when it is loaded" fastrevert-module--buffer-name))))
 
 (defun fastrevert-unload-function ()
   "Turn fastrevert off, for `unload-feature' of this library.
@@ -848,7 +895,6 @@ that `unload-feature' goes on to remove the rest."
 ;; The process API and the report are part of the package proper.
 (require 'fastrevert-process)
 (require 'fastrevert-call)
-(require 'fastrevert-remote)
 (autoload 'fastrevert-report "fastrevert-report" "Show fastrevert's counters." t)
 
 ;;; fastrevert.el ends here

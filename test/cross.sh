@@ -141,7 +141,7 @@ EOF
   grep -E '^-- (Platform|Watcher backend)' "$dir/configure.log" | sed 's/^-- /  /'
   cmake --build "$dir/build" --target fastrevert-module -j "${JOBS:-2}" -- -k \
     >"$dir/build.log" 2>&1 || true
-  module=$(find "$dir/module" -name 'fastrevert-module.*' 2>/dev/null | head -n 1)
+  module=$(find "$dir/module" -name 'fastrevert-module-*' 2>/dev/null | head -n 1)
   if [ -z "$module" ]; then
     failed+=("$target")
     # Each file that did not compile, and the first thing it lacks.

@@ -15,13 +15,12 @@
 #include <string>
 #include <utility>
 
+#include "core/call_output.h"
 #include "core/copier.h"
 #include "core/engine.h"
 #include "core/errors.h"
 #include "core/fd.h"
-#include "core/find_last.h"
 #include "core/platform.h"
-#include "core/spill.h"
 
 namespace fastrevert {
 
@@ -171,61 +170,6 @@ RunResult SyncRun::run() {
   return result_;
 }
 
-// The end of the longest prefix of MEMFD[FROM, TO) that END_IN accepts, or
-// FROM when there is none.  END_IN takes a window of the bytes and returns
-// the end of the longest prefix of it that it accepts, or 0.
-template <typename EndIn>
-std::uint64_t boundary_in(int memfd, std::uint64_t from, std::uint64_t to, EndIn end_in) {
-  constexpr std::uint64_t kWindow = 65536;
-  char window[kWindow];
-  std::uint64_t end = to;
-  while (end > from) {
-    std::uint64_t start = end - from > kWindow ? end - kWindow : from;
-    ssize_t got = pread(memfd, window, end - start, static_cast<off_t>(start));
-    if (got <= 0) return from;
-    if (std::size_t cut = end_in(std::string_view(window, static_cast<std::size_t>(got)))) {
-      return start + cut;
-    }
-    end = start;
-  }
-  return from;
-}
-
-// The end of the longest prefix of MEMFD[FROM, TO) that ends in a newline,
-// or FROM when there is none.  A newline is a character boundary in every
-// coding system the caller streams with (ASCII-compatible ones), and never
-// splits a CRLF.
-std::uint64_t line_boundary(int memfd, std::uint64_t from, std::uint64_t to) {
-  return boundary_in(memfd, from, to, [](std::string_view bytes) -> std::size_t {
-    const char* newline = find_last(bytes.data(), '\n', bytes.size());
-    return newline ? static_cast<std::size_t>(newline - bytes.data()) + 1 : 0;
-  });
-}
-
-// Whether a cut right after BYTE is a character boundary in every coding
-// system the caller streams with (ASCII-compatible ones: UTF-8, single-byte
-// charsets, Shift-JIS, Big5, GB18030).  A byte below 0x80 never starts a
-// longer character in them, so one ends there, except an ASCII digit, which
-// may be the second byte of a four-byte GB18030 character, and a carriage
-// return, which may be half of a CRLF.
-bool ends_a_character(unsigned char byte) {
-  return byte < 0x80 && byte != '\r' && (byte < '0' || byte > '9');
-}
-
-// The end of the longest prefix of BYTES that ends_a_character() ends, or 0.
-std::size_t character_boundary(std::string_view bytes) {
-  for (std::size_t end = bytes.size(); end > 0; --end) {
-    if (ends_a_character(static_cast<unsigned char>(bytes[end - 1]))) return end;
-  }
-  return 0;
-}
-
-// The same for bytes [FROM, TO) of MEMFD: FROM when no byte ends a character.
-std::uint64_t character_boundary(int memfd, std::uint64_t from, std::uint64_t to) {
-  return boundary_in(memfd, from, to,
-                     [](std::string_view bytes) { return character_boundary(bytes); });
-}
-
 // Kills and reaps the child when a call unwinds early (an exception from a
 // hook), so that nothing is left running.  The copy thread, declared after
 // it, has stopped by then.
@@ -239,19 +183,23 @@ struct KillOnUnwind {
   }
 };
 
-// How much one turn of Call's loop drains before it looks at what to insert:
-// a child that writes as fast as this thread reads must not keep it from
-// inserting.  A pipeful of the largest pipe.
+// How much one turn of Call's loop drains before it looks at what to hand
+// over: a child that writes as fast as this thread reads must not keep it
+// from handing over.  A pipeful of the largest pipe.
 constexpr std::uint64_t kDrainPerTurn = std::uint64_t{1} << 20;
 
 // The capacity of a pipe that was never enlarged.
 constexpr std::uint64_t kDefaultPipeCapacity = 65536;
 
-// One run_call() with its stdout a pipe.
+// One run_call() with its stdout a pipe.  Whatever path the output takes,
+// it goes through output_, which alone decides what a quit keeps.
 class Call {
  public:
   Call(Child& child, std::uint64_t chunk, const CallHooks& hooks)
-      : child_(child), step_(chunk), hooks_(hooks) {}
+      : child_(child),
+        step_(chunk),
+        hooks_(hooks),
+        output_(hooks, chunk, hooks.cut, hooks.string_limit) {}
 
   CallResult run();
 
@@ -261,10 +209,7 @@ class Call {
     // The child exited, or closed its end of the pipe: what waits may be
     // all there is (after an exit, something it started may still write).
     bool over = false;
-    bool full = false;         // The child waits on the pipe, or soon will.
-    bool quiet = false;        // Output waits, and the child stopped writing.
-    std::size_t waiting = 0;   // Bytes waiting in it.
-    std::size_t capacity = 0;  // What it holds when full.
+    std::size_t waiting = 0;  // Bytes waiting in it.
   };
   // Waits, reading nothing, until the child has exited, the pipe is full,
   // or the child went quiet with output written.
@@ -276,9 +221,13 @@ class Call {
     exit_or_pipe,  // Whichever comes first: for the first bytes.
   };
   // Waits as WAIT says (on the pipe alone once the child has exited, or
-  // without a pidfd), at most TICK_MS for Wait::exit and 50 ms otherwise.
+  // without a pidfd), at most TICK_MS for Wait::exit and quit_poll_ms
+  // otherwise.
   // Returns false on a quit.
   bool wait_for_more(Wait wait, int tick_ms);
+  // Whether the pipe has no writer left, so that what it holds is all
+  // there will be.
+  bool writers_gone();
   // Reads what the pipe holds now; returns whether that reached its end
   // (no writer is left).
   bool read_waiting();
@@ -288,38 +237,22 @@ class Call {
   // shows it writes faster than the caller inserts (then copy_rest() goes
   // on), handing whole lines over as they come when streaming.
   void read_on_this_thread();
-  // Takes BYTES, just read: into the string while the output fits one,
-  // else into the memfd.
-  void take(const char* bytes, std::size_t size);
   // Copies the rest on a MemfdCopier thread, handing ranges over as they
   // come.
   void copy_rest();
-  void open_memfd();
-  void insert(std::uint64_t from, std::uint64_t to);
-  // Gives back the memory of what the caller has inserted, by the
-  // megabyte, while this thread fills the memfd.
-  void release_inserted();
   bool should_quit() const { return hooks_.should_quit && hooks_.should_quit(); }
-  // On a quit while output streams, hands over what was read and not yet
-  // inserted (and what waits in the pipe), up to a character boundary:
-  // stock has inserted what it read when the quit comes, and keeps it.
-  void keep_on_quit();
-  // A quit: the child gets SIGINT and a second of grace before SIGKILL, and
-  // is reaped, without waiting for a pipe a grandchild may hold.
+  // A quit: what was read, and what waits in the pipe, is handed over up
+  // to the last whole character, as stock has inserted what it read when
+  // the quit comes and keeps it; then the child gets SIGINT and a second
+  // of grace before SIGKILL, and is reaped, without waiting for a pipe a
+  // grandchild may hold.
   CallResult quit_now();
   CallResult finish();
 
   Child& child_;
   const std::uint64_t step_;
   const CallHooks& hooks_;
-  // Up to string_limit bytes, while no memfd is needed.
-  std::string head_;
-  UniqueFd memfd_;
-  std::uint64_t written_ = 0;
-  std::uint64_t consumed_ = 0;
-  // Where the last newline written so far ends (0 when none was).
-  std::uint64_t line_end_ = 0;
-  std::uint64_t released_ = 0;
+  CallOutput output_;
   bool eof_ = false;
   bool quit_ = false;
   // The child has exited (its pidfd said so); its pipe may still be open.
@@ -328,90 +261,39 @@ class Call {
   // though the child may not have exited yet.
   bool hung_up_ = false;
   bool copier_used_ = false;
-  // While the copy thread runs, it gives back the memory of what the caller
-  // has inserted; what is left when the call ends goes with the memfd.
-  MemfdCopier* copier_ = nullptr;
 };
 
-void Call::open_memfd() {
-  if (memfd_) return;
-  memfd_.reset(open_spill("fastrevert-call-process"));
-  if (!memfd_) throw_errno(spill_call());
-  if (int error = write_all_at(memfd_.get(), head_, 0)) throw SystemError(error, "write", "memfd");
-  head_ = std::string();
-}
-
-void Call::take(const char* bytes, std::size_t size) {
-  std::string_view view(bytes, size);
-  if (!memfd_ && head_.size() + size <= hooks_.string_limit) {
-    head_.append(view);
-  } else {
-    open_memfd();
-    if (int error = write_all_at(memfd_.get(), view, written_)) {
-      throw SystemError(error, "write", "memfd");
-    }
-  }
-  if (const char* newline = find_last(bytes, '\n', size)) {
-    line_end_ = written_ + static_cast<std::uint64_t>(newline - bytes) + 1;
-  }
-  written_ += size;
-}
-
-void Call::insert(std::uint64_t from, std::uint64_t to) {
-  open_memfd();
-  hooks_.insert_range(memfd_.get(), from, to);
-  consumed_ = to;
-  if (copier_) copier_->release(to);
-}
-
-void Call::release_inserted() {
-  constexpr std::uint64_t kReleaseStep = std::uint64_t{1} << 20;
-  if (consumed_ - released_ < kReleaseStep) return;
-  // A failure only leaves the memory in use until the memfd is closed.
-  give_back_spilled(memfd_.get(), static_cast<off_t>(consumed_));
-  released_ = consumed_;
-}
-
-void Call::keep_on_quit() {
-  // An output that cannot be cut (CHUNK 0) keeps nothing: a prefix of it
-  // may decode otherwise than the whole would.
-  if (step_ == 0) return;
+CallResult Call::quit_now() {
   if (!eof_) {
     // What the child wrote before the quit, stock would have read: what
-    // waits now, in one read, not what a child still writing adds (which
-    // read_waiting() would follow for as long as it lasts).
+    // waits now, in one read, not what a child still writing adds.
     int waiting = 0;
     if (ioctl(child_.stdout_fd, FIONREAD, &waiting) == 0 && waiting > 0) {
       std::string bytes(static_cast<std::size_t>(waiting), '\0');
       ssize_t got = read(child_.stdout_fd, bytes.data(), bytes.size());
-      if (got > 0) take(bytes.data(), static_cast<std::size_t>(got));
+      if (got > 0) output_.take(bytes.data(), static_cast<std::size_t>(got));
     }
   }
-  if (memfd_) {
-    std::uint64_t cut = character_boundary(memfd_.get(), consumed_, written_);
-    if (cut > consumed_ && hooks_.insert_range) insert(consumed_, cut);
-  } else if (std::size_t cut = character_boundary(head_); cut > 0 && hooks_.insert_bytes) {
-    hooks_.insert_bytes(std::string_view(head_).substr(0, cut));
-  }
-}
-
-CallResult Call::quit_now() {
+  output_.hand_on_quit();
+  // The quit that brought the call here, then any other the user asks for.
   bool first = true;
   bool quit = false;
   CallResult result;
   result.wait_status = reap_with_quit(
-      child_, [&first] { return std::exchange(first, false); }, true, quit);
+      child_, [this, &first] { return std::exchange(first, false) || should_quit(); }, true, quit,
+      hooks_.quit_poll_ms);
   result.quit = true;
-  result.bytes = written_;
+  result.bytes = output_.read();
   result.copier_used = copier_used_;
   return result;
 }
 
 CallResult Call::finish() {
   CallResult result;
-  result.bytes = written_;
+  result.bytes = output_.read();
   result.copier_used = copier_used_;
-  result.wait_status = reap_with_quit(child_, hooks_.should_quit, true, result.quit);
+  result.wait_status =
+      reap_with_quit(child_, hooks_.should_quit, true, result.quit, hooks_.quit_poll_ms);
   return result;
 }
 
@@ -450,8 +332,9 @@ bool Call::wait_for_more(Wait wait, int tick_ms) {
     // Nothing tells of the exit: the wait is a tick's (or, for the first
     // bytes, until they come), and then a look at the child.
     pollfd fd = {child_.stdout_fd, POLLIN, 0};
-    int ready =
-        wait == Wait::exit_or_pipe ? poll(&fd, 1, kLongestTickMs) : poll(nullptr, 0, tick_ms);
+    int timeout =
+        std::min(wait == Wait::exit_or_pipe ? kLongestTickMs : tick_ms, hooks_.quit_poll_ms);
+    int ready = wait == Wait::exit_or_pipe ? poll(&fd, 1, timeout) : poll(nullptr, 0, timeout);
     if (ready < 0 && errno != EINTR) throw_errno("poll");
     if (ready > 0 && (fd.revents & POLLHUP)) hung_up_ = true;
     if (exited_unreaped(child_.pid)) exited_ = true;
@@ -461,16 +344,25 @@ bool Call::wait_for_more(Wait wait, int tick_ms) {
   pollfd fds[2] = {{child_.pidfd, POLLIN, 0}, {child_.stdout_fd, POLLIN, 0}};
   pollfd* first = wait == Wait::pipe ? &fds[1] : &fds[0];
   nfds_t count = wait == Wait::exit_or_pipe ? 2 : 1;
-  int ready = poll(first, count, wait == Wait::exit ? tick_ms : 50);
+  int timeout = wait == Wait::exit ? std::min(tick_ms, hooks_.quit_poll_ms) : hooks_.quit_poll_ms;
+  int ready = poll(first, count, timeout);
   if (ready < 0 && errno != EINTR) throw_errno("poll");
   if (wait != Wait::pipe && ready > 0 && fds[0].revents) exited_ = true;
   if (ready > 0 && (fds[1].revents & POLLHUP)) hung_up_ = true;
   return !should_quit();
 }
 
+bool Call::writers_gone() {
+  if (!hung_up_) {
+    pollfd fd = {child_.stdout_fd, POLLIN, 0};
+    if (poll(&fd, 1, 0) > 0 && (fd.revents & POLLHUP)) hung_up_ = true;
+  }
+  return hung_up_;
+}
+
 Call::PipeState Call::watch() {
   PipeState state;
-  state.capacity = kDefaultPipeCapacity;
+  std::size_t capacity = kDefaultPipeCapacity;
   bool capacity_known = false;
   bool grown = false;
   int tick_ms = kFirstTickMs;
@@ -499,28 +391,21 @@ Call::PipeState Call::watch() {
     // full matters from here on.
     if (!capacity_known && state.waiting >= kPageSize) {
       capacity_known = true;
-      std::size_t capacity = pipe_capacity(child_.stdout_fd);
-      if (capacity > 0) state.capacity = capacity;
+      if (std::size_t size = pipe_capacity(child_.stdout_fd)) capacity = size;
     }
     // A pipe is full once its pages are, which small writes can make it
     // with far fewer bytes than its capacity: a pipe holding a good part
-    // of its capacity that stopped filling has a child waiting on it.
-    if (state.waiting >= state.capacity || (!got_more && state.waiting >= state.capacity / 4)) {
-      state.full = true;
-      return state;
-    }
+    // of its capacity that stopped filling has a child waiting on it,
+    // which this thread must read for.
+    if (state.waiting >= capacity || (!got_more && state.waiting >= capacity / 4)) return state;
     // A child that went quiet with output written has it read now, as
-    // stock would have read it: a quit while it stays quiet leaves that
-    // output in the buffer.
-    if (!got_more && state.waiting > 0 && tick_ms == kLongestTickMs) {
-      state.quiet = true;
-      return state;
-    }
+    // stock would have read it.
+    if (!got_more && state.waiting > 0 && tick_ms == kLongestTickMs) return state;
     // More than a string's worth: the output may go on for a while, and
     // the child must not wait on a full pipe while this thread waits.
     if (!grown && state.waiting > hooks_.string_limit) {
       grown = true;
-      if (std::size_t size = grow_pipe(child_.stdout_fd, pipe_max_size())) state.capacity = size;
+      if (std::size_t size = grow_pipe(child_.stdout_fd, pipe_max_size())) capacity = size;
     }
     tick_ms = next_tick(tick_ms, got_more);
     // Less than a stdio buffer's worth is most often a short output's
@@ -541,7 +426,7 @@ bool Call::read_waiting() {
   for (;;) {
     ssize_t got = read(child_.stdout_fd, buffer, sizeof buffer);
     if (got > 0) {
-      take(buffer, static_cast<std::size_t>(got));
+      output_.take(buffer, static_cast<std::size_t>(got));
     } else if (got == 0) {
       eof_ = true;
       return true;
@@ -554,20 +439,13 @@ bool Call::read_waiting() {
 }
 
 void Call::drain_after_caller() {
+  // The pipe has no writer left, so this ends at what it holds.
   char buffer[65536];
   for (;;) {
-    pollfd fd = {child_.stdout_fd, POLLIN, 0};
-    int ready = poll(&fd, 1, 50);
-    if (ready < 0 && errno != EINTR) throw_errno("poll");
-    if (should_quit()) {
-      quit_ = true;
-      return;
-    }
-    if (ready <= 0) continue;
     ssize_t got = read(child_.stdout_fd, buffer, sizeof buffer);
     if (got > 0) {
-      written_ += static_cast<std::uint64_t>(got);
-    } else if (got == 0 || (errno != EINTR && errno != EAGAIN)) {
+      output_.read_by_caller(static_cast<std::uint64_t>(got));
+    } else if (got == 0 || errno != EINTR) {
       return;
     }
   }
@@ -576,7 +454,7 @@ void Call::drain_after_caller() {
 void Call::read_on_this_thread() {
   // Most children write little and end soon, and for them a copy thread
   // would cost more than the copy: this thread reads, and between reads
-  // inserts what has arrived, while the child writes on into the pipe.
+  // hands over what has arrived, while the child writes on into the pipe.
   // Only a caller that wants every line at once (a step below a string's
   // worth) has this thread wait on the pipe itself.
   bool ticking = step_ == 0 || step_ >= hooks_.string_limit;
@@ -595,7 +473,7 @@ void Call::read_on_this_thread() {
     while (drained < kDrainPerTurn) {
       ssize_t got = read(child_.stdout_fd, buffer, sizeof buffer);
       if (got > 0) {
-        take(buffer, static_cast<std::size_t>(got));
+        output_.take(buffer, static_cast<std::size_t>(got));
         drained += static_cast<std::uint64_t>(got);
         continue;
       }
@@ -615,29 +493,26 @@ void Call::read_on_this_thread() {
     quiet = drained < pipe_capacity / 4;
     tick_ms = next_tick(tick_ms, drained > 0);
     // An output that outgrows one pipeful gets a pipe that holds more, so
-    // that the child writes on while this thread inserts.
-    if (!pipe_grown && written_ > kDefaultPipeCapacity) {
+    // that the child writes on while this thread hands over.
+    if (!pipe_grown && output_.read() > kDefaultPipeCapacity) {
       pipe_grown = true;
       if (std::size_t grown = grow_pipe(child_.stdout_fd, pipe_max_size())) {
         pipe_capacity = grown;
       }
     }
-    if (eof_ || step_ == 0) continue;
-    // Whole lines that a child gone quiet left are inserted too, as stock
-    // would have inserted them, so that a quit keeps them.
-    bool gone_quiet = drained == 0 && tick_ms == kLongestTickMs;
-    if (line_end_ > consumed_ && (line_end_ - consumed_ >= step_ || gone_quiet)) {
-      insert(consumed_, line_end_);
-      release_inserted();
-      if (should_quit()) {
-        quit_ = true;
-        return;
-      }
+    if (eof_) continue;
+    // Whole lines that a child gone quiet left are handed over too, as
+    // stock would have inserted them.
+    std::uint64_t handed = output_.handed();
+    output_.hand_lines(drained == 0 && tick_ms == kLongestTickMs);
+    if (output_.handed() != handed && should_quit()) {
+      quit_ = true;
+      return;
     }
-    // A turn that found the pipe full after an insert means the child was
-    // waiting on Emacs: past the threshold, a copy thread drains the pipe
-    // while this thread inserts.
-    if (written_ >= hooks_.copier_threshold &&
+    // A turn that found the pipe full after a hand-over means the child
+    // was waiting on Emacs: past the threshold, a copy thread drains the
+    // pipe while this thread hands over.
+    if (step_ > 0 && output_.read() >= hooks_.copier_threshold &&
         (drained >= pipe_capacity / 4 || hooks_.copier_threshold == 0)) {
       return;
     }
@@ -645,105 +520,75 @@ void Call::read_on_this_thread() {
 }
 
 void Call::copy_rest() {
-  MemfdCopier capture(child_.stdout_fd, memfd_.get(), written_);
-  copier_ = &capture;
+  MemfdCopier capture(child_.stdout_fd, output_.spill(), output_.read());
   copier_used_ = true;
-  // Bytes before consumed_ are inserted; bytes in [consumed_, SCANNED) hold
-  // no newline, so each byte is searched once however long a line is.
-  if (line_end_ > consumed_) insert(consumed_, line_end_);
-  std::uint64_t scanned = written_;
+  // The output gives back the memory of what it hands over through the
+  // copy thread while that runs, and never after.
+  struct Attached {
+    CallOutput& output;
+    ~Attached() { output.set_copier(nullptr); }
+  } attached{output_};
+  output_.set_copier(&capture);
+  output_.hand_lines(true);
   bool done = false;
   while (!done) {
-    written_ = capture.wait(scanned + step_, std::chrono::milliseconds(50), done);
+    output_.copied_to(
+        capture.wait(output_.read() + step_, std::chrono::milliseconds(hooks_.quit_poll_ms), done));
     if (should_quit()) {
-      copier_ = nullptr;
+      output_.set_copier(nullptr);
       capture.stop();
       // What the copy thread wrote before it stopped counts too.
-      written_ = capture.wait(0, std::chrono::milliseconds(0), done);
+      output_.copied_to(capture.wait(0, std::chrono::milliseconds(0), done));
       quit_ = true;
       return;
     }
-    if (!done && written_ >= scanned + step_) {
-      std::uint64_t boundary = line_boundary(memfd_.get(), scanned, written_);
-      scanned = written_;
-      if (boundary > consumed_) insert(consumed_, boundary);
-    }
+    if (!done) output_.hand_lines(false);
   }
   if (int error = capture.error()) throw SystemError(error, "read", "process output");
-  // The copy thread is stopped only once the last range is inserted, so
+  // The copy thread is stopped only once the last range is handed over, so
   // that giving back the memory of the ranges before runs meanwhile.
-  if (written_ > consumed_) insert(consumed_, written_);
-  copier_ = nullptr;
+  output_.hand_rest();
+  eof_ = true;
 }
 
 CallResult Call::run() {
   KillOnUnwind cleanup{child_};
   // A caller that wants every line as it comes (a CHUNK below a string's
-  // worth) gets them through the memfd; any other may read the pipe itself.
+  // worth) gets them as they are read; any other may read the pipe itself
+  // once its writers are gone.
   if (hooks_.insert_pipe && (step_ == 0 || step_ >= hooks_.string_limit)) {
     PipeState seen = watch();
-    if (quit_) {
-      keep_on_quit();
-      return quit_now();
-    }
+    if (quit_) return quit_now();
     // A string's worth from a child that exited or closed the pipe is read
     // here.  Its end is then most often the pipe's, and it goes over as a
     // string; else something the child started still holds the pipe, and
     // this thread reads on.
     bool small = seen.over && seen.waiting <= hooks_.string_limit;
     if (small && read_waiting()) {
-      if (!head_.empty()) hooks_.insert_bytes(head_);
+      output_.hand_rest();
       return finish();
     }
-    // A full pipe shows a child that writes faster than anything reads:
-    // when its output can be cut, it goes through the memfd, in chunks the
-    // caller inserts while this thread, then a copy thread, drains the
-    // pipe.  So does the output of a child gone quiet before its end: a
-    // quit while it stays quiet keeps what it wrote, where a read straight
-    // into the buffer keeps nothing (it ends at the pipe's end, and Emacs
-    // drops what it read when a quit stops it).  Anything else, an output
-    // whose child has ended or one that cannot be cut, the caller reads
-    // straight into its buffer: nothing is copied on the way.
-    if (!((seen.full || seen.quiet) && step_ > 0) && !small) {
-#if !FASTREVERT_HAVE_PROC_SELF_FD
-      // The caller opens the pipe as /dev/fd/N, a duplicate of this
-      // descriptor that shares its O_NONBLOCK: its reads must wait for the
-      // child, as they do where /proc/self/fd/N opens the pipe anew.  The
-      // drain below polls before it reads, so it never blocks either way.
-      int flags = fcntl(child_.stdout_fd, F_GETFL);
-      if (flags < 0 || fcntl(child_.stdout_fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
-        throw_errno("fcntl", "process output");
-      }
-#endif
-      PipeInsert read = hooks_.insert_pipe(child_.stdout_fd);
-      written_ = read.bytes;
-      if (read.quit) return quit_now();
+    // A pipe with no writer left holds all the output there will be: the
+    // caller reads it straight into its buffer, nothing copied on the way.
+    // That read is bounded by the pipe's capacity, so the caller can keep
+    // a quit out of it and lose nothing.  A pipe that still has a writer
+    // is read here, where a quit keeps what was read.
+    if (!small && seen.over && writers_gone()) {
+      output_.read_by_caller(hooks_.insert_pipe(child_.stdout_fd));
       // The caller reads to end of file.  Should it stop short, the rest
-      // is drained and counted, so that a child blocked on a full pipe
-      // cannot hang the wait for its exit.
+      // is drained and counted.
       drain_after_caller();
-      if (quit_) return quit_now();
+      eof_ = true;
       return finish();
     }
   }
   read_on_this_thread();
-  if (quit_) {
-    keep_on_quit();
-    return quit_now();
-  }
-  if (eof_ && !memfd_) {
-    if (!head_.empty()) hooks_.insert_bytes(head_);
-    return finish();
-  }
+  if (quit_) return quit_now();
   if (!eof_) {
     copy_rest();
-    if (quit_) {
-      keep_on_quit();
-      return quit_now();
-    }
-  } else if (written_ > consumed_) {
-    insert(consumed_, written_);
+    if (quit_) return quit_now();
   }
+  output_.hand_rest();
   return finish();
 }
 
@@ -760,14 +605,7 @@ RunResult run_to_completion(Child& child, const ByteSink& on_stdout, const ByteS
   }
 }
 
-CallResult run_call(Child& child, std::uint64_t chunk, const CallHooks& given) {
-  CallHooks hooks = given;
-  bool quit_seen = false;
-  if (given.should_quit) {
-    hooks.should_quit = [&given, &quit_seen] {
-      return !quit_seen && (quit_seen = given.should_quit());
-    };
-  }
+CallResult run_call(Child& child, std::uint64_t chunk, const CallHooks& hooks) {
   if (child.stdout_fd >= 0) {
     CallResult result = Call(child, chunk, hooks).run();
     if (hooks.stats && !result.quit) {

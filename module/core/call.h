@@ -25,6 +25,7 @@
 #include <functional>
 #include <string_view>
 
+#include "core/call_output.h"
 #include "core/child.h"
 #include "core/pipe.h"
 
@@ -85,33 +86,34 @@ inline constexpr std::size_t kCallStringLimit = 16384;
 // the copying over, so that the caller inserts while the pipe is drained.
 inline constexpr std::uint64_t kCallCopierThreshold = std::uint64_t{4} << 20;
 
-// What a caller's reading of the pipe (CallHooks::insert_pipe) came to.
-struct PipeInsert {
-  // The user quit while the caller read: the child then gets what a quit
-  // gives it (see CallResult::quit).
-  bool quit = false;
-  // The bytes the caller took from the pipe, as far as it can tell.
-  std::uint64_t bytes = 0;
-};
-
-struct CallHooks {
-  // The whole output, when it is at most string_limit bytes (and not
-  // empty), once the child has closed its stdout.
-  std::function<void(std::string_view bytes)> insert_bytes;
-  // Bytes [FROM, TO) of MEMFD, for a longer output; the ranges follow each
-  // other from 0 to the end.  MEMFD stays open until run_call returns.
-  std::function<void(int memfd, std::uint64_t from, std::uint64_t to)> insert_range;
-  // When set, and CHUNK is 0, an output longer than string_limit is not
-  // read here at all: the caller reads the pipe PIPE_FD itself, from its
-  // first byte to end of file, straight into its buffer, and says how it
-  // went.  PIPE_FD stays open until run_call returns.
-  std::function<PipeInsert(int pipe_fd)> insert_pipe;
-  // Whether the user asks to quit; looked at least every 50 ms, until it
-  // first says yes.  The insert hooks may still be called after that.  The
-  // child then gets its grace period before SIGKILL however long the
-  // caller's quit stays pending (Emacs reports a quit until it is handled),
-  // as a single C-g gives it with stock call-process.
+// What run_call hands its output to.  The caller inserts each string and
+// range it is handed whole, with quit inhibited: Emacs keeps nothing of an
+// insert a quit stops half-way, and every hand-over is kept short enough
+// for a quit to wait (see core/call_output.h).  A quit is asked for between
+// hand-overs, and on a quit everything read is handed over, up to the last
+// whole character, before the call ends.
+struct CallHooks : OutputHooks {
+  // Inherited: insert_bytes, bytes handed over as a string (all of an
+  // output of up to string_limit bytes once the child has closed it, or a
+  // part of one that a quit or a line's end cuts); insert_range, bytes
+  // [FROM, TO) of a memfd, for a longer output.  The pieces follow each
+  // other from 0 to the end; the memfd stays open until run_call returns.
+  //
+  // When set, and CHUNK is 0 or at least string_limit, an output longer
+  // than string_limit that waits in a pipe with no writer left is not read
+  // here: the caller reads the pipe PIPE_FD itself, to end of file,
+  // straight into its buffer, with quit inhibited (the read is bounded by
+  // what the pipe holds), and returns how many bytes it took.  PIPE_FD
+  // stays open until run_call returns.
+  std::function<std::uint64_t(int pipe_fd)> insert_pipe;
+  // Where the caller's coding system lets an output be cut.
+  OutputCut cut = OutputCut::ascii;
+  // Whether the user asks to quit; looked at least every quit_poll_ms.
+  // Each yes is one quit: the first gives the child QUIT_SIGNAL and a
+  // second of grace before SIGKILL, as a single C-g gives it with stock
+  // call-process; a second sends SIGKILL at once.
   std::function<bool()> should_quit;
+  int quit_poll_ms = 50;
   // When set, a child whose output was read, and not quit, counts in
   // Stats::processes and its bytes in Stats::bytes_read.  The counters are
   // relaxed atomics, safe to bump from the calling thread.
@@ -126,11 +128,10 @@ struct CallHooks {
 struct CallResult {
   // How the child ended: its raw wait status, or -1 when someone else reaped it.
   int wait_status = -1;
-  // The user quit: the child got SIGINT, a second of grace, then SIGKILL,
-  // and was reaped.  With CHUNK positive, what had been read by then (and
-  // what waited in the pipe) was handed over first, up to the last byte
-  // that ends a character in every coding that can be cut; with CHUNK 0,
-  // no hook was called after the quit.
+  // The user quit: what had been read by then, and what waited in the
+  // pipe, was handed over up to the last whole character (as CallHooks::cut
+  // says where that is); then the child got SIGINT, a second of grace and
+  // SIGKILL, and was reaped.
   bool quit = false;
   // How many bytes of output were read.
   std::uint64_t bytes = 0;
@@ -142,9 +143,9 @@ struct CallResult {
 // output to a file or /dev/null: the child is then just awaited), to
 // completion, handing its output to HOOKS.  The path follows the size seen:
 // - up to string_limit bytes come as one string at the end;
-// - with CHUNK 0 and an insert_pipe hook, a longer output is left in the
-//   pipe, unread, and the caller reads it straight into its buffer: nothing
-//   is copied on the way;
+// - with an insert_pipe hook, a longer output that waits in a pipe whose
+//   writers are all gone is left there, unread, and the caller reads it
+//   straight into its buffer: nothing is copied on the way;
 // - otherwise a longer output goes into a memfd, read on this thread, and
 //   reaches the caller as ranges of it.  With CHUNK positive, each time at
 //   least CHUNK bytes ending in a newline are waiting they are handed over
@@ -152,6 +153,7 @@ struct CallResult {
 //   child writes the next; the rest (all of it when CHUNK is 0) comes at the
 //   end.  A streamed output past copier_threshold whose child outpaces the
 //   caller is drained by a copy thread from then on.
+// Whatever the path, a quit hands over everything read (CallResult::quit).
 // The child is reaped on every way out; the process group is signalled on a
 // quit.
 CallResult run_call(Child& child, std::uint64_t chunk, const CallHooks& hooks);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cstdlib>
@@ -489,7 +490,7 @@ void QuitEscalation::send(int signal_number) noexcept {
 }
 
 int reap_with_quit(Child& child, const std::function<bool()>& should_quit, bool process_group,
-                   bool& quit) {
+                   bool& quit, int poll_ms) {
   QuitEscalation escalation(child, process_group);
   if (child.pid <= 0) return -1;
   for (;;) {
@@ -502,9 +503,9 @@ int reap_with_quit(Child& child, const std::function<bool()>& should_quit, bool 
     }
     if (child.pidfd >= 0) {
       pollfd fd = {child.pidfd, POLLIN, 0};
-      poll(&fd, 1, 50);
+      poll(&fd, 1, poll_ms);
     } else {
-      usleep(5000);
+      usleep(static_cast<useconds_t>(std::min(poll_ms, 5)) * 1000);
     }
     escalation.update(!escalation.quit() && should_quit && should_quit());
   }

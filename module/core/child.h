@@ -217,11 +217,11 @@ class QuitEscalation {
 };
 
 // Waits for CHILD to exit and reaps it (its pid only), asking SHOULD_QUIT at
-// least every 50 ms; a quit escalates as QuitEscalation says.  Returns the
+// least every POLL_MS; a quit escalates as QuitEscalation says.  Returns the
 // raw wait status, or -1 when someone else reaped it, and sets QUIT when the
 // user quit.
 int reap_with_quit(Child& child, const std::function<bool()>& should_quit, bool process_group,
-                   bool& quit);
+                   bool& quit, int poll_ms = 50);
 
 // SIGKILLs PID (its process group with PROCESS_GROUP) and waits for it,
 // retrying EINTR; returns the raw wait status, or -1 when someone else

@@ -211,6 +211,11 @@ void Engine::emit_coalesced(Record record, Wake wake) {
   wake_locked(wake);
 }
 
+void Engine::end_coalescing(RecordKind kind, std::uint64_t id, std::int64_t code) {
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  open_streams_.erase(StreamKey{kind, id, code});
+}
+
 void Engine::wake_if_pending() {
   std::lock_guard<std::mutex> lock(outbox_mutex_);
   if (!outbox_.empty()) wake_locked(Wake::yes);

@@ -159,6 +159,12 @@ class Engine {
   // in order.
   void emit_coalesced(Record record, Wake wake = Wake::yes);
 
+  // Any thread.  Makes the next emit_coalesced() record of KIND, ID and CODE
+  // a record of its own instead of an extension of an undrained one: for a
+  // stream that goes on through records of another code meanwhile, whose
+  // later bytes must not join a record that comes before those.
+  void end_coalescing(RecordKind kind, std::uint64_t id, std::int64_t code);
+
   // Any thread.  Writes a wake byte if records wait and none is pending:
   // for records emitted with Wake::no, once the last of them is queued.
   void wake_if_pending();

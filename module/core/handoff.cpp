@@ -43,6 +43,18 @@ std::vector<std::pair<std::uint64_t, std::unique_ptr<ProcessHandover>>> Nursery:
   return all;
 }
 
+std::vector<std::pair<std::uint64_t, std::unique_ptr<ProcessHandover>>> Nursery::take_due() {
+  std::vector<std::pair<std::uint64_t, std::unique_ptr<ProcessHandover>>> due;
+  std::lock_guard<std::mutex> lock(mutex_);
+  // Allocated before the timer is reset: if this throws, it stays readable.
+  due.reserve(children_.size());
+  timer_.acknowledge();
+  armed_ = false;
+  for (auto& entry : children_) due.emplace_back(entry.first, std::move(entry.second));
+  children_.clear();
+  return due;
+}
+
 void Nursery::disarm_if_empty_locked() noexcept {
   if (!armed_ || !children_.empty()) return;
   timer_.disarm();
@@ -52,12 +64,6 @@ void Nursery::disarm_if_empty_locked() noexcept {
 std::size_t Nursery::size() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return children_.size();
-}
-
-void Nursery::acknowledge() noexcept {
-  std::lock_guard<std::mutex> lock(mutex_);
-  timer_.acknowledge();
-  armed_ = false;
 }
 
 void NurseryAdoption::attend(std::shared_ptr<Nursery> nursery) {
@@ -73,10 +79,8 @@ void NurseryAdoption::attend(std::shared_ptr<Nursery> nursery) {
 void NurseryAdoption::on_due(uv_poll_t* handle, int, int) {
   auto& adoption = *static_cast<NurseryAdoption*>(handle->data);
   try {
-    auto children = adoption.nursery_->take_all();
-    // Acknowledged only once the children are out: if taking them failed,
-    // the timer stays readable and this runs again.
-    adoption.nursery_->acknowledge();
+    // If taking them fails, the timer stays readable and this runs again.
+    auto children = adoption.nursery_->take_due();
     ProcessTable& table = adoption.engine_.service<ProcessTable>();
     for (auto& entry : children) table.adopt_or_report(entry.first, std::move(entry.second));
   } catch (...) {

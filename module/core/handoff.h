@@ -58,17 +58,19 @@ class Nursery {
   // Takes every child out, in the order of their ids.
   std::vector<std::pair<std::uint64_t, std::unique_ptr<ProcessHandover>>> take_all();
 
+  // Like take_all(), for the engine once the timer is readable: resets the
+  // timer in the same step, so that the next put() arms it again.  A child
+  // put between a take and a separate reset would be left with its timer
+  // reset and unarmed, unread until something else came along.  If the
+  // children cannot be taken (no memory), the timer stays readable.
+  std::vector<std::pair<std::uint64_t, std::unique_ptr<ProcessHandover>>> take_due();
+
   // The number of children here.
   std::size_t size() const;
 
   // Readable once the adoption delay has passed since the timer was armed;
-  // disarmed again when the nursery empties.
+  // disarmed again when the nursery empties, reset by take_due().
   int timer_fd() const noexcept { return timer_.fd(); }
-
-  // Resets the timer after it became readable, so that the next put() arms
-  // it again.  Call it before take_all(), so that no child put in between
-  // is left without a timer.
-  void acknowledge() noexcept;
 
  private:
   // Disarms the timer if the nursery is empty; mutex_ must be held.  A thread

@@ -108,6 +108,10 @@ ReadResult AdaptiveReader::read_append(int fd, std::string& out) {
   return result;
 }
 
+void AdaptiveReader::use_scratch(std::shared_ptr<ReadScratch> scratch) {
+  scratch_ = scratch ? std::move(scratch) : std::make_shared<ReadScratch>();
+}
+
 void AdaptiveReader::after_full_read(int fd, std::size_t bytes) {
   if (!pipe_growth_done_ && grow_pipe_to_ > 0) {
     if (pipe_capacity_ == 0) {

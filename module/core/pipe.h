@@ -41,7 +41,9 @@ inline constexpr std::size_t kDefaultMaxReadSize = std::size_t{4} << 20;
 // the largest read size in use, reads stop allocating.  One scratch may serve
 // many readers on one thread (the engine thread shares one across every
 // stream, since each read's bytes are copied out before the next read).  Not
-// thread-safe.
+// thread-safe: every reader of one scratch must read on the same thread, and
+// a reader that moves to another thread must be given that thread's scratch
+// (AdaptiveReader::use_scratch).
 class ReadScratch {
  public:
   // Returns at least SIZE writable bytes, valid until the next reserve().
@@ -89,6 +91,11 @@ class AdaptiveReader {
   // Like read(), but appends the bytes to OUT (whose capacity the caller can
   // reuse by clearing it).  The result's BYTES views the appended part.
   ReadResult read_append(int fd, std::string& out);
+
+  // Reads into SCRATCH from now on (null: a scratch of its own), keeping
+  // the read size it has grown to: for a reader whose stream moves to
+  // another thread, which must not share memory with the readers it left.
+  void use_scratch(std::shared_ptr<ReadScratch> scratch);
 
   // The size the next read will ask for.
   std::size_t read_size() const noexcept { return read_size_; }

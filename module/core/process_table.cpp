@@ -221,6 +221,13 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
       if (!stream->reader) {
         stream->reader = std::make_unique<AdaptiveReader>(
             process.options.initial_read_size, process.options.max_read_size, read_scratch_);
+      } else {
+        // A child handed over from another table brings a reader that
+        // reads into that table's scratch, which that table's thread goes
+        // on using for its other children: two threads would then read
+        // into the same memory, and each copy out what the other wrote.
+        // From now on it reads into this table's.
+        stream->reader->use_scratch(read_scratch_);
       }
       if (!stream->framer && framing != Framing::none) stream->framer = make_framer(framing);
       if (!loop_) continue;
@@ -757,6 +764,10 @@ bool ProcessTable::start_memfd(Process& process, Stream& stream) {
   engine_.emit(
       Record{RecordKind::process_output, process.id, kStdoutMemfdCode, std::to_string(theirs)},
       wake_);
+  // The stream goes on as memfd ranges.  If it has to go on as strings
+  // again (a write to the memfd failed), those come after the ranges, and
+  // must not extend a string record still undrained before them.
+  engine_.end_coalescing(RecordKind::process_output, process.id, stream.code);
   // What this wake-up read so far, the read that crossed the threshold
   // included, goes in first; only earlier wake-ups' bytes went as strings.
   // If the write fails, the bytes stay to go out as a string.
@@ -765,7 +776,11 @@ bool ProcessTable::start_memfd(Process& process, Stream& stream) {
 }
 
 bool ProcessTable::append_to_memfd(Process& process, Stream& stream, std::string_view bytes) {
-  if (int error = write_all_at(stream.memfd, bytes, stream.memfd_size)) {
+  std::uint64_t limit = process.options.test_memfd_size_limit;
+  int error = limit > 0 && stream.memfd_size + bytes.size() > limit
+                  ? EFBIG
+                  : write_all_at(stream.memfd, bytes, stream.memfd_size);
+  if (error) {
     close_fd(stream.memfd);
     // The bytes written so far were never announced, so nothing is seen
     // twice: all of BYTES goes out as a record.

@@ -57,7 +57,9 @@
 // on the engine thread; the main thread may run a table of its own while it
 // waits (see core/handoff.h).  A child moves between them as a
 // ProcessHandover, which carries everything read and framed so far, so that
-// no byte is lost or reordered on the way.
+// no byte is lost or reordered on the way.  What it does not carry is memory
+// of the table it left: a table's reads all go into that table's one scratch
+// buffer, which only its own thread touches.
 #pragma once
 
 #include <poll.h>
@@ -132,6 +134,10 @@ class ProcessTable : public Service {
     // The first read of the child's output throws std::bad_alloc, as a read
     // buffer that cannot be allocated would.
     bool test_fail_first_read = false;
+    // When not 0, a write that would take the memfd past this many bytes
+    // fails with EFBIG, as past a file size limit.  Only the read and pwrite
+    // path checks it (see memfd_without_splice).
+    std::uint64_t test_memfd_size_limit = 0;
   };
 
   // The record codes of the memfd hand-over and of its ranges, as ints.
@@ -316,8 +322,10 @@ class ProcessTable : public Service {
   Engine& engine_;
   uv_loop_t* loop_;
   Engine::Wake wake_;
-  // One scratch buffer for every stream's reads: the engine thread reads one
-  // stream at a time and copies the bytes out before the next read.
+  // One scratch buffer for every stream's reads: the table's thread reads one
+  // stream at a time and copies the bytes out before the next read.  A
+  // child adopted from another table reads into it from then on (see
+  // install()), never into that table's, which another thread uses.
   std::shared_ptr<ReadScratch> read_scratch_;
   // Live processes by id.  Engine thread only.
   std::unordered_map<std::uint64_t, std::unique_ptr<Process>> processes_;

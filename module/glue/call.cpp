@@ -20,7 +20,7 @@
 using namespace fastrevert;
 using namespace fastrevert::glue;
 
-FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
+FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 9, 9,
                  "Run PROGRAM synchronously and return how it ended.\n"
                  "PROGRAM is the encoded absolute file name, ARGV a vector of encoded\n"
                  "arguments (argv[0] included), ENV a list of strings, each holding\n"
@@ -34,11 +34,16 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "string; longer output as (INSERTER FD BEG END) for each byte range\n"
                  "[BEG, END) of a memfd FD.  With CHUNK positive, each time at least\n"
                  "CHUNK bytes ending in a newline have arrived they come while the child\n"
-                 "runs; the rest at the end.  With CHUNK 0, longer output is left in the\n"
-                 "pipe, unread, for (INSERTER FD nil nil) to read straight into the\n"
-                 "buffer, FD being the pipe's read end, from the first byte to end of\n"
-                 "file; it returns the number of bytes it took, or `quit' when a quit\n"
-                 "stopped it (the child then gets what a quit gives it).\n"
+                 "runs; the rest at the end.  A longer output waiting in a pipe with no\n"
+                 "writer left may come as (INSERTER FD nil nil), for the inserter to\n"
+                 "read the pipe FD straight into the buffer to end of file; it returns\n"
+                 "the number of bytes it took.  INSERTER is called as this is, with\n"
+                 "`inhibit-quit' bound to t: the call takes each C-g from `quit-flag',\n"
+                 "so that every part is inserted whole,\n"
+                 "and no part is longer than a few MiB.  On a quit,\n"
+                 "all that was read is handed over, up to the last whole character as\n"
+                 "CUT says where one ends: `utf-8', `bytes' (after any byte but a CR)\n"
+                 "or nil (after a byte below 0x80 but a digit or a CR).\n"
                  "STDERR is nil (/dev/null),\n"
                  "t (with stdout) or an encoded file name.\n"
                  "Return the exit code of a child that exited, else (HOW CODE): HOW\n"
@@ -46,8 +51,10 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
                  "does, and CODE is its signal number (see `fastrevert--exit-exited').\n"
                  "A spawn failure returns\n"
                  "(:error CONDITION FUNCTION STRERROR PATH).  A quit kills the child\n"
-                 "(SIGINT, then SIGKILL), reaps it and signals `quit'.\n\n"
-                 "(fn PROGRAM ARGV ENV CWD INFILE STDOUT STDERR CHUNK)") {
+                 "(SIGINT, then SIGKILL at a second quit or after a second), reaps it\n"
+                 "and signals `quit'; a `while-no-input' or `kill-emacs' in `quit-flag'\n"
+                 "is put back there instead.\n\n"
+                 "(fn PROGRAM ARGV ENV CWD INFILE STDOUT STDERR CHUNK CUT)") {
   SpawnSpec spec;
   fill_spec(env, args, spec);
   if (spec.stdin_mode == SpawnSpec::Stdin::pipe) env.wrong_type("stringp", args[4]);
@@ -59,17 +66,28 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
   if (spec.stdout_mode == SpawnSpec::Stdout::file) spec.stdout_file = env.to_bytes(out);
   emacs_value inserter = spec.stdout_mode == SpawnSpec::Stdout::pipe ? out : nullptr;
   std::int64_t chunk = env.to_integer(args[7]);
+  OutputCut cut = env.eq(args[8], env.intern("utf-8"))   ? OutputCut::utf8
+                  : env.eq(args[8], env.intern("bytes")) ? OutputCut::bytes
+                                                         : OutputCut::ascii;
 
   emacs_value failure = nullptr;
   std::optional<Child> child = spawn_like_emacs(env, spec, failure);
   if (!child) return failure;
 
   CallHooks hooks;
-  // A quit seen is put aside, so that the inserter can still take what was
-  // read before it; it is signalled once the child is gone.
-  hooks.should_quit = [&env] {
-    if (!env.quit_requested()) return false;
-    env.clear_exit();
+  // Lisp calls this with `inhibit-quit' bound, so that no quit can stop an
+  // insert half-way (Emacs keeps nothing of such an insert) or fall on a
+  // call into Lisp before it starts.  A quit is seen here instead, in
+  // `quit-flag', and taken: each C-g counts once.  What it was is kept, so
+  // that it is raised as Emacs would have raised it once the child is
+  // gone and the output read is in the buffer.
+  emacs_value quit_flag = env.intern("quit-flag");
+  emacs_value quit_value = nullptr;
+  hooks.should_quit = [&env, quit_flag, &quit_value] {
+    emacs_value flag = env.call("symbol-value", {quit_flag});
+    if (!env.truthy(flag)) return false;
+    env.call("set", {quit_flag, env.nil()});
+    if (!quit_value) quit_value = flag;
     return true;
   };
   if (inserter) {
@@ -80,27 +98,23 @@ FASTREVERT_DEFUN("fastrevert--mod-call-process", mod_call_process, 8, 8,
       env.funcall(inserter, {env.integer(memfd), env.integer(static_cast<std::int64_t>(from)),
                              env.integer(static_cast<std::int64_t>(to))});
     };
-    hooks.insert_pipe = [&env, inserter](int pipe_fd) {
+    hooks.insert_pipe = [&env, inserter](int pipe_fd) -> std::uint64_t {
       emacs_value read = env.funcall(inserter, {env.integer(pipe_fd), env.nil(), env.nil()});
-      PipeInsert result;
-      if (env.eq(read, env.intern("quit"))) {
-        result.quit = true;
-      } else if (env.is_a(read, "integer")) {
-        std::int64_t bytes = env.to_integer(read);
-        result.bytes = bytes > 0 ? static_cast<std::uint64_t>(bytes) : 0;
-      }
-      return result;
+      std::int64_t bytes = env.is_a(read, "integer") ? env.to_integer(read) : 0;
+      return bytes > 0 ? static_cast<std::uint64_t>(bytes) : 0;
     };
   }
+  hooks.cut = cut;
   // Counted in `fastrevert-stats' too; held, since the inserter may stop it.
   std::shared_ptr<Engine> counting = runtime.reference();
   if (counting) hooks.stats = &counting->stats();
   CallResult result = run_call(*child, static_cast<std::uint64_t>(chunk > 0 ? chunk : 0), hooks);
-  if (result.quit) {
-    // The quit was put aside, or the inserter caught it while it read: it
-    // is raised anew.  A second quit while the inserter ran is pending.
-    env.check();
-    env.signal("quit", env.nil());
+  if (result.quit && quit_value) {
+    // A C-g quits here.  Anything else in `quit-flag' (a `while-no-input'
+    // tag, `kill-emacs') goes back there, for Emacs to act on as soon as
+    // the caller's `inhibit-quit' is unbound.
+    if (env.eq(quit_value, env.t())) env.signal("quit", env.nil());
+    env.call("set", {quit_flag, quit_value});
   }
   ExitStatus status = exit_status(result.wait_status);
   // The common end costs no list and no string.

@@ -67,6 +67,12 @@ FASTREVERT_DEFUN("fastrevert--mod-version", mod_version, 0, 0,
   return env.string(FASTREVERT_VERSION);
 }
 
+FASTREVERT_DEFUN("fastrevert--mod-module-api", mod_module_api, 0, 0,
+                 "Return the module API this module was built for, an Emacs major version.\n"
+                 "It is that of the emacs-module.h it was compiled against.") {
+  return env.integer(EMACS_MAJOR_VERSION);
+}
+
 FASTREVERT_DEFUN("fastrevert--mod-start", mod_start, 1, 1,
                  "Start the engine thread, waking PIPE-PROCESS when results wait.\n"
                  "PIPE-PROCESS must be a live pipe process made by `make-pipe-process';\n"

@@ -14,52 +14,204 @@
 ;;;; Loading and the version check
 
 (ert-deftest fastrevert-module-version-matches-lisp-and-header ()
-  (should (featurep 'fastrevert-module))
   (should (equal (fastrevert--mod-version) fastrevert-version))
+  (should (featurep 'fastrevert-module))
+  (should (equal (file-name-nondirectory fastrevert--module-loaded-file)
+                 (concat "fastrevert-module-" fastrevert-version module-file-suffix)))
   (should (equal (lm-version (expand-file-name "lisp/fastrevert.el" fastrevert-test-root))
                  fastrevert-version)))
 
-(ert-deftest fastrevert-module-version-mismatch-is-refused ()
+(ert-deftest fastrevert-module-was-built-for-this-emacs-module-api ()
+  (should (equal (fastrevert--mod-module-api) emacs-major-version)))
+
+(ert-deftest fastrevert-module-version-mismatch-asks-for-a-restart ()
   (let ((err (should-error (fastrevert--check-module-version "0.0.0-other")
                            :type 'fastrevert-module-version-mismatch)))
-    (should (string-match-p "rebuild" (cadr err))))
+    (should (string-match-p "restart Emacs" (cadr err))))
   (should (null (fastrevert--check-module-version fastrevert-version))))
 
-(ert-deftest fastrevert-module-require-fails-on-stale-module ()
-  "A module built for another version makes `require' fail with advice."
-  (fastrevert-test-with-temp-dir dir
-    (let ((lisp (expand-file-name "lisp/" fastrevert-test-root)))
-      (dolist (file (directory-files lisp t "\\.el\\'"))
-        (copy-file file dir))
-      (copy-file (expand-file-name (concat "fastrevert-module" module-file-suffix)
-                                   fastrevert-test-lisp-directory)
-                 dir)
-      ;; The Lisp of another version: its version string, wherever it is.
-      (dolist (file (directory-files dir t "\\.el\\'"))
-        (with-temp-file file
-          (insert-file-contents file)
-          (goto-char (point-min))
-          (while (search-forward (concat "\"" fastrevert-version "\"") nil t)
-            (replace-match "\"99.0.0\"" t t))))
-      (let ((result (fastrevert-test-batch-emacs
-                     (list dir)
-                     '(condition-case err (progn (require 'fastrevert) (princ "loaded"))
-                        (error (princ (format "%S" err)) (kill-emacs 3))))))
-        (should (= (car result) 3))
-        (should (string-match-p "fastrevert-module-version-mismatch" (cdr result)))
-        (should (string-match-p "rebuild" (cdr result)))))))
-
-(ert-deftest fastrevert-module-require-without-module-explains-how-to-build ()
-  (fastrevert-test-with-temp-dir dir
+(defun fastrevert-module-test--native-functions-declared ()
+  "Return the native functions that the Lisp declares, sorted."
+  (let ((names nil))
     (dolist (file (directory-files (expand-file-name "lisp/" fastrevert-test-root) t "\\.el\\'"))
-      (copy-file file dir))
+      (with-temp-buffer
+        (insert-file-contents file)
+        (while (re-search-forward
+                "(declare-function \\(fastrevert--mod-[-a-z]+\\) \"fastrevert-module\"" nil t)
+          (cl-pushnew (intern (match-string 1)) names))))
+    (sort names #'string<)))
+
+(ert-deftest fastrevert-module-every-native-function-has-a-stub-until-loaded ()
+  "Each function the module defines is one the Lisp can call before loading it."
+  (fastrevert--load-module)
+  (let ((defined (sort (apropos-internal "\\`fastrevert--mod-"
+                                         (lambda (symbol)
+                                           (and (fboundp symbol)
+                                                (module-function-p (symbol-function symbol)))))
+                       #'string<)))
+    (should (equal defined (sort (copy-sequence fastrevert--module-functions) #'string<)))
+    (should-not (cl-set-difference (fastrevert-module-test--native-functions-declared)
+                                   fastrevert--module-functions))))
+
+(defun fastrevert-module-test--lisp-copy (dir &optional version)
+  "Copy the Lisp into DIR, as VERSION if given; return DIR."
+  (dolist (file (directory-files (expand-file-name "lisp/" fastrevert-test-root) t "\\.el\\'"))
+    (copy-file file dir))
+  (when version
+    (dolist (file (directory-files dir t "\\.el\\'"))
+      (with-temp-file file
+        (insert-file-contents file)
+        (goto-char (point-min))
+        (while (re-search-forward (concat "\"" (regexp-quote fastrevert-version) "\"\\|"
+                                          "^;; Version: " (regexp-quote fastrevert-version))
+                                  nil t)
+          (replace-match (if (eq (char-after (match-beginning 0)) ?\")
+                             (concat "\"" version "\"")
+                           (concat ";; Version: " version))
+                         t t)))))
+  dir)
+
+(ert-deftest fastrevert-module-loading-the-lisp-loads-no-module ()
+  "Loading every library loads nothing native; the first native call does."
+  (let ((result (fastrevert-test-batch-emacs
+                 (list fastrevert-test-lisp-directory)
+                 '(progn
+                    (require 'fastrevert)
+                    (require 'fastrevert-report)
+                    (princ (format "after-require %S\n" (featurep 'fastrevert-module)))
+                    (fastrevert-stats)
+                    (fastrevert--mod-running-p)
+                    (fastrevert--mod-stop)
+                    (princ (format "after-queries %S\n" (featurep 'fastrevert-module)))
+                    (princ (format "version %S\n" (fastrevert--mod-version)))
+                    (princ (format "after-call %S\n" (featurep 'fastrevert-module)))))))
+    (should (= (car result) 0))
+    (should (string-match-p "^after-require nil$" (cdr result)))
+    (should (string-match-p "^after-queries nil$" (cdr result)))
+    (should (string-match-p (format "^version \"%s\"$" (regexp-quote fastrevert-version))
+                            (cdr result)))
+    (should (string-match-p "^after-call t$" (cdr result)))))
+
+(ert-deftest fastrevert-module-missing-in-batch-asks-nothing-and-names-the-command ()
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-module-test--lisp-copy dir)
     (let ((result (fastrevert-test-batch-emacs
                    (list dir)
-                   '(condition-case err (progn (require 'fastrevert) (princ "loaded"))
-                      (error (princ (error-message-string err)) (kill-emacs 3))))))
-      (should (= (car result) 3))
-      (should (string-match-p "not built" (cdr result)))
-      (should (string-match-p "fastrevert-module-compile" (cdr result))))))
+                   '(progn
+                      (fset 'y-or-n-p (lambda (&rest _) (princ "asked\n") t))
+                      (require 'fastrevert)
+                      (princ (format "command %s\n" (fastrevert-module--build-command)))
+                      (condition-case err (fastrevert-mode 1)
+                        (error (princ (format "mode-error %S %s\n" (car err)
+                                              (error-message-string err)))))
+                      (princ (format "mode %S\n" fastrevert-mode))
+                      (condition-case err (fastrevert-call-process "true")
+                        (error (princ (format "call-error %S\n" (car err)))))
+                      (princ (format "module %S\n" (featurep 'fastrevert-module)))))))
+      (should (= (car result) 0))
+      (should-not (string-match-p "^asked$" (cdr result)))
+      (should (string-match-p "^mode-error user-error The fastrevert native module " (cdr result)))
+      (should (string-match-p "^call-error fastrevert-module-missing$" (cdr result)))
+      (should (string-match-p "^mode nil$" (cdr result)))
+      (should (string-match-p "^module nil$" (cdr result)))
+      ;; The message names the exact shell command, and the command.
+      (let ((command (and (string-match "^command \\(.*\\)$" (cdr result))
+                          (match-string 1 (cdr result)))))
+        (should (string-match-p "fastrevert-module-compile" command))
+        (should (string-search command (cdr result)))
+        (should (string-match-p (concat "M-x fastrevert-module-compile.*"
+                                        (regexp-quote command))
+                                (cdr result)))))))
+
+(ert-deftest fastrevert-module-missing-is-asked-about-once ()
+  "An interactive Emacs asks once whether to build; after a no, it only says how."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-module-test--lisp-copy dir)
+    (let ((result (fastrevert-test-batch-emacs
+                   (list dir)
+                   '(let ((asked 0)
+                          (noninteractive nil))
+                      (fset 'y-or-n-p (lambda (&rest _) (setq asked (1+ asked)) nil))
+                      (require 'fastrevert)
+                      (dotimes (_ 2)
+                        (condition-case err (fastrevert-mode 1)
+                          (user-error (princ (format "mode-error %s\n" (cadr err))))))
+                      (condition-case err (fastrevert-call-process "true")
+                        (fastrevert-module-missing (princ (format "call-error %S\n" (car err)))))
+                      (princ (format "asked %d mode %S module %S built %S\n" asked fastrevert-mode
+                                     (featurep 'fastrevert-module)
+                                     (and (get-buffer "*fastrevert-module-compile*") t)))))))
+      (should (= (car result) 0))
+      (should (string-match-p "^asked 1 mode nil module nil built nil$" (cdr result)))
+      (should (= 2 (cl-count-if (lambda (line) (string-match-p "\\`mode-error The fastrevert native module .* M-x fastrevert-module-compile" line))
+                                (split-string (cdr result) "\n"))))
+      (should (string-match-p "^call-error fastrevert-module-missing$" (cdr result))))))
+
+(ert-deftest fastrevert-module-of-another-version-is-never-loaded ()
+  "The Lisp of 99.0.0 passes over this version's module, and refuses one mislabelled."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-module-test--lisp-copy dir "99.0.0")
+    (copy-file (expand-file-name (concat "fastrevert-module-" fastrevert-version
+                                         module-file-suffix)
+                                 fastrevert-test-lisp-directory)
+               dir)
+    (let ((form '(progn
+                   (require 'fastrevert)
+                   (condition-case err (fastrevert--mod-version)
+                     (error (princ (format "error %S %s\n" (car err)
+                                           (error-message-string err)))))
+                   (princ (format "module %S\n" (featurep 'fastrevert-module))))))
+      (let ((result (fastrevert-test-batch-emacs (list dir) form)))
+        (should (= (car result) 0))
+        (should (string-match-p "^error fastrevert-module-missing .*fastrevert-module-99\\.0\\.0"
+                                (cdr result)))
+        (should (string-match-p "^module nil$" (cdr result))))
+      ;; A module under the wrong name is found, loaded, and refused: it
+      ;; cannot be unloaded, so the message asks for a restart.
+      (rename-file (expand-file-name (concat "fastrevert-module-" fastrevert-version
+                                             module-file-suffix)
+                                     dir)
+                   (expand-file-name (concat "fastrevert-module-99.0.0" module-file-suffix) dir))
+      (let ((result (fastrevert-test-batch-emacs (list dir) form)))
+        (should (= (car result) 0))
+        (should (string-match-p
+                 (format "^error fastrevert-module-version-mismatch .*module of fastrevert %s.*restart Emacs"
+                         (regexp-quote fastrevert-version))
+                 (cdr result)))))))
+
+(ert-deftest fastrevert-module-file-names-a-prebuilt-module-and-nothing-is-built ()
+  "A distribution's module, named by `fastrevert-module-file', is the one loaded."
+  (fastrevert-test-with-temp-dir dir
+    (let ((lisp (expand-file-name "lisp/" dir))
+          (prebuilt (expand-file-name "lib/fastrevert-native.so" dir)))
+      (make-directory lisp)
+      (make-directory (file-name-directory prebuilt))
+      (fastrevert-module-test--lisp-copy lisp)
+      (copy-file (expand-file-name (concat "fastrevert-module-" fastrevert-version
+                                           module-file-suffix)
+                                   fastrevert-test-lisp-directory)
+                 prebuilt)
+      (let* ((form (lambda (file)
+                     `(progn
+                        (setq fastrevert-module-file ,file
+                              fastrevert-always-compile-module t)
+                        (require 'fastrevert)
+                        (condition-case err (fastrevert-mode 1)
+                          (error (princ (format "error %s\n" (error-message-string err)))))
+                        (princ (format "mode %S module %s built %S\n" fastrevert-mode
+                                       fastrevert--module-loaded-file
+                                       (and (get-buffer "*fastrevert-module-compile*") t))))))
+             (result (fastrevert-test-batch-emacs (list lisp) (funcall form prebuilt))))
+        (should (= (car result) 0))
+        (should (string-match-p (format "^mode t module %s built nil$" (regexp-quote prebuilt))
+                                (cdr result)))
+        ;; One that is not there is an error, and nothing is built instead.
+        (setq result (fastrevert-test-batch-emacs
+                      (list lisp) (funcall form (expand-file-name "lib/gone.so" dir))))
+        (should (= (car result) 0))
+        (should (string-match-p "^error `fastrevert-module-file' names .*gone\\.so, which does not exist"
+                                (cdr result)))
+        (should (string-match-p "^mode nil module nil built nil$" (cdr result)))))))
 
 ;;;; Records
 

@@ -195,20 +195,32 @@ is a chunk boundary somewhere."
 ;;;; Input and signals
 
 (ert-deftest fastrevert-process-stdin-round-trip-of-megabytes-never-blocks ()
-  (let* ((line (concat (make-string 99 ?x) "\n"))
-         (input (apply #'concat (make-list 40000 line)))
-         ;; The child reads nothing for a while: the writes must queue.
-         (state (fastrevert-process-test--run :name "stdin" :command '("sh" "-c" "sleep 0.3; cat")))
-         (process (plist-get state :process))
-         (start (float-time)))
-    (dotimes (i 4)
-      (fastrevert-process-send-string process (substring input (* i 1000000) (* (1+ i) 1000000))))
-    (fastrevert-process-send-eof process)
-    (should (< (- (float-time) start) 0.25))
-    (fastrevert-process-test--finish state)
-    (should (= (length (fastrevert-process-test--output state)) (length input)))
-    (should (equal (fastrevert-process-test--output state) input))
-    (should (equal (plist-get state :events) '("finished\n")))))
+  (fastrevert-test-with-temp-dir dir
+    (let* ((line (concat (make-string 99 ?x) "\n"))
+           (input (apply #'concat (make-list 40000 line)))
+           (go (expand-file-name "go" dir))
+           ;; The child reads nothing until GO exists, which the test makes
+           ;; only once every send has returned: a send that waited for the
+           ;; child would wait until the child gave up after 30 s, and then
+           ;; the output would begin with "gave up".
+           (state (fastrevert-process-test--run
+                   :name "stdin"
+                   :command (list "sh" "-c"
+                                  (format "i=0; while [ ! -e %s ] && [ $i -lt 3000 ]; do \
+sleep 0.01; i=$((i+1)); done; [ -e %s ] || echo gave up; exec cat"
+                                          (shell-quote-argument go) (shell-quote-argument go)))))
+           (process (plist-get state :process)))
+      (dotimes (i 4)
+        (fastrevert-process-send-string process (substring input (* i 1000000) (* (1+ i) 1000000))))
+      (fastrevert-process-send-eof process)
+      (write-region "" nil go nil 'silent)
+      (should (fastrevert-test-wait-for (lambda () (plist-get state :events)) 60))
+      (let ((output (fastrevert-process-test--output state)))
+        (should (= (length output) (length input)))
+        ;; Compared outside `should', whose explanation would print both.
+        (let ((same (equal output input)))
+          (should same)))
+      (should (equal (plist-get state :events) '("finished\n"))))))
 
 (ert-deftest fastrevert-process-stdin-encodes-multibyte-text ()
   (let* ((state (fastrevert-process-test--run :name "enc" :coding 'utf-8 :command '("od" "-An" "-tx1")))

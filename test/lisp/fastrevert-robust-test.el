@@ -116,7 +116,7 @@ place, newest first."
 Return `separate' for a primitive tested on its own below."
   (pcase primitive
     ('fastrevert--mod-accessible-directory-p (list "/tmp"))
-    ('fastrevert--mod-call-process (list "/bin/true" ["true"] nil "/tmp" nil nil nil 0))
+    ('fastrevert--mod-call-process (list "/bin/true" ["true"] nil "/tmp" nil nil nil 0 nil))
     ('fastrevert--mod-drain (list #'ignore))
     ('fastrevert--mod-echo (list 1 "x"))
     ('fastrevert--mod-first-executable (list "/bin/true\0"))
@@ -140,7 +140,7 @@ Return `separate' for a primitive tested on its own below."
     ('fastrevert--mod-watch-vc-info (list nil))
     ('fastrevert--mod-watch-visible (list (list 1 2)))
     ((or 'fastrevert--mod-running-p 'fastrevert--mod-stats 'fastrevert--mod-test-delayed-stats
-         'fastrevert--mod-version 'fastrevert--mod-watch-backend)
+         'fastrevert--mod-version 'fastrevert--mod-module-api 'fastrevert--mod-watch-backend)
      nil)
     ;; Each of these is tested on its own: they start, stop, block, hold
     ;; the engine's wakes or throw by design.

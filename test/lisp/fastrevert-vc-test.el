@@ -664,34 +664,38 @@ git checkout -q topic
 Its files go through a filter, `slow', which the rebase test defines.")
 
 (ert-deftest fastrevert-vc-rebase-of-ten-commits-reverts-each-buffer-once ()
-  "A rebase rewrites the same files ten times; each buffer is reverted once."
+  "A rebase rewrites the same files ten times; each buffer is reverted once.
+However long the rebase takes: on a loaded machine, with every Git
+process slow to start (as under `make asan-emacs', which preloads
+libasan into them), it can outlast the default hold limit."
   (fastrevert-test-with-temp-dir dir
-    (fastrevert-vc-test--with-mode dir
-      (fastrevert-vc-test--sh dir fastrevert-vc-test--topic)
-      (let ((buffers (fastrevert-vc-test--visit (directory-files dir t "\\.txt\\'")))
-            (counts (make-hash-table :test #'eq))
-            (final (with-temp-buffer
-                     (insert "base\n")
-                     (dotimes (c 10) (insert (format "commit %d\n" (1+ c))))
-                     (buffer-string))))
-        (should (= (length buffers) 5))
-        (fastrevert-vc-test--counting-reverts counts
-          ;; Each file written takes a while, as in a large repository, so
-          ;; that the rebase outlasts the settle delay many times over.
-          (fastrevert-vc-test--sh-while-running
-           dir (concat "git -c filter.slow.smudge='sleep 0.02; cat' -c filter.slow.clean=cat"
-                       " rebase -q main"))
-          (should (fastrevert-test-wait-for
-                   ;; The files end as they began, so wait for the reverts.
-                   (lambda () (and (cl-every (lambda (buffer)
-                                               (and (gethash buffer counts)
-                                                    (equal (fastrevert-vc-test--text buffer)
-                                                           final)))
-                                             buffers)
-                                   (fastrevert-vc-test--settled-p)))
-                   30)))
-        (should (equal (mapcar (lambda (buffer) (gethash buffer counts)) buffers)
-                       '(1 1 1 1 1)))))))
+    (let ((fastrevert-vc-hold-limit 120))
+      (fastrevert-vc-test--with-mode dir
+        (fastrevert-vc-test--sh dir fastrevert-vc-test--topic)
+        (let ((buffers (fastrevert-vc-test--visit (directory-files dir t "\\.txt\\'")))
+              (counts (make-hash-table :test #'eq))
+              (final (with-temp-buffer
+                       (insert "base\n")
+                       (dotimes (c 10) (insert (format "commit %d\n" (1+ c))))
+                       (buffer-string))))
+          (should (= (length buffers) 5))
+          (fastrevert-vc-test--counting-reverts counts
+            ;; Each file written takes a while, as in a large repository, so
+            ;; that the rebase outlasts the settle delay many times over.
+            (fastrevert-vc-test--sh-while-running
+             dir (concat "git -c filter.slow.smudge='sleep 0.02; cat' -c filter.slow.clean=cat"
+                         " rebase -q main"))
+            (should (fastrevert-test-wait-for
+                     ;; The files end as they began, so wait for the reverts.
+                     (lambda () (and (cl-every (lambda (buffer)
+                                                 (and (gethash buffer counts)
+                                                      (equal (fastrevert-vc-test--text buffer)
+                                                             final)))
+                                               buffers)
+                                     (fastrevert-vc-test--settled-p)))
+                     30)))
+          (should (equal (mapcar (lambda (buffer) (gethash buffer counts)) buffers)
+                         '(1 1 1 1 1))))))))
 
 (ert-deftest fastrevert-vc-first-check-of-a-file-visited-during-an-operation-waits-for-it ()
   "A file visited while Git holds its lock is first checked when Git is done.
@@ -1000,6 +1004,251 @@ is left pending."
         ;; Nor does a bookmark: the active one is what the mode line shows.
         (fastrevert-vc-test--sh dir "hg bookmark -q feature")
         (fastrevert-vc-test--wait-for-mode-lines (list buffer) " Hg-feature")))))
+
+;;;; For each buffer, the text before the state
+
+;; When one operation changes a visited file and the repository's control
+;; files, stock auto-revert reverts the buffer and only then refreshes its
+;; VC state.  These tests record, for each buffer, its reverts and every
+;; change of its `vc-mode' through a run of operations, each run from
+;; start to end while Emacs waits: while Emacs runs, the files stay as the
+;; operation left them.  A change of `vc-mode' that comes while the
+;; buffer's text differs from its unchanged file's, that is while a revert
+;; of the buffer is pending, breaks the rule.
+
+(defconst fastrevert-vc-test--order-fixture
+  "set -e
+git init -q -b main
+for d in a b; do
+  mkdir $d
+  for i in 0 1 2 3 4; do printf '%s %s\\n' $d $i > $d/f$i.txt; done
+done
+git add .
+git commit -qm base
+git checkout -qb other
+for f in b/*.txt; do printf 'other\\n' >> $f; done
+git commit -qam other
+git checkout -q main
+for f in a/*.txt; do printf 'main\\n' >> $f; done
+git commit -qam main
+"
+  "Shell script for two branches: main changes the files of a/, other those of b/.")
+
+(defconst fastrevert-vc-test--order-operations
+  '(("an edit" "printf 'edit\\n' >> a/f0.txt" " Git-main" ("a/f0.txt" . " Git:main"))
+    ("a stash" "git stash -q" " Git-main")
+    ("a checkout" "git checkout -q other" " Git-other")
+    ("a commit" "printf 'topic\\n' >> b/f0.txt && git commit -qam topic" " Git-other")
+    ("a rebase" "git rebase -q main" " Git-other"))
+  "Operations run from outside, in order: (NAME SCRIPT MODE-LINE EXCEPTIONS...).
+MODE-LINE is what every buffer shows once the operation is done, but
+for those EXCEPTIONS names, (FILE . MODE-LINE) each.")
+
+(defun fastrevert-vc-test--file-text (file)
+  "Return the text in FILE, or nil if there is no such file."
+  (and (file-exists-p file)
+       (with-temp-buffer
+         (insert-file-contents file)
+         (buffer-string))))
+
+(defun fastrevert-vc-test--revert-pending-p (buffer)
+  "Return non-nil if BUFFER's text is not what its file holds.
+BUFFER is unmodified, so that a check of it would revert it."
+  (with-current-buffer buffer
+    (and (not (buffer-modified-p))
+         (let ((text (fastrevert-vc-test--file-text buffer-file-name)))
+           (and text (not (equal text (buffer-substring-no-properties
+                                       (point-min) (point-max)))))))))
+
+(defmacro fastrevert-vc-test--recording-order (log buffers &rest body)
+  "Run BODY with the reverts and `vc-mode' changes of BUFFERS logged in LOG.
+LOG is a variable bound to a hash table; a buffer's entries, latest
+first, are `revert' and (vc-mode TEXT PENDING), PENDING being non-nil
+if a revert of the buffer was pending at that moment."
+  (declare (indent 2))
+  (let ((watcher (make-symbol "watcher"))
+        (reverted (make-symbol "reverted")))
+    `(let* ((,watcher (lambda (_symbol value operation where)
+                        (when (and (eq operation 'set) (memq where ,buffers))
+                          (push (list 'vc-mode (and value (substring-no-properties value))
+                                      (fastrevert-vc-test--revert-pending-p where))
+                                (gethash where ,log)))))
+            (,reverted (lambda ()
+                         (when (memq (current-buffer) ,buffers)
+                           (push 'revert (gethash (current-buffer) ,log))))))
+       (add-variable-watcher 'vc-mode ,watcher)
+       (add-hook 'after-revert-hook ,reverted)
+       (unwind-protect (progn ,@body)
+         (remove-hook 'after-revert-hook ,reverted)
+         (remove-variable-watcher 'vc-mode ,watcher)))))
+
+(defun fastrevert-vc-test--order-done-p (dir buffers mode-line exceptions)
+  "Return non-nil once the operation in DIR is shown in every buffer of BUFFERS.
+Each buffer's text is its file's and its mode line MODE-LINE, or what
+EXCEPTIONS gives for its file; nothing is left to do."
+  (and (cl-every (lambda (buffer)
+                   (and (not (fastrevert-vc-test--revert-pending-p buffer))
+                        (equal (fastrevert-vc-test--mode-line buffer)
+                               (or (cdr (assoc (file-relative-name (buffer-file-name buffer) dir)
+                                               exceptions))
+                                   mode-line))))
+                 buffers)
+       (fastrevert-vc-test--settled-p)))
+
+(defun fastrevert-vc-test--order-through-operations ()
+  "Run `fastrevert-vc-test--order-operations' and check the order they are shown in.
+With `auto-revert-check-vc-info' on, no buffer's `vc-mode' may change
+while a revert of that buffer is pending."
+  (let ((auto-revert-interval 3600))
+    (fastrevert-test-with-temp-dir dir
+      (fastrevert-vc-test--with-mode dir
+        (setq auto-revert-check-vc-info t)
+        (fastrevert--apply-changed-settings)
+        (fastrevert-vc-test--sh dir fastrevert-vc-test--order-fixture)
+        (let ((buffers (fastrevert-vc-test--visit (directory-files-recursively dir "\\.txt\\'")))
+              (log (make-hash-table :test #'eq)))
+          (should (= (length buffers) 10))
+          (fastrevert-vc-test--wait-for-mode-lines buffers " Git-main")
+          (fastrevert-vc-test--recording-order log buffers
+            (pcase-dolist (`(,name ,script ,mode-line . ,exceptions)
+                           fastrevert-vc-test--order-operations)
+              (ert-info (name)
+                (fastrevert-vc-test--sh dir script)
+                (should (fastrevert-test-wait-for
+                         (lambda () (fastrevert-vc-test--order-done-p
+                                     dir buffers mode-line exceptions))
+                         30)))))
+          (let ((sequences (mapcar (lambda (buffer)
+                                     (cons (file-relative-name (buffer-file-name buffer) dir)
+                                           (reverse (gethash buffer log))))
+                                   buffers)))
+            ;; Every buffer was reverted and had its mode line changed: the
+            ;; recording saw what it checks.
+            (should (cl-every (lambda (sequence)
+                                (and (memq 'revert (cdr sequence))
+                                     (assq 'vc-mode (cdr sequence))))
+                              sequences))
+            ;; No mode line changed before its buffer's pending revert.
+            (let ((broken (delq nil (mapcar #'fastrevert-vc-test--out-of-order sequences))))
+              (when broken
+                (ert-fail (mapconcat #'identity broken "\n"))))))))))
+
+(defun fastrevert-vc-test--out-of-order (sequence)
+  "Describe SEQUENCE, (FILE ENTRIES...) as the order log holds them, if out of order.
+Return nil if no `vc-mode' change of ENTRIES came while a revert was
+pending; else a line that lists them, each change so marked."
+  (and (cl-some (lambda (entry) (and (consp entry) (nth 2 entry))) (cdr sequence))
+       (concat (car sequence) ": "
+               (mapconcat (lambda (entry)
+                            (if (eq entry 'revert)
+                                "revert"
+                              (format "%S%s" (nth 1 entry)
+                                      (if (nth 2 entry) " BEFORE A PENDING REVERT" ""))))
+                          (cdr sequence) ", "))))
+
+(defmacro fastrevert-vc-test--with-late-file-records (&rest body)
+  "Run BODY with every report of a changed file handled one check late.
+Each `file-changed' record the engine sends is kept until the next
+check of pending buffers (`fastrevert--revert-pending') has run, as if
+the engine had seen the file's change that much later than the
+repository's: a mode line refreshed in that check would come before
+the revert."
+  (declare (indent 0))
+  (let ((late (make-symbol "late"))
+        (keep (make-symbol "keep"))
+        (hand-over (make-symbol "hand-over")))
+    `(let* ((,late nil)
+            (,keep (lambda (function &rest args)
+                     (push (cons function args) ,late)
+                     (fastrevert--schedule-check)))
+            (,hand-over (lambda (&rest _)
+                          (let ((calls (nreverse ,late)))
+                            (setq ,late nil)
+                            (dolist (call calls) (apply (car call) (cdr call)))))))
+       (advice-add 'fastrevert--on-file-changed :around ,keep '((name . late-file-records)))
+       (advice-add 'fastrevert--revert-pending :after ,hand-over '((name . late-file-records)))
+       (unwind-protect (progn ,@body)
+         (advice-remove 'fastrevert--on-file-changed 'late-file-records)
+         (advice-remove 'fastrevert--revert-pending 'late-file-records)))))
+
+(ert-deftest fastrevert-vc-mode-line-changes-only-after-the-revert-through-stash-checkout-commit-rebase ()
+  "With `auto-revert-check-vc-info', no mode line changes before its buffer's revert.
+An edit, a stash, a checkout, a commit and a rebase, each from outside."
+  (fastrevert-vc-test--order-through-operations))
+
+(ert-deftest fastrevert-vc-mode-line-waits-for-a-revert-reported-after-the-repository-change ()
+  "A buffer whose file's change is reported late keeps its mode line until its revert.
+Every change of a file reaches Lisp one check after the change of the
+repository's index or HEAD that the same operation made."
+  (fastrevert-vc-test--with-late-file-records
+    (fastrevert-vc-test--order-through-operations)))
+
+(ert-deftest fastrevert-vc-early-mode-lines-wait-for-a-revert-reported-after-the-repository-change ()
+  "Mode lines shown early also wait for their buffers' reverts.
+As `fastrevert-vc-mode-line-waits-for-a-revert-reported-after-the-repository-change',
+with the early showing of mode lines for every batch."
+  (let ((fastrevert--vc-early-minimum 1))
+    (fastrevert-vc-test--with-late-file-records
+      (fastrevert-vc-test--order-through-operations))))
+
+;; What the order tests cannot time: a file changed while VC reads the
+;; repository for its buffer.  A batch reads Git's answers before it looks
+;; at the file; a refresh that reads as it goes, as one outside a batch or
+;; of another backend does, is looked at again afterwards.
+(ert-deftest fastrevert-vc-refresh-during-which-the-file-changes-is-taken-back ()
+  "A VC refresh during which the buffer's file changes leaves the buffer as it was.
+Its mode line and its file's VC properties are put back, and the
+revert that the change brings refreshes them."
+  (fastrevert-vc-test--with-branches (dir buffers nil)
+    (let* ((buffer (car buffers))
+           (file (buffer-file-name buffer))
+           (before (fastrevert-vc-test--state buffer))
+           (refreshes 0)
+           (change (lambda ()
+                     (when (eq (current-buffer) buffer)
+                       (cl-incf refreshes)
+                       (setq vc-mode " Git:seen-while-changing")
+                       (vc-file-setprop file 'vc-state 'edited)
+                       (write-region "changed\n" nil file nil 'silent)
+                       ;; A time no earlier write of the file can have.
+                       (set-file-times file (time-subtract nil 3600))))))
+      (advice-add 'vc-refresh-state :after change '((name . change-during-refresh)))
+      (unwind-protect
+          (should-not (fastrevert--refresh-vc-of buffer))
+        (advice-remove 'vc-refresh-state 'change-during-refresh))
+      (should (= refreshes 1))
+      (should (equal (fastrevert-vc-test--state buffer) before))
+      (should (equal (fastrevert-vc-test--mode-line buffer) " Git-main"))
+      ;; While its text waits for the revert, a refresh leaves it alone.
+      (should-not (fastrevert-vc-call-with-batch
+                   (list buffer) (lambda () (fastrevert--refresh-vc-of buffer))))
+      (should (equal (fastrevert-vc-test--state buffer) before))
+      (should (fastrevert-test-wait-for
+               (lambda () (and (equal (fastrevert-vc-test--text buffer) "changed\n")
+                               (equal (fastrevert-vc-test--mode-line buffer) " Git:main")))
+               30)))))
+
+(ert-deftest fastrevert-vc-batch-reads-git-before-it-looks-at-the-file ()
+  "A batch asks Git first and looks at the buffer's file after.
+A file changed just before Git reads the repository is then seen
+changed, and its buffer keeps its mode line until its revert."
+  (fastrevert-vc-test--with-branches (dir buffers nil)
+    (let* ((buffer (car buffers))
+           (file (buffer-file-name buffer))
+           (before (fastrevert-vc-test--state buffer))
+           (change (lambda (&rest _)
+                     (write-region "changed\n" nil file nil 'silent)
+                     (set-file-times file (time-subtract nil 3600)))))
+      (advice-add 'fastrevert-vc--fetch :before change '((name . change-before-git)))
+      (unwind-protect
+          (should-not (fastrevert-vc-call-with-batch
+                       (list buffer) (lambda () (fastrevert--refresh-vc-of buffer))))
+        (advice-remove 'fastrevert-vc--fetch 'change-before-git))
+      (should (equal (fastrevert-vc-test--state buffer) before))
+      (should (fastrevert-test-wait-for
+               (lambda () (and (equal (fastrevert-vc-test--text buffer) "changed\n")
+                               (equal (fastrevert-vc-test--mode-line buffer) " Git:main")))
+               30)))))
 
 (provide 'fastrevert-vc-test)
 

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <stdexcept>
@@ -113,6 +114,30 @@ TEST_CASE("readers sharing one scratch buffer stop allocating once it is large e
   CHECK(scratch->capacity() == capacity);
 }
 
+
+TEST_CASE("a reader given another scratch reads into it alone and keeps its read size",
+          "[pipe]") {
+  auto left = std::make_shared<ReadScratch>();
+  auto joined = std::make_shared<ReadScratch>();
+  TestPipe pipe;
+  AdaptiveReader reader(4096, 65536, left, 0);
+  pipe.write_all(std::string(8192, 'a'));
+  while (reader.read(pipe.read_end).status == ReadResult::Status::data) {
+  }
+  std::size_t grown = reader.read_size();
+  CHECK(grown > 4096);
+  reader.use_scratch(joined);
+  pipe.write_all("bytes");
+  ReadResult result = reader.read(pipe.read_end);
+  REQUIRE(result.status == ReadResult::Status::data);
+  CHECK(result.bytes == "bytes");
+  // The bytes are in the new scratch, and the readers left behind can
+  // reuse the old one at once without touching them.
+  CHECK(result.bytes.data() == joined->reserve(0));
+  std::memset(left->reserve(grown), 'x', grown);
+  CHECK(result.bytes == "bytes");
+  CHECK(reader.read_size() == grown);
+}
 TEST_CASE("write_without_sigpipe reports EPIPE and leaves no SIGPIPE pending", "[pipe]") {
   int ends[2];
   REQUIRE(pipe2(ends, O_CLOEXEC) == 0);

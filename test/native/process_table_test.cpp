@@ -591,6 +591,62 @@ TEST_CASE("process table sends a small output as strings and the rest through th
   close(memfds[0]);
 }
 
+TEST_CASE("strings that follow a failed memfd come after its ranges, not in a string before them",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable::Options options;
+  options.stdout_to_memfd = true;
+  options.memfd_threshold = kMemfdThreshold;
+  options.memfd_without_splice = true;
+  options.test_memfd_size_limit = 100000;
+  std::string expected = pattern_bytes(300000, 11);
+  TempDir dir;
+  std::string file = dir / "output";
+  write_file(file, expected);
+  // A string record first, then the memfd until its writes fail, then
+  // strings again; nothing is drained meanwhile, so the first string
+  // record is still there to be extended.
+  harness.with_table([&](ProcessTable& table) {
+    table.start(1,
+                shell("head -c 10000 " + file + "; sleep 0.1; tail -c +10001 " + file),
+                options);
+  });
+  auto deadline = Clock::now() + std::chrono::seconds(20);
+  bool running = true;
+  while (running && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    harness.with_table([&](ProcessTable& table) { running = table.contains(1); });
+  }
+  REQUIRE_FALSE(running);
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  // The stream as a consumer rebuilds it: strings as they come, and the
+  // memfd up to where each range record says.
+  std::string stream;
+  int memfd = -1;
+  std::uint64_t consumed = 0;
+  int notices = 0;
+  for (const Record& record : harness.records()) {
+    if (record.kind == RecordKind::notice) ++notices;
+    if (record.kind != RecordKind::process_output || record.id != 1) continue;
+    if (record.code == static_cast<int>(OutputCode::stdout_bytes)) {
+      stream += record.data;
+    } else if (record.code == ProcessTable::kStdoutMemfdCode) {
+      memfd = std::stoi(record.data);
+    } else if (record.code == ProcessTable::kStdoutRangeCode) {
+      REQUIRE(memfd >= 0);
+      std::uint64_t end = range_entries({record}, 1).back().first;
+      stream += file_contents(memfd).substr(consumed, end - consumed);
+      consumed = end;
+    }
+  }
+  CHECK(notices == 1);
+  CHECK(consumed > 0);
+  CHECK(consumed <= 100000);
+  CHECK(stream.size() == expected.size());
+  CHECK(stream == expected);
+  if (memfd >= 0) close(memfd);
+}
+
 namespace {
 
 // Serves NEAR, a table without a loop, on this thread until PREDICATE holds
