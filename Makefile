@@ -9,8 +9,11 @@ CMAKE_ARGS ?=
 FUZZ_SECONDS ?= 60
 
 # Debian packages the build and the tests need.
-# ccache lets the package tests' module builds share their compiling.
-DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit mercurial ccache
+# ccache lets the package tests' module builds share their compiling.  The
+# remote-file tests run an sshd of their own on loopback, on a "remote" host
+# that has inotifywait.
+DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit mercurial ccache \
+  openssh-server openssh-client inotify-tools
 
 # The package manager `make deps' speaks to: apt-get where it exists (Debian,
 # Ubuntu), else the first of these found.
@@ -22,10 +25,11 @@ PKG_MANAGER ?= $(firstword $(foreach manager,apt-get brew port pkg apk dnf pacma
 DEPS_brew   := emacs cmake pkgconf libuv catch2 git mercurial
 DEPS_port   := emacs cmake pkgconfig libuv catch2 git mercurial
 DEPS_pkg    := emacs-nox cmake pkgconf libuv catch2 git mercurial gmake
-DEPS_apk    := emacs-nox cmake g++ make pkgconf libuv-dev catch2 git mercurial
+DEPS_apk    := emacs-nox cmake g++ make pkgconf libuv-dev catch2 git mercurial \
+  openssh-server openssh-client inotify-tools
 DEPS_dnf    := emacs-nox emacs-devel cmake gcc-c++ make pkgconf-pkg-config libuv-devel \
-  catch2-devel git mercurial
-DEPS_pacman := emacs-nox cmake gcc make pkgconf libuv catch2 git mercurial
+  catch2-devel git mercurial openssh-server openssh-clients inotify-tools
+DEPS_pacman := emacs-nox cmake gcc make pkgconf libuv catch2 git mercurial openssh inotify-tools
 INSTALL_brew   := brew install
 INSTALL_port   := port install
 INSTALL_pkg    := pkg install -y

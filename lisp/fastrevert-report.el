@@ -32,7 +32,10 @@
     (:bytes-read . "bytes of process output read")
     (:vc-batches . "repositories asked about for a batch of VC refreshes")
     (:vc-processes . "Git processes those batches started")
-    (:vc-answered . "Git commands of VC refreshes answered without a process"))
+    (:vc-answered . "Git commands of VC refreshes answered without a process")
+    (:remote-watchers . "remote watchers running, one per Tramp connection")
+    (:remote-lines . "lines of the remote watchers' output handled")
+    (:remote-reverts . "remote buffers reverted"))
   "The counters `fastrevert-report' shows first, with what each counts.")
 
 (defconst fastrevert--report-engine-descriptions

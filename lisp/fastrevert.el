@@ -89,7 +89,7 @@ spent handling engine results; and those of the VC batches (see
     (setq stats (plist-put stats :main-thread-ms
                            (+ (* 1000.0 fastrevert--main-thread-seconds)
                               (/ (or (plist-get stats :drain-ns) 0) 1e6))))
-    (nconc stats (fastrevert-vc-stats))))
+    (nconc stats (fastrevert-vc-stats) (fastrevert-remote-stats))))
 
 ;;;; fastrevert-mode: auto-revert driven by the engine
 
@@ -99,7 +99,7 @@ spent handling engine results; and those of the VC batches (see
 (require 'fastrevert-batch)
 (require 'fastrevert-vc)
 (require 'fastrevert-watch)
-
+(require 'fastrevert-remote)
 (declare-function fastrevert--mod-watch-add "fastrevert-module" (id file mode &optional contents))
 (declare-function fastrevert--mod-watch-remove "fastrevert-module" (id))
 (declare-function fastrevert--mod-watch-configure "fastrevert-module"
@@ -193,7 +193,8 @@ the stock machinery."
       (setq fastrevert--polled t))))
 
 (defun fastrevert--unregister ()
-  "Stop the engine watching for the current buffer."
+  "Stop the engine, or a remote watcher, watching for the current buffer."
+  (fastrevert-remote-release)
   (let ((descriptor auto-revert-notify-watch-descriptor))
     (when (fastrevert--descriptor-p descriptor)
       (fastrevert--release-id (cdr descriptor))
@@ -215,6 +216,7 @@ A buffer no longer under auto-revert is released."
                ;; A stock file-notify watch from before; the engine replaces it.
                (fastrevert--without-advice #'auto-revert-notify-rm-watch))
              (fastrevert--register target))
+            ((fastrevert-remote-adopt))
             ((or buffer-file-name
                  (not (eq buffer-stale-function #'buffer-stale--default-function)))
              (cl-pushnew (current-buffer) fastrevert--stock-buffers)
@@ -501,14 +503,16 @@ resume as soon as Emacs is idle."
 (defun fastrevert--add-watch-advice (function)
   "Watch through the engine where it can, else call FUNCTION (stock)."
   (let ((target (and (not fastrevert--bypass) (fastrevert--target))))
-    (if (and fastrevert-mode target (not auto-revert-notify-watch-descriptor))
-        (fastrevert--register target)
-      (funcall function))))
+    (cond ((and fastrevert-mode target (not auto-revert-notify-watch-descriptor))
+           (fastrevert--register target))
+          ((and fastrevert-mode (not fastrevert--bypass) (fastrevert-remote-adopt)))
+          (t (funcall function)))))
 
 (defun fastrevert--rm-watch-advice (function)
   "Release an engine watch, or call FUNCTION (stock) for any other."
   (if (and (not fastrevert--bypass)
-           (fastrevert--descriptor-p auto-revert-notify-watch-descriptor))
+           (or (fastrevert--descriptor-p auto-revert-notify-watch-descriptor)
+               (fastrevert-remote--descriptor-p auto-revert-notify-watch-descriptor)))
       (fastrevert--unregister)
     (funcall function)))
 
@@ -619,8 +623,7 @@ buffer it covers (see `fastrevert--covered-buffers')."
     (fastrevert--configure-engine)
     (dolist (buffer (buffer-list))
       (with-current-buffer buffer
-        (when (fastrevert--descriptor-p auto-revert-notify-watch-descriptor)
-          (fastrevert--unregister))
+        (fastrevert--unregister)
         (fastrevert--adopt-current-buffer)))
     ;; The buffers have new watch ids.
     (fastrevert--track-visible t)
@@ -794,6 +797,7 @@ runs `fastrevert--poll-stock-buffers'."
   (dolist (buffer (buffer-list))
     (with-current-buffer buffer
       (fastrevert--unregister)))
+  (fastrevert-remote-stop-all)
   (pcase-dolist (`(,symbol . ,advice) fastrevert--advice)
     (advice-remove symbol advice))
   (advice-remove 'auto-revert--global-add-current-buffer #'fastrevert--adopt-current-buffer)
@@ -845,9 +849,10 @@ stock machinery, so every `auto-revert-*' setting keeps its meaning.
 What stock auto-revert checks at once is still checked at once:
 turning an auto-revert mode on checks the buffers it adopts, and a
 call of `auto-revert-buffers' the buffers whose change was reported
-and those whose files are polled.  Remote buffers, and non-file
-buffers that cannot be notified, keep stock polling.  Turning the
-mode off restores the stock behavior.
+and those whose files are polled.  Remote buffers share one watcher
+per Tramp connection; those whose method runs no processes, and
+non-file buffers that cannot be notified, keep stock polling.
+Turning the mode off restores the stock behavior.
 
 Turning the mode on loads the native module.  A missing module is
 built first (see `fastrevert-always-compile-module'), in the
@@ -878,9 +883,10 @@ that `unload-feature' goes on to remove the rest."
   (when fastrevert-mode (fastrevert-mode -1))
   ;; Each library goes before the ones it needs; the engine's goes last,
   ;; once no process is left to tell of its end.
-  (dolist (feature '(fastrevert-report fastrevert-call fastrevert-process fastrevert-child
-                     fastrevert-decode fastrevert-compile fastrevert-watch fastrevert-batch
-                     fastrevert-engine))
+  (dolist (feature '(fastrevert-report fastrevert-remote fastrevert-remote-revert
+                     fastrevert-remote-watcher fastrevert-call fastrevert-process
+                     fastrevert-child fastrevert-decode fastrevert-compile fastrevert-watch
+                     fastrevert-batch fastrevert-engine))
     (when (featurep feature) (unload-feature feature t)))
   nil)
 

@@ -1,0 +1,148 @@
+;;; fastrevert-remote-fault-test.el --- Remote watchers when the host fails -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; The sshd of the tests killed in the middle of a run, a host that
+;; stops answering (the relay frozen), and the delay between tries to
+;; start a watcher again.  None of it may freeze Emacs: what is asserted
+;; exactly is that no round trip through Tramp is made meanwhile, for
+;; one made to a host that is gone or silent blocks the main thread.
+
+;;; Code:
+
+(require 'fastrevert-remote-helpers)
+
+(defvar fastrevert-remote-fault-test--dir nil
+  "The directory of this file's test files, local to the \"remote\" host.")
+
+(defmacro fastrevert-remote-fault-test--with-mode (&rest body)
+  "Run BODY with the modes on, an sshd and relay started once, then clean up."
+  (declare (indent 0))
+  `(progn
+     (unless fastrevert-remote-test--sshd
+       (fastrevert-remote-test-sshd-start :relay-delay 25)
+       (add-hook 'kill-emacs-hook #'fastrevert-remote-test-sshd-stop))
+     (setq fastrevert-remote-fault-test--dir
+           (file-name-as-directory (make-temp-file "fastrevert-remote-" t)))
+     (let ((auto-revert-remote-files t)
+           (auto-revert-verbose nil)
+           (auto-revert-use-notify t)
+           (auto-revert-interval 5)
+           (auto-revert-notify-exclude-dir-regexp "^$")
+           (auto-revert-stop-on-user-input t))
+       (unwind-protect
+           (progn
+             (fastrevert-mode 1)
+             (global-auto-revert-mode 1)
+             ,@body)
+         (fastrevert-remote-test-cleanup)
+         (delete-directory fastrevert-remote-fault-test--dir t)))))
+
+(defun fastrevert-remote-fault-test--open (host count)
+  "Write and visit COUNT files on HOST; return ((BUFFER . LOCAL-FILE) ...)."
+  (cl-loop for i below count
+           collect (let ((file (expand-file-name (format "%s-%d" host i)
+                                                 fastrevert-remote-fault-test--dir)))
+                     (fastrevert-remote-test-write file "start\n")
+                     (cons (find-file-noselect (fastrevert-remote-test-file host file)) file))))
+
+(defun fastrevert-remote-fault-test--reports (host)
+  "Return how many times *Messages* reports the end of HOST's watcher."
+  (with-current-buffer (messages-buffer)
+    (save-excursion
+      (goto-char (point-min))
+      (let ((count 0))
+        (while (search-forward (format "watcher of remote files on %s ended" host) nil t)
+          (setq count (1+ count)))
+        count))))
+
+(defun fastrevert-remote-fault-test--longest-gap (seconds)
+  "Let Emacs run for SECONDS; return the longest it was away in one wait.
+A wait of 50 ms that returns much later means the main thread was busy."
+  (let ((end (+ (float-time) seconds))
+        (longest 0.0))
+    (while (< (float-time) end)
+      (let ((start (float-time)))
+        (accept-process-output nil 0.05)
+        (setq longest (max longest (- (float-time) start 0.05)))))
+    longest))
+
+(ert-deftest fastrevert-remote-fault-sshd-killed-mid-run-is-reported-once-then-recovered ()
+  "Killing the sshd ends the watcher without a round trip; it returns with Tramp.
+The end is reported once, naming the host.  A change made while the
+host was gone shows once Tramp has connected again, and so do later ones."
+  (fastrevert-remote-fault-test--with-mode
+    (let* ((pairs (fastrevert-remote-fault-test--open "fr1" 10))
+           (buffers (mapcar #'car pairs))
+           (reports (fastrevert-remote-fault-test--reports "fr1")))
+      (fastrevert-remote-test-wait-settled buffers)
+      (let* ((before (fastrevert-remote-test-main-thread-ms))
+             (gap nil)
+             (trips (fastrevert-remote-test-round-trips
+                     (lambda ()
+                       (fastrevert-remote-test-sshd-kill)
+                       (should (fastrevert-test-wait-for
+                                (lambda () (not (fastrevert-remote-test-watchers))) 15))
+                       (fastrevert-remote-test-write (cdar pairs) "while away\n")
+                       (setq gap (fastrevert-remote-fault-test--longest-gap 3))))))
+        (ert-info ((format "round trips %S, longest gap %.3f s" trips gap))
+          (should (equal trips '(0 . 0)))
+          (should (< gap 1.0))
+          (should (<= (- (fastrevert-remote-test-main-thread-ms) before) 50.0))))
+      (should (= (1+ reports) (fastrevert-remote-fault-test--reports "fr1")))
+      (should (equal (fastrevert-remote-test-text (caar pairs)) "start\n"))
+      ;; The host is back; the next use of the connection reconnects Tramp.
+      (fastrevert-remote-test-sshd-restart)
+      (should (file-exists-p (fastrevert-remote-test-file "fr1" fastrevert-remote-fault-test--dir)))
+      (should (fastrevert-test-wait-for (lambda () (fastrevert-remote-test-running-p "fr1")) 30))
+      (should (fastrevert-test-wait-for
+               (lambda () (equal (fastrevert-remote-test-text (caar pairs)) "while away\n"))
+               15))
+      (fastrevert-remote-test-write (cdr (nth 5 pairs)) "after\n")
+      (should (fastrevert-test-wait-for
+               (lambda () (equal (fastrevert-remote-test-text (car (nth 5 pairs))) "after\n"))
+               15))
+      (should (= (1+ reports) (fastrevert-remote-fault-test--reports "fr1"))))))
+
+(ert-deftest fastrevert-remote-fault-silent-host-never-blocks ()
+  "A host that stops answering makes no round trip and no wait on the main thread.
+What changed there meanwhile shows once it answers again."
+  (fastrevert-remote-fault-test--with-mode
+    (let ((pairs (fastrevert-remote-fault-test--open "frd1" 3)))
+      (fastrevert-remote-test-wait-settled (mapcar #'car pairs))
+      (fastrevert-remote-test-relay-freeze t)
+      (let* ((gap nil)
+             (trips (unwind-protect
+                        (fastrevert-remote-test-round-trips
+                         (lambda ()
+                           (fastrevert-remote-test-write (cdar pairs) "said while silent\n")
+                           (setq gap (fastrevert-remote-fault-test--longest-gap 3))))
+                      (fastrevert-remote-test-relay-freeze nil))))
+        (ert-info ((format "round trips %S, longest gap %.3f s" trips gap))
+          (should (equal trips '(0 . 0)))
+          (should (< gap 1.0))))
+      (should (fastrevert-test-wait-for
+               (lambda () (equal (fastrevert-remote-test-text (caar pairs)) "said while silent\n"))
+               15)))))
+
+(ert-deftest fastrevert-remote-fault-tries-to-restart-with-a-growing-delay ()
+  "Each failed start of a watcher doubles the wait before the next, up to a limit.
+Its end is reported once until a watcher runs again."
+  (let ((conn (fastrevert-remote--conn-create "/frssh:nowhere:" "nowhere"))
+        (messages (fastrevert-remote-fault-test--reports "nowhere"))
+        (delays nil))
+    (unwind-protect
+        (progn
+          (dotimes (_ 8)
+            (fastrevert-remote--ended conn "test")
+            (push (fastrevert-remote--conn-retry-delay conn) delays))
+          (should (equal (nreverse delays) '(1.0 2.0 4.0 8.0 16.0 32.0 60.0 60.0)))
+          (should (= (1+ messages) (fastrevert-remote-fault-test--reports "nowhere")))
+          ;; A try before the delay is up starts nothing.
+          (should (eq (fastrevert-remote--conn-state conn) 'down))
+          (should (> (fastrevert-remote--conn-next-try conn) (+ (float-time) 50))))
+      (fastrevert-remote--stop conn))))
+
+(provide 'fastrevert-remote-fault-test)
+
+;;; fastrevert-remote-fault-test.el ends here
