@@ -34,8 +34,11 @@
     (:vc-processes . "Git processes those batches started")
     (:vc-answered . "Git commands of VC refreshes answered without a process")
     (:remote-watchers . "remote watchers running, one per Tramp connection")
+    (:remote-watchers-started . "remote watchers started")
     (:remote-lines . "lines of the remote watchers' output handled")
-    (:remote-reverts . "remote buffers reverted"))
+    (:remote-reverts . "remote buffers reverted")
+    (:remote-line-ms . "milliseconds Emacs spent on those lines")
+    (:remote-check-ms . "milliseconds Emacs spent checking and reverting remote buffers"))
   "The counters `fastrevert-report' shows first, with what each counts.")
 
 (defconst fastrevert--report-engine-descriptions

@@ -393,7 +393,9 @@ a window showing the buffer."
                            (buffer-string))))
             (should (string-match-p "fastrevert-process.* (deleted)" (file-symlink-p link)))
             (should (string-match-p "total" listing))
-            (should-not (string-match-p "memfd:\\|(deleted)" listing))
+            ;; Only the engine's own file counts: Emacs may have inherited
+            ;; other removed files (a test runner's log) and handed them on.
+            (should-not (string-match-p "fastrevert-process" listing))
             (should (fastrevert-test-wait-for (lambda () done) 30))
             (should (= (buffer-size buffer) size))
             (should-not (fastrevert--process-memfd process))
