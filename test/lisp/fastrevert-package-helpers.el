@@ -113,6 +113,24 @@ package.el has it), no package archive, and LOAD-DIRS on `load-path'."
                                       "--eval" (prin1-to-string form))))))
       (cons code (buffer-string)))))
 
+(defun fastrevert-package-test-readme-forms ()
+  "Return every Lisp form in the README's elisp code blocks."
+  (with-temp-buffer
+    (insert-file-contents (expand-file-name "README.md" fastrevert-test-root))
+    (let ((forms nil))
+      (while (re-search-forward "^```elisp\n" nil t)
+        (let ((end (save-excursion (re-search-forward "^```$") (match-beginning 0))))
+          (condition-case nil
+              (while (< (progn (forward-comment (buffer-size)) (point)) end)
+                (push (read (current-buffer)) forms))
+            (end-of-file nil))))
+      (nreverse forms))))
+
+(defun fastrevert-package-test-readme-form (head)
+  "Return the README's first Lisp form whose car is HEAD."
+  (or (assq head (fastrevert-package-test-readme-forms))
+      (error "The README has no (%s ...) form" head)))
+
 (defun fastrevert-package-test-match (regexp result)
   "Return the first group of REGEXP in the output of RESULT, or nil."
   (and (string-match regexp (cdr result)) (match-string 1 (cdr result))))

@@ -12,26 +12,45 @@
 
 (require 'fastrevert-package-helpers)
 
-(defun fastrevert-package-layout-test--straight (dir)
-  "Make DIR hold a repository and a straight.el build folder of links to its Lisp.
-Return the build folder."
+(defun fastrevert-package-layout-test--recipe-files (head)
+  "Return the :files of the README's recipe in its (HEAD ...) form.
+straight.el's form quotes its recipe; elpaca's does not."
+  (let* ((argument (cadr (fastrevert-package-test-readme-form head)))
+         (recipe (if (eq (car-safe argument) 'quote) (cadr argument) argument))
+         (files (plist-get (cdr recipe) :files)))
+    (should (eq (car recipe) 'fastrevert))
+    (should files)
+    files))
+
+(defun fastrevert-package-layout-test--linked (dir head)
+  "Make DIR hold a repository and a build folder of links, as (HEAD ...) makes one.
+The links are to the files that the :files of the README's recipe for
+HEAD (`straight-use-package' or `elpaca') name, as both package managers
+link them.  Return the build folder."
   (let ((repository (expand-file-name "repos/fastrevert/" dir))
         (build (expand-file-name "build/fastrevert/" dir)))
     (fastrevert-package-test-copy-sources repository)
     (make-directory build t)
-    (dolist (file (directory-files (expand-file-name "lisp" repository) t "\\.el\\'"))
-      (make-symbolic-link file (expand-file-name (file-name-nondirectory file) build)))
+    (dolist (spec (fastrevert-package-layout-test--recipe-files head))
+      (dolist (file (file-expand-wildcards (expand-file-name spec repository)))
+        (make-symbolic-link file (expand-file-name (file-name-nondirectory file) build))))
+    (should (file-exists-p (expand-file-name "fastrevert.el" build)))
     build))
 
-(ert-deftest fastrevert-package-layout-straight-links-lead-the-build-to-the-sources ()
-  "In a folder of links to the Lisp, the module is built from the linked repository
-and written into that folder."
+(defun fastrevert-package-layout-test--check-linked (head)
+  "Check that the build folder (HEAD ...) makes leads the build to the sources.
+Its Lisp byte-compiles without a warning, and the module is built from
+the linked repository and written into the build folder."
   (fastrevert-test-with-temp-dir home
-    (let* ((build (fastrevert-package-layout-test--straight home))
+    (let* ((build (fastrevert-package-layout-test--linked home head))
            (result (fastrevert-package-test-emacs
                     home
                     `(progn
-                       (byte-recompile-directory ,build 0)
+                       (require 'bytecomp)
+                       (let ((byte-compile-log-warning-function
+                              (lambda (string &rest _)
+                                (princ (format "compile-warning %s\n" string)))))
+                         (byte-recompile-directory ,build 0))
                        (require 'fastrevert)
                        (require 'fastrevert-compile)
                        (princ (format "sources %s\n" (fastrevert-module--source-directory)))
@@ -41,8 +60,9 @@ and written into that folder."
                                       fastrevert--module-loaded-file))
                        ,fastrevert-package-test-revert-form)
                     (list build))))
-      (ert-info ((cdr result) :prefix "straight: ")
+      (ert-info ((cdr result) :prefix (format "%s: " head))
         (should (eql (car result) 0))
+        (should-not (string-match-p "^compile-warning " (cdr result)))
         (should (equal (fastrevert-package-test-match "^sources \\(.*\\)$" result)
                        (file-truename (expand-file-name "repos/fastrevert/" home))))
         (should (equal (fastrevert-package-test-match "^mode t module \\(.*\\)$" result)
@@ -50,6 +70,16 @@ and written into that folder."
                                                  module-file-suffix)
                                          build)))
         (fastrevert-package-test-check-reverted result)))))
+
+(ert-deftest fastrevert-package-layout-straight-links-lead-the-build-to-the-sources ()
+  "In the folder of links the README's straight.el recipe makes, the module is
+built from the linked repository and written into that folder."
+  (fastrevert-package-layout-test--check-linked 'straight-use-package))
+
+(ert-deftest fastrevert-package-layout-elpaca-links-lead-the-build-to-the-sources ()
+  "In the folder of links the README's elpaca recipe makes, the module is
+built from the linked repository and written into that folder."
+  (fastrevert-package-layout-test--check-linked 'elpaca))
 
 (defun fastrevert-package-layout-test--emacs-read-only (home directory form load-dirs)
   "Run FORM in an Emacs of HOME that cannot write DIRECTORY.

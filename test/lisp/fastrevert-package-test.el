@@ -46,19 +46,6 @@ at the package's top; a folder keeps its path and everything under it."
                 files))))
     (sort files #'string<)))
 
-(defun fastrevert-package-test--readme-forms ()
-  "Return every Lisp form in the README's elisp code blocks."
-  (with-temp-buffer
-    (insert-file-contents (expand-file-name "README.md" fastrevert-test-root))
-    (let ((forms nil))
-      (while (re-search-forward "^```elisp\n" nil t)
-        (let ((end (save-excursion (re-search-forward "^```$") (match-beginning 0))))
-          (condition-case nil
-              (while (< (progn (forward-comment (buffer-size)) (point)) end)
-                (push (read (current-buffer)) forms))
-            (end-of-file nil))))
-      (nreverse forms))))
-
 (ert-deftest fastrevert-package-tarball-holds-what-the-melpa-recipe-names ()
   "The tarball, the recipe in the repository and the README name one set of files."
   (fastrevert-test-with-temp-dir dir
@@ -77,7 +64,7 @@ at the package's top; a folder keeps its path and everything under it."
       (should-not (cl-find-if (lambda (file) (string-match-p "\\`\\(test\\|bench\\)/" file))
                               files))
       ;; The README shows the same recipe.
-      (should (member recipe (fastrevert-package-test--readme-forms)))
+      (should (member recipe (fastrevert-package-test-readme-forms)))
       ;; package-vc compiles what it checks out, but for these.
       (should (equal (with-temp-buffer
                        (insert-file-contents (expand-file-name ".elpaignore" fastrevert-test-root))

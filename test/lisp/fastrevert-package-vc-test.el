@@ -12,19 +12,6 @@
 
 (require 'fastrevert-package-helpers)
 
-(defun fastrevert-package-vc-test--readme-form (head)
-  "Return the README's Lisp form whose car is HEAD."
-  (with-temp-buffer
-    (insert-file-contents (expand-file-name "README.md" fastrevert-test-root))
-    (let ((found nil))
-      (while (and (not found) (re-search-forward "^```elisp\n" nil t))
-        (let ((end (save-excursion (re-search-forward "^```$") (match-beginning 0))))
-          (while (and (not found) (< (progn (forward-comment (buffer-size)) (point)) end))
-            (let ((form (read (current-buffer))))
-              (when (eq (car-safe form) head)
-                (setq found form))))))
-      (or found (error "The README has no (%s ...) form" head)))))
-
 (defun fastrevert-package-vc-test--local (form url)
   "Return FORM with every string that is a repository address replaced by URL."
   (cond ((and (stringp form) (string-match-p "\\`https://" form)) url)
@@ -65,7 +52,7 @@
     (let* ((repository (fastrevert-package-test-git-repository
                         (expand-file-name "repository/" home)))
            (install (fastrevert-package-vc-test--local
-                     (fastrevert-package-vc-test--readme-form 'package-vc-install)
+                     (fastrevert-package-test-readme-form 'package-vc-install)
                      repository))
            (result (fastrevert-package-test-emacs
                     home
@@ -92,7 +79,7 @@
     (let* ((repository (fastrevert-package-test-git-repository
                         (expand-file-name "repository/" home)))
            (declaration (fastrevert-package-vc-test--local
-                         (fastrevert-package-vc-test--readme-form 'use-package)
+                         (fastrevert-package-test-readme-form 'use-package)
                          repository))
            (result (fastrevert-package-test-emacs
                     home
