@@ -37,10 +37,12 @@ link them.  Return the build folder."
     (should (file-exists-p (expand-file-name "fastrevert.el" build)))
     build))
 
-(defun fastrevert-package-layout-test--check-linked (head)
+(defun fastrevert-package-layout-test--check-linked (head &optional primitive-first)
   "Check that the build folder (HEAD ...) makes leads the build to the sources.
 Its Lisp byte-compiles without a warning, and the module is built from
-the linked repository and written into the build folder."
+the linked repository and written into the build folder.  With
+PRIMITIVE-FIRST, the first use of the module is a call of a native
+primitive, `fastrevert-call-process', before the mode is turned on."
   (fastrevert-test-with-temp-dir home
     (let* ((build (fastrevert-package-layout-test--linked home head))
            (result (fastrevert-package-test-emacs
@@ -55,20 +57,29 @@ the linked repository and written into the build folder."
                        (require 'fastrevert-compile)
                        (princ (format "sources %s\n" (fastrevert-module--source-directory)))
                        (setq fastrevert-always-compile-module t)
+                       ,@(and primitive-first
+                              '((require 'fastrevert-call)
+                                (princ (format "primitive %S module %s\n"
+                                               (fastrevert-call-process "true")
+                                               fastrevert--module-loaded-file))))
                        (fastrevert-mode 1)
                        (princ (format "mode %S module %s\n" fastrevert-mode
                                       fastrevert--module-loaded-file))
                        ,fastrevert-package-test-revert-form)
-                    (list build))))
+                    (list build)))
+           (module (expand-file-name (concat "fastrevert-module-" fastrevert-version
+                                             module-file-suffix)
+                                     build)))
       (ert-info ((cdr result) :prefix (format "%s: " head))
         (should (eql (car result) 0))
         (should-not (string-match-p "^compile-warning " (cdr result)))
+        (when primitive-first
+          (should (equal (fastrevert-package-test-match "^primitive 0 module \\(.*\\)$" result)
+                         module)))
         (should (equal (fastrevert-package-test-match "^sources \\(.*\\)$" result)
                        (file-truename (expand-file-name "repos/fastrevert/" home))))
         (should (equal (fastrevert-package-test-match "^mode t module \\(.*\\)$" result)
-                       (expand-file-name (concat "fastrevert-module-" fastrevert-version
-                                                 module-file-suffix)
-                                         build)))
+                       module))
         (fastrevert-package-test-check-reverted result)))))
 
 (ert-deftest fastrevert-package-layout-straight-links-lead-the-build-to-the-sources ()
@@ -78,8 +89,9 @@ built from the linked repository and written into that folder."
 
 (ert-deftest fastrevert-package-layout-elpaca-links-lead-the-build-to-the-sources ()
   "In the folder of links the README's elpaca recipe makes, the module is
-built from the linked repository and written into that folder."
-  (fastrevert-package-layout-test--check-linked 'elpaca))
+built from the linked repository and written into that folder, here at
+the first call of a native primitive."
+  (fastrevert-package-layout-test--check-linked 'elpaca t))
 
 (defun fastrevert-package-layout-test--emacs-read-only (home directory form load-dirs)
   "Run FORM in an Emacs of HOME that cannot write DIRECTORY.
