@@ -315,7 +315,7 @@ asan-emacs: deps
 	  -DFASTREVERT_SANITIZE=address$(comma)undefined \
 	  -DFASTREVERT_MODULE_DIR=$(CURDIR)/$(BUILD)-asan-emacs/lisp -DFASTREVERT_ERT_TIMEOUT=3600 \
 	  $(CMAKE_ARGS)
-	cmake --build $(BUILD)-asan-emacs -j $(JOBS) --target fastrevert-module
+	cmake --build $(BUILD)-asan-emacs -j $(JOBS) --target fastrevert-module fastrevert-test-writer
 	$(ASAN_EMACS_ENV) cmake --build $(BUILD)-asan-emacs --target fastrevert-lisp
 	cd $(BUILD)-asan-emacs && $(ASAN_EMACS_ENV) \
 	  ctest --output-on-failure -j $(JOBS) -R '^ert\.' -E '^ert\.fastrevert-lint-test$$' \

@@ -151,6 +151,8 @@ the cut rule the destination makes (`utf-8', `ascii' or `bytes')."
   (let* ((seed (fastrevert-call-process-quit-test--seed))
          (plan (fastrevert-call-process-quit-test--plan
                 seed (fastrevert-call-process-quit-test--rounds) spec)))
+    ;; Missing, it would fail in the terminal Emacs, where nothing shows.
+    (should (file-executable-p fastrevert-call-process-quit-test--writer))
     (fastrevert-test-with-temp-dir dir
       (let* ((process-environment (cons "TERM=xterm" (fastrevert-test-emacs-environment)))
              (emacs (make-process
