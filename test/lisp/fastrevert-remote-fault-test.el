@@ -73,9 +73,10 @@ The host is reached through the relay, a 50 ms round trip.  The end is
 reported once, naming the host.  A change made while the host was gone
 shows once Tramp has connected again, and so do later ones."
   (fastrevert-remote-fault-test--with-mode
-    (let* ((pairs (fastrevert-remote-fault-test--open "frd1" 10))
+    (let* ((host "frd1")
+           (pairs (fastrevert-remote-fault-test--open host 10))
            (buffers (mapcar #'car pairs))
-           (reports (fastrevert-remote-fault-test--reports "frd1")))
+           (reports (fastrevert-remote-fault-test--reports host)))
       (fastrevert-remote-test-wait-settled buffers)
       (let* ((before (fastrevert-remote-test-main-thread-ms))
              (gap nil)
@@ -90,12 +91,12 @@ shows once Tramp has connected again, and so do later ones."
           (should (equal trips '(0 . 0)))
           (should (< gap 1.0))
           (should (<= (- (fastrevert-remote-test-main-thread-ms) before) 50.0))))
-      (should (= (1+ reports) (fastrevert-remote-fault-test--reports "frd1")))
+      (should (= (1+ reports) (fastrevert-remote-fault-test--reports host)))
       (should (equal (fastrevert-remote-test-text (caar pairs)) "start\n"))
       ;; The host is back; the next use of the connection reconnects Tramp.
       (fastrevert-remote-test-sshd-restart)
-      (should (file-exists-p (fastrevert-remote-test-file "frd1" fastrevert-remote-fault-test--dir)))
-      (should (fastrevert-test-wait-for (lambda () (fastrevert-remote-test-running-p "frd1")) 30))
+      (should (file-exists-p (fastrevert-remote-test-file host fastrevert-remote-fault-test--dir)))
+      (should (fastrevert-test-wait-for (lambda () (fastrevert-remote-test-running-p host)) 30))
       (should (fastrevert-test-wait-for
                (lambda () (equal (fastrevert-remote-test-text (caar pairs)) "while away\n"))
                15))
@@ -103,7 +104,7 @@ shows once Tramp has connected again, and so do later ones."
       (should (fastrevert-test-wait-for
                (lambda () (equal (fastrevert-remote-test-text (car (nth 5 pairs))) "after\n"))
                15))
-      (should (= (1+ reports) (fastrevert-remote-fault-test--reports "frd1"))))))
+      (should (= (1+ reports) (fastrevert-remote-fault-test--reports host))))))
 
 (ert-deftest fastrevert-remote-fault-silent-host-never-blocks ()
   "A host that stops answering makes no round trip and no wait on the main thread.
