@@ -11,9 +11,9 @@ FUZZ_SECONDS ?= 60
 # Debian packages the build and the tests need.
 # ccache lets the package tests' module builds share their compiling.  The
 # remote-file tests run an sshd of their own on loopback, on a "remote" host
-# that has inotifywait.
+# that has inotifywait, and fswatch for the tests of a host without it.
 DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit mercurial ccache \
-  openssh-server openssh-client inotify-tools
+  openssh-server openssh-client inotify-tools fswatch
 
 # The package manager `make deps' speaks to: apt-get where it exists (Debian,
 # Ubuntu), else the first of these found.
@@ -22,8 +22,8 @@ PKG_MANAGER ?= $(firstword $(foreach manager,apt-get brew port pkg apk dnf pacma
 # What the others call the build's and the tests' packages.  Magit, which
 # the Magit tests load as Debian's elpa-magit installs it, is left out; the
 # compiler is Xcode's on macOS and the base system's on FreeBSD.
-DEPS_brew   := emacs cmake pkgconf libuv catch2 git mercurial
-DEPS_port   := emacs cmake pkgconfig libuv catch2 git mercurial
+DEPS_brew   := emacs cmake pkgconf libuv catch2 git mercurial fswatch
+DEPS_port   := emacs cmake pkgconfig libuv catch2 git mercurial fswatch
 DEPS_pkg    := emacs-nox cmake pkgconf libuv catch2 git mercurial gmake
 DEPS_apk    := emacs-nox cmake g++ make pkgconf libuv-dev catch2 git mercurial \
   openssh-server openssh-client inotify-tools

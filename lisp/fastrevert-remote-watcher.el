@@ -117,8 +117,10 @@ feed() {
           if [ $T = inotifywait ]; then
             sh -c 'echo $$ >\"$1/pid\"; exec inotifywait -m -e modify,attrib,close_write,moved_to,moved_from,create,delete,delete_self,move_self --format E%w%f --fromfile \"$1/dirs\" 2>&1' sh \"$S\"
           else
-            sh -c 'echo $$ >\"$1/pid\"; echo established; exec fswatch -u --format E%p $(cat \"$1/dirs\")' sh \"$S\"
-          fi | while IFS= read -r l; do case $l in E*) printf '%s\\n' \"$l\";; *stablished*) echo R;; esac; done
+            mkdir -p \"$S/w\"; rm -f \"$S/ready\"
+            (n=0; while [ ! -e \"$S/ready\" ] && [ $n -lt 50 ]; do : >\"$S/w/p\"; sleep 0.2; n=$((n+1)); done; [ -e \"$S/ready\" ] || echo established) &
+            sh -c 'echo $$ >\"$1/pid\"; set -f; IFS=$2; exec fswatch -l 0.2 --format E%p \"$1/w\" $(cat \"$1/dirs\")' sh \"$S\" \"$L\"
+          fi | while IFS= read -r l; do case $l in E*/\"${S##*/}\"/w/p) [ -e \"$S/ready\" ] || { : >\"$S/ready\"; echo R; };; E*) printf '%s\\n' \"$l\";; *stablished*) echo R;; esac; done
           rm -f \"$S/pid\"
           [ -e \"$S/again\" ] || sleep 2
         else
@@ -175,7 +177,12 @@ directories, each event making the program stat the file named; with
 `poll', every watched file is stat'ed every I seconds and only the
 lines that changed are printed.  A change of the watched directories
 restarts the notifying program, and once it watches them again every
-file is stat'ed anew, so that no change made meanwhile is missed.")
+file is stat'ed anew, so that no change made meanwhile is missed.
+inotifywait says when its watches are in place; fswatch does not, so
+the watcher has it watch a directory of its own too, and writes a file
+there every 0.2 s until fswatch reports it (for 10 s at most).
+fswatch reports within 0.2 s of an event rather than its default
+second.")
 
 (defconst fastrevert-remote--bootstrap
   "echo S; IFS= read -r n; eval \"$(dd bs=1 count=\"$n\" 2>/dev/null)\""

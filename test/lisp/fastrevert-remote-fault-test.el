@@ -6,7 +6,10 @@
 ;; stops answering (the relay frozen), and the delay between tries to
 ;; start a watcher again.  None of it may freeze Emacs: what is asserted
 ;; exactly is that no round trip through Tramp is made meanwhile, for
-;; one made to a host that is gone or silent blocks the main thread.
+;; one made to a host that is gone or silent blocks the main thread,
+;; and that no wait of the main thread has it busy for over 50 ms.  How
+;; late a wait returns is bounded loosely, for a busy machine makes
+;; waits late too; the benchmark (make bench-full) has that figure.
 
 ;;; Code:
 
@@ -56,20 +59,26 @@
           (setq count (1+ count)))
         count))))
 
-(defun fastrevert-remote-fault-test--longest-gap (seconds)
-  "Let Emacs run for SECONDS; return the longest it was away in one wait.
-A wait of 50 ms that returns much later means the main thread was busy."
-  (let ((end (+ (float-time) seconds))
-        (longest 0.0))
-    (while (< (float-time) end)
-      (let ((start (float-time)))
-        (accept-process-output nil 0.05)
-        (setq longest (max longest (- (float-time) start 0.05)))))
-    longest))
+(defun fastrevert-remote-fault-test--worst (a b)
+  "Return the worse of the stalls A and B, each (LATE . BUSY), part by part."
+  (cons (max (car a) (car b)) (max (cdr a) (cdr b))))
+
+(defun fastrevert-remote-fault-test--stalls-until-ended ()
+  "Measure the stalls until no watcher runs (at most 15 s); return them.
+Fail if a watcher still runs then."
+  (let ((stalls '(0.0 . 0.0))
+        (deadline (+ (float-time) 15)))
+    (while (and (fastrevert-remote-test-watchers) (< (float-time) deadline))
+      (setq stalls (fastrevert-remote-fault-test--worst
+                    stalls (fastrevert-remote-test-stalls 0.1))))
+    (should-not (fastrevert-remote-test-watchers))
+    stalls))
 
 (ert-deftest fastrevert-remote-fault-sshd-killed-mid-run-is-reported-once-then-recovered ()
   "Killing the sshd ends the watcher without a round trip; it returns with Tramp.
-The host is reached through the relay, a 50 ms round trip.  The end is
+The host is reached through the relay, a 50 ms round trip.  Until the
+host is back, no wait of the main thread is busy for over 50 ms, and
+fastrevert's handlers spend no more than that in all.  The end is
 reported once, naming the host.  A change made while the host was gone
 shows once Tramp has connected again, and so do later ones."
   (fastrevert-remote-fault-test--with-mode
@@ -79,17 +88,18 @@ shows once Tramp has connected again, and so do later ones."
            (reports (fastrevert-remote-fault-test--reports host)))
       (fastrevert-remote-test-wait-settled buffers)
       (let* ((before (fastrevert-remote-test-main-thread-ms))
-             (gap nil)
+             (stalls nil)
              (trips (fastrevert-remote-test-round-trips
                      (lambda ()
                        (fastrevert-remote-test-sshd-kill)
-                       (should (fastrevert-test-wait-for
-                                (lambda () (not (fastrevert-remote-test-watchers))) 15))
+                       (setq stalls (fastrevert-remote-fault-test--stalls-until-ended))
                        (fastrevert-remote-test-write (cdar pairs) "while away\n")
-                       (setq gap (fastrevert-remote-fault-test--longest-gap 3))))))
-        (ert-info ((format "round trips %S, longest gap %.3f s" trips gap))
+                       (setq stalls (fastrevert-remote-fault-test--worst
+                                     stalls (fastrevert-remote-test-stalls 3)))))))
+        (ert-info ((format "round trips %S, stalls (late . busy) %S s" trips stalls))
           (should (equal trips '(0 . 0)))
-          (should (< gap 1.0))
+          (should (< (car stalls) 1.0))
+          (should (<= (cdr stalls) 0.05))
           (should (<= (- (fastrevert-remote-test-main-thread-ms) before) 50.0))))
       (should (= (1+ reports) (fastrevert-remote-fault-test--reports host)))
       (should (equal (fastrevert-remote-test-text (caar pairs)) "start\n"))
@@ -113,16 +123,17 @@ What changed there meanwhile shows once it answers again."
     (let ((pairs (fastrevert-remote-fault-test--open "frd1" 3)))
       (fastrevert-remote-test-wait-settled (mapcar #'car pairs))
       (fastrevert-remote-test-relay-freeze t)
-      (let* ((gap nil)
+      (let* ((stalls nil)
              (trips (unwind-protect
                         (fastrevert-remote-test-round-trips
                          (lambda ()
                            (fastrevert-remote-test-write (cdar pairs) "said while silent\n")
-                           (setq gap (fastrevert-remote-fault-test--longest-gap 3))))
+                           (setq stalls (fastrevert-remote-test-stalls 3))))
                       (fastrevert-remote-test-relay-freeze nil))))
-        (ert-info ((format "round trips %S, longest gap %.3f s" trips gap))
+        (ert-info ((format "round trips %S, stalls (late . busy) %S s" trips stalls))
           (should (equal trips '(0 . 0)))
-          (should (< gap 1.0))))
+          (should (< (car stalls) 1.0))
+          (should (<= (cdr stalls) 0.05))))
       (should (fastrevert-test-wait-for
                (lambda () (equal (fastrevert-remote-test-text (caar pairs)) "said while silent\n"))
                15)))))

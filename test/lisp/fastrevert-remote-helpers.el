@@ -17,8 +17,9 @@
 ;; (fastrevert-remote-relay.el) that holds each chunk a while each way.
 ;;
 ;; The sshd can be started with a PATH of its sessions that lacks
-;; inotifywait (and fswatch): a directory of links to every program
-;; but those.  The watcher then falls back to its shell loop.
+;; inotifywait, or both inotifywait and fswatch: a directory of links to
+;; every program but those.  The watcher then uses fswatch, or falls
+;; back to its shell loop.
 
 ;;; Code:
 
@@ -58,15 +59,15 @@
     (delete-process server)
     port))
 
-(defun fastrevert-remote-test--path-without-notifiers (dir)
-  "Make DIR a directory of links to every program but inotifywait and fswatch.
+(defun fastrevert-remote-test--path-without (dir programs)
+  "Make DIR a directory of links to every program but PROGRAMS.
 Return DIR."
   (make-directory dir t)
   (dolist (bin '("/usr/local/bin" "/usr/bin" "/bin" "/usr/sbin" "/sbin"))
     (when (file-directory-p bin)
       (dolist (program (directory-files bin nil "\\`[^.]"))
         (let ((link (expand-file-name program dir)))
-          (unless (or (member program '("inotifywait" "fswatch"))
+          (unless (or (member program programs)
                       (file-exists-p link) (file-symlink-p link))
             (make-symbolic-link (expand-file-name program bin) link))))))
   dir)
@@ -140,19 +141,26 @@ Return DIR."
 (defun fastrevert-remote-test-sshd-start (&rest options)
   "Start an sshd of the tests' own and return it.
 OPTIONS: :without-notifiers non-nil gives its sessions a PATH without
-inotifywait and fswatch; :relay-delay MS starts the relay to it,
-holding each chunk MS milliseconds each way."
+inotifywait and fswatch; :without-inotifywait non-nil, one without
+inotifywait alone (so with fswatch); :relay-delay MS starts the relay
+to it, holding each chunk MS milliseconds each way."
   (unless (and (executable-find "ssh") (executable-find "ssh-keygen")
                (ignore-errors (fastrevert-remote-test--sshd-program)))
     (ert-skip "No ssh, ssh-keygen or sshd here (`make deps' installs them on Debian)"))
+  (when (and (plist-get options :without-inotifywait) (not (executable-find "fswatch")))
+    (ert-skip "No fswatch here (`make deps' installs it)"))
   (let* ((dir (file-name-as-directory (make-temp-file "fastrevert-sshd-" t)))
          (user (user-login-name))
          (sshd (fastrevert-remote-test--sshd-create
                 :dir dir :user user
                 :ports (cl-loop repeat fastrevert-remote-test-hosts
                                 collect (fastrevert-remote-test--free-port)))))
-    (when (plist-get options :without-notifiers)
-      (fastrevert-remote-test--path-without-notifiers (expand-file-name "bin" dir)))
+    (cond ((plist-get options :without-notifiers)
+           (fastrevert-remote-test--path-without (expand-file-name "bin" dir)
+                                                 '("inotifywait" "fswatch")))
+          ((plist-get options :without-inotifywait)
+           (fastrevert-remote-test--path-without (expand-file-name "bin" dir)
+                                                 '("inotifywait"))))
     (fastrevert-remote-test--run "ssh-keygen" "-q" "-t" "ed25519" "-N" "" "-f"
                                  (expand-file-name "hostkey" dir))
     (fastrevert-remote-test--run "ssh-keygen" "-q" "-t" "ed25519" "-N" "" "-f"
@@ -393,6 +401,27 @@ sleep $2; done >>\"$3\""
   (let ((end (+ (float-time) seconds)))
     (while (< (float-time) end)
       (accept-process-output nil 0.05))))
+
+(defun fastrevert-remote-test-stalls (seconds)
+  "Let Emacs run SECONDS in waits of 50 ms; return (LATE . BUSY) in seconds.
+LATE is the longest any wait returned late.  BUSY is the most processor
+time Emacs used in one wait, less that of garbage collection: the work
+that kept the main thread from input then.  A machine busy with other
+programs makes waits late, but not busy; a main thread blocked on a
+host makes them late, which `fastrevert-remote-test-round-trips' and
+the handlers' own times (`fastrevert-remote-test-main-thread-ms') show."
+  (let ((end (+ (float-time) seconds))
+        (late 0.0)
+        (busy 0.0))
+    (while (< (float-time) end)
+      (let ((start (float-time))
+            (cpu (float-time (get-internal-run-time)))
+            (gc gc-elapsed))
+        (accept-process-output nil 0.05)
+        (setq late (max late (- (float-time) start 0.05))
+              busy (max busy (- (float-time (get-internal-run-time)) cpu
+                                (- gc-elapsed gc))))))
+    (cons late busy)))
 
 (defun fastrevert-remote-test-count-tramp-calls (function)
   "Call FUNCTION; return how many calls reached Tramp's file name handler then."

@@ -117,14 +117,18 @@ the copies of changed files come through it as well."
       (should (null (fastrevert-remote-test-watchers))))))
 
 (ert-deftest fastrevert-remote-leaves-methods-without-processes-to-stock ()
-  "ftp and smb files are not watched here; ssh, scp, sudo and docker files are."
+  "ftp, smb and dav files are not watched here; ssh, scp, rsync and sudo files are."
   (require 'tramp-ftp)
   (require 'tramp-smb)
+  (ignore-errors (require 'tramp-gvfs))
   (should-not (fastrevert-remote--supported-p "/ftp:user@host.example:/file"))
   (should-not (fastrevert-remote--supported-p "/smb:user@host.example:/share/file"))
+  (should-not (fastrevert-remote--supported-p "/dav:user@host.example:/file"))
+  (should-not (fastrevert-remote--supported-p "/davs:user@host.example:/file"))
   (should (fastrevert-remote--supported-p "/ssh:user@host.example:/file"))
   (should (fastrevert-remote--supported-p "/scp:host.example:/file"))
-  (should (fastrevert-remote--supported-p "/sudo::/etc/hosts")))
+  (should (fastrevert-remote--supported-p "/sudo::/etc/hosts"))
+  (should (fastrevert-remote--supported-p "/rsync:host.example:/file")))
 
 (ert-deftest fastrevert-remote-mode-off-stops-every-watcher ()
   "Turning `fastrevert-mode' off ends the watchers and gives the buffers back."
