@@ -143,24 +143,28 @@ main() {
   root=$(realpath -m "$root")
   mkdir -p "$(dirname "$root")"
 
-  # The root is made and extended under an exclusive lock, and used under a
-  # shared one, which this shell holds while the command runs; the command
-  # does not inherit the lock's descriptor.
+  # The root is used under a shared lock, which this shell holds while the
+  # command runs; the command does not inherit the lock's descriptor.  A
+  # root that lacks something is made or extended under an exclusive lock,
+  # taken only then, so that runs which find it ready share it at once.
   exec 9>"$root.lock"
-  flock 9
-  if [ ! -e "$root" ]; then
-    make_root "$root" "$suite" "$mirror" "$packages"
-  elif [ ! -f "$root/$marker" ]; then
-    die "$root exists but was not made by this script; remove it or choose another directory"
-  else
-    local missing
-    missing=$(missing_packages "$root" "$packages")
-    if [ -n "$missing" ]; then
-      echo "debian-root: installing into $root: $missing"
-      install_packages "$root" "$missing"
-    fi
-  fi
   flock -s 9
+  if [ ! -f "$root/$marker" ] || [ -n "$(missing_packages "$root" "$packages")" ]; then
+    flock 9
+    if [ ! -e "$root" ]; then
+      make_root "$root" "$suite" "$mirror" "$packages"
+    elif [ ! -f "$root/$marker" ]; then
+      die "$root exists but was not made by this script; remove it or choose another directory"
+    else
+      local missing
+      missing=$(missing_packages "$root" "$packages")
+      if [ -n "$missing" ]; then
+        echo "debian-root: installing into $root: $missing"
+        install_packages "$root" "$missing"
+      fi
+    fi
+    flock -s 9
+  fi
 
   in_namespace "$root" "$source" "$@" 9>&-
 }
