@@ -11,6 +11,28 @@
 (require 'fastrevert)
 (require 'autorevert)
 
+(defun fastrevert-burst-helpers--describe (stale records)
+  "Say why the STALE buffers may be stale, for the log of a failed run.
+RECORDS maps each buffer to the times the engine reported its file
+changed, newest first."
+  (message "%d stale buffers; engine %S" (length stale) (fastrevert-stats))
+  (dolist (buffer (cl-subseq stale 0 (min 10 (length stale))))
+    (with-current-buffer buffer
+      (let ((attributes (file-attributes buffer-file-name)))
+        (message "stale %s: text %S, read at %S, file %S of %S bytes, changed %S, \
+modified %S, watched %S, pending %S, reports %S"
+                 buffer-file-name
+                 (buffer-substring-no-properties (point-min) (min (point-max) 20))
+                 (format-time-string "%T.%N" (visited-file-modtime))
+                 (format-time-string "%T.%N" (file-attribute-modification-time attributes))
+                 (file-attribute-size attributes)
+                 (format-time-string "%T.%N" (file-attribute-status-change-time attributes))
+                 (buffer-modified-p)
+                 (fastrevert--watching-p buffer)
+                 (gethash buffer fastrevert--pending)
+                 (mapcar (lambda (time) (format-time-string "%T.%N" time))
+                         (gethash buffer records)))))))
+
 (defun fastrevert-burst-helpers-run (directories files-per-directory)
   "Rewrite FILES-PER-DIRECTORY files in each of DIRECTORIES new directories.
 Every file is visited under `global-auto-revert-mode' and `fastrevert-mode'.
@@ -20,7 +42,14 @@ Return the number of buffers still stale when the deadline passes."
           (auto-revert-use-notify t)
           (auto-revert-avoid-polling t)
           (fastrevert-settle-delay 0.03)
-          (buffers nil))
+          (buffers nil)
+          (records (make-hash-table :test #'eq))
+          (record nil))
+      (setq record (lambda (id &rest _)
+                     (let ((buffer (fastrevert--buffer-of id)))
+                       (when buffer
+                         (puthash buffer (cons (float-time) (gethash buffer records))
+                                  records)))))
       (dotimes (d directories)
         (let ((dir (expand-file-name (format "d%03d" d) root)))
           (make-directory dir)
@@ -56,6 +85,9 @@ Return the number of buffers still stale when the deadline passes."
                                      (not fastrevert--revert-timer)
                                      (zerop (hash-table-count fastrevert--pending))))
                      120))
+            ;; From here on, the engine's reports of each buffer are
+            ;; counted, for the message that describes a failure.
+            (advice-add 'fastrevert--on-file-changed :before record)
             ;; The burst: every file rewritten by another program at once.
             (unless (zerop (call-process "sh" nil nil nil "-c"
                                          "for f in \"$1\"/d*/*.txt; do echo new > \"$f\"; done"
@@ -69,7 +101,11 @@ Return the number of buffers still stale when the deadline passes."
               (fastrevert-test-wait-for
                (lambda () (not (cl-some stale-p buffers)))
                240)
-              (cl-count-if stale-p buffers)))
+              (let ((stale (cl-remove-if-not stale-p buffers)))
+                (when stale
+                  (fastrevert-burst-helpers--describe stale records))
+                (length stale))))
+        (advice-remove 'fastrevert--on-file-changed record)
         (global-auto-revert-mode -1)
         (fastrevert-mode -1)
         (dolist (buffer buffers) (kill-buffer buffer))))))

@@ -153,6 +153,30 @@ Return the buffer once the engine reports every change to FILE."
         (fastrevert-revert-test--sh "touch -d '2001-01-01 00:00:00' \"$1\"" file)
         (should (fastrevert-revert-test--wait-text buffer "new\n"))))))
 
+(ert-deftest fastrevert-revert-a-read-between-truncation-and-write-in-one-tick-is-redone ()
+  "A revert that read a file mid-write, in the tick of the write, reads it again.
+A program that truncates a file and writes it within one tick of the
+file system's clock leaves both states the same modification time.  The
+test makes such a tick by hand: the file is truncated and stamped with a
+time, the buffer reverts to the empty file, then the file is written
+and stamped with that time again.  Only the size tells the two apart:
+the engine must report the change, and the stock predicate, which
+keeps the size read beside the time, then reverts."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-revert-test--with-mode
+      (let* ((file (expand-file-name "tick.txt" dir))
+             (tick (format-time-string "%Y-%m-%d %H:%M:%S.%N" (time-add nil 3600)))
+             (buffer (progn (fastrevert-revert-test--write file "old\n")
+                            (fastrevert-revert-test--visit file))))
+        (fastrevert-revert-test--sh ": > \"$1\" && touch -d \"$2\" \"$1\"" file tick)
+        (should (fastrevert-revert-test--wait-text buffer ""))
+        (fastrevert-revert-test--settled)
+        (fastrevert-revert-test--sh "printf 'new\\n' > \"$1\" && touch -d \"$2\" \"$1\""
+                                    file tick)
+        (should (time-equal-p (file-attribute-modification-time (file-attributes file))
+                              (with-current-buffer buffer (visited-file-modtime))))
+        (should (fastrevert-revert-test--wait-text buffer "new\n"))))))
+
 (ert-deftest fastrevert-revert-delete-keeps-buffer ()
   (fastrevert-test-with-temp-dir dir
     (fastrevert-revert-test--with-mode
