@@ -16,36 +16,6 @@
 
 (require 'fastrevert-remote-helpers)
 
-(defvar fastrevert-remote-delay-test--dir nil
-  "The directory of this file's test files, local to the \"remote\" host.")
-
-(defmacro fastrevert-remote-delay-test--with-mode (&rest body)
-  "Run BODY with the modes on, the relay's sshd started once, then clean up."
-  (declare (indent 0))
-  `(progn
-     (unless fastrevert-remote-test--sshd
-       (fastrevert-remote-test-sshd-start :relay-delay 25)
-       (add-hook 'kill-emacs-hook #'fastrevert-remote-test-sshd-stop))
-     (setq fastrevert-remote-delay-test--dir
-           (file-name-as-directory (make-temp-file "fastrevert-remote-" t)))
-     (let ((auto-revert-remote-files t)
-           (auto-revert-verbose nil)
-           (auto-revert-use-notify t)
-           (auto-revert-interval 5)
-           (auto-revert-notify-exclude-dir-regexp "^$")
-           (auto-revert-stop-on-user-input t))
-       (unwind-protect
-           (progn
-             (fastrevert-mode 1)
-             (global-auto-revert-mode 1)
-             ,@body)
-         (fastrevert-remote-test-cleanup)
-         (delete-directory fastrevert-remote-delay-test--dir t)))))
-
-(defun fastrevert-remote-delay-test--local (name)
-  "Return the local name of NAME in this test's directory."
-  (expand-file-name name fastrevert-remote-delay-test--dir))
-
 (ert-deftest fastrevert-remote-delay-ten-buffers-cost-no-round-trip-and-revert-within-a-second ()
   "Ten buffers on one connection at 50 ms: idle costs nothing; writes show fast.
 After the files are open, nothing reaches Tramp while no file changes,
@@ -54,9 +24,10 @@ buffer in under a second at the 90th percentile, its revert making
 no round trip (only the VC refresh after it does, as stock's does)."
   (let ((seed (fastrevert-remote-test-seed)))
     (ert-info ((format "FASTREVERT_TEST_SEED=%s" seed))
-      (fastrevert-remote-delay-test--with-mode
+      (fastrevert-remote-test--with-mode
+        :relay-delay 25
         (let* ((pairs (cl-loop for i below 10
-                               collect (let ((file (fastrevert-remote-delay-test--local
+                               collect (let ((file (fastrevert-remote-test--local
                                                     (format "f%d" i))))
                                          (fastrevert-remote-test-write file "start\n")
                                          (cons (find-file-noselect
@@ -89,8 +60,9 @@ no round trip (only the VC refresh after it does, as stock's does)."
 
 (ert-deftest fastrevert-remote-delay-tail-mode-follows-a-log-at-100-lines-a-second ()
   "A log followed in tail mode through a 50 ms round trip loses and doubles nothing."
-  (fastrevert-remote-delay-test--with-mode
-    (let* ((file (fastrevert-remote-delay-test--local "build.log"))
+  (fastrevert-remote-test--with-mode
+    :relay-delay 25
+    (let* ((file (fastrevert-remote-test--local "build.log"))
            (buffer (progn (fastrevert-remote-test-write file "begin\n")
                           (find-file-noselect (fastrevert-remote-test-file "frd1" file)))))
       (with-current-buffer buffer (auto-revert-tail-mode 1))

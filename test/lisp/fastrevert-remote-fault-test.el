@@ -15,37 +15,10 @@
 
 (require 'fastrevert-remote-helpers)
 
-(defvar fastrevert-remote-fault-test--dir nil
-  "The directory of this file's test files, local to the \"remote\" host.")
-
-(defmacro fastrevert-remote-fault-test--with-mode (&rest body)
-  "Run BODY with the modes on, an sshd and relay started once, then clean up."
-  (declare (indent 0))
-  `(progn
-     (unless fastrevert-remote-test--sshd
-       (fastrevert-remote-test-sshd-start :relay-delay 25)
-       (add-hook 'kill-emacs-hook #'fastrevert-remote-test-sshd-stop))
-     (setq fastrevert-remote-fault-test--dir
-           (file-name-as-directory (make-temp-file "fastrevert-remote-" t)))
-     (let ((auto-revert-remote-files t)
-           (auto-revert-verbose nil)
-           (auto-revert-use-notify t)
-           (auto-revert-interval 5)
-           (auto-revert-notify-exclude-dir-regexp "^$")
-           (auto-revert-stop-on-user-input t))
-       (unwind-protect
-           (progn
-             (fastrevert-mode 1)
-             (global-auto-revert-mode 1)
-             ,@body)
-         (fastrevert-remote-test-cleanup)
-         (delete-directory fastrevert-remote-fault-test--dir t)))))
-
 (defun fastrevert-remote-fault-test--open (host count)
   "Write and visit COUNT files on HOST; return ((BUFFER . LOCAL-FILE) ...)."
   (cl-loop for i below count
-           collect (let ((file (expand-file-name (format "%s-%d" host i)
-                                                 fastrevert-remote-fault-test--dir)))
+           collect (let ((file (fastrevert-remote-test--local (format "%s-%d" host i))))
                      (fastrevert-remote-test-write file "start\n")
                      (cons (find-file-noselect (fastrevert-remote-test-file host file)) file))))
 
@@ -81,7 +54,8 @@ host is back, no wait of the main thread is busy for over 50 ms, and
 fastrevert's handlers spend no more than that in all.  The end is
 reported once, naming the host.  A change made while the host was gone
 shows once Tramp has connected again, and so do later ones."
-  (fastrevert-remote-fault-test--with-mode
+  (fastrevert-remote-test--with-mode
+    :relay-delay 25
     (let* ((host "frd1")
            (pairs (fastrevert-remote-fault-test--open host 10))
            (buffers (mapcar #'car pairs))
@@ -105,7 +79,7 @@ shows once Tramp has connected again, and so do later ones."
       (should (equal (fastrevert-remote-test-text (caar pairs)) "start\n"))
       ;; The host is back; the next use of the connection reconnects Tramp.
       (fastrevert-remote-test-sshd-restart)
-      (should (file-exists-p (fastrevert-remote-test-file host fastrevert-remote-fault-test--dir)))
+      (should (file-exists-p (fastrevert-remote-test-file host fastrevert-remote-test--dir)))
       (should (fastrevert-test-wait-for (lambda () (fastrevert-remote-test-running-p host)) 30))
       (should (fastrevert-test-wait-for
                (lambda () (equal (fastrevert-remote-test-text (caar pairs)) "while away\n"))
@@ -119,7 +93,8 @@ shows once Tramp has connected again, and so do later ones."
 (ert-deftest fastrevert-remote-fault-silent-host-never-blocks ()
   "A host that stops answering makes no round trip and no wait on the main thread.
 What changed there meanwhile shows once it answers again."
-  (fastrevert-remote-fault-test--with-mode
+  (fastrevert-remote-test--with-mode
+    :relay-delay 25
     (let ((pairs (fastrevert-remote-fault-test--open "frd1" 3)))
       (fastrevert-remote-test-wait-settled (mapcar #'car pairs))
       (fastrevert-remote-test-relay-freeze t)

@@ -11,37 +11,11 @@
 
 (require 'fastrevert-remote-helpers)
 
-(defvar fastrevert-remote-fswatch-test--dir nil
-  "The directory of this file's test files, local to the \"remote\" host.")
-
-(defmacro fastrevert-remote-fswatch-test--with-mode (&rest body)
-  "Run BODY with the modes on and the sshd started once, then clean up."
-  (declare (indent 0))
-  `(progn
-     (unless fastrevert-remote-test--sshd
-       (fastrevert-remote-test-sshd-start :without-inotifywait t)
-       (add-hook 'kill-emacs-hook #'fastrevert-remote-test-sshd-stop))
-     (setq fastrevert-remote-fswatch-test--dir
-           (file-name-as-directory (make-temp-file "fastrevert-remote-" t)))
-     (let ((auto-revert-remote-files t)
-           (auto-revert-verbose nil)
-           (auto-revert-use-notify t)
-           (auto-revert-interval 5)
-           (auto-revert-notify-exclude-dir-regexp "^$")
-           (auto-revert-stop-on-user-input t))
-       (unwind-protect
-           (progn
-             (fastrevert-mode 1)
-             (global-auto-revert-mode 1)
-             ,@body)
-         (fastrevert-remote-test-cleanup)
-         (delete-directory fastrevert-remote-fswatch-test--dir t)))))
-
 (defun fastrevert-remote-fswatch-test--open (names)
   "Write and visit NAMES (relative to the test's directory) on fr1.
 Return ((BUFFER . LOCAL-FILE) ...)."
   (mapcar (lambda (name)
-            (let ((file (expand-file-name name fastrevert-remote-fswatch-test--dir)))
+            (let ((file (fastrevert-remote-test--local name)))
               (make-directory (file-name-directory file) t)
               (fastrevert-remote-test-write file "start\n")
               (cons (find-file-noselect (fastrevert-remote-test-file "fr1" file)) file)))
@@ -53,7 +27,8 @@ The watcher says it watches with fswatch, and a change makes no
 round trip of its own."
   (let ((seed (fastrevert-remote-test-seed)))
     (ert-info ((format "FASTREVERT_TEST_SEED=%s" seed))
-      (fastrevert-remote-fswatch-test--with-mode
+      (fastrevert-remote-test--with-mode
+        :without-inotifywait t
         (let ((pairs (fastrevert-remote-fswatch-test--open
                       (cl-loop for i below 5 collect (format "w%d" i)))))
           (fastrevert-remote-test-wait-settled (mapcar #'car pairs))
@@ -71,7 +46,8 @@ round trip of its own."
 (ert-deftest fastrevert-remote-fswatch-new-directory-is-watched-without-a-new-login ()
   "A buffer in a directory not yet watched restarts fswatch, not the watcher.
 A change made there right after the buffer is opened is not missed."
-  (fastrevert-remote-fswatch-test--with-mode
+  (fastrevert-remote-test--with-mode
+    :without-inotifywait t
     (let ((first (fastrevert-remote-fswatch-test--open '("a/one"))))
       (fastrevert-remote-test-wait-settled (mapcar #'car first))
       (should (equal (fastrevert-remote-test-watching "fr1") "fswatch"))
@@ -93,8 +69,9 @@ A change made there right after the buffer is opened is not missed."
 
 (ert-deftest fastrevert-remote-fswatch-follows-a-log-in-tail-mode ()
   "A log followed in tail mode through fswatch gets every line once."
-  (fastrevert-remote-fswatch-test--with-mode
-    (let* ((file (expand-file-name "fswatch.log" fastrevert-remote-fswatch-test--dir))
+  (fastrevert-remote-test--with-mode
+    :without-inotifywait t
+    (let* ((file (fastrevert-remote-test--local "fswatch.log"))
            (buffer (progn (fastrevert-remote-test-write file "begin\n")
                           (find-file-noselect (fastrevert-remote-test-file "fr1" file)))))
       (with-current-buffer buffer (auto-revert-tail-mode 1))

@@ -437,32 +437,44 @@ the handlers' own times (`fastrevert-remote-test-main-thread-ms') show."
 (defvar fastrevert-remote-test--dir nil
   "The directory of the current test's files, local to the \"remote\" host.")
 
-(defun fastrevert-remote-test--ensure ()
-  "Start the test file's sshd once, and give each test an empty directory."
+(defun fastrevert-remote-test--ensure (&rest options)
+  "Start the test file's sshd once, and give each test an empty directory.
+OPTIONS go to `fastrevert-remote-test-sshd-start'."
   (unless fastrevert-remote-test--sshd
-    (fastrevert-remote-test-sshd-start)
+    (apply #'fastrevert-remote-test-sshd-start options)
     (add-hook 'kill-emacs-hook #'fastrevert-remote-test-sshd-stop))
   (setq fastrevert-remote-test--dir
         (file-name-as-directory (make-temp-file "fastrevert-remote-" t))))
 
 (defmacro fastrevert-remote-test--with-mode (&rest body)
-  "Run BODY with `fastrevert-mode' and `global-auto-revert-mode' on, then clean up."
+  "Run BODY with `fastrevert-mode' and `global-auto-revert-mode' on, then clean up.
+BODY may begin with keyword options: :interval SECONDS sets
+`auto-revert-interval' (5 by default); the others go to
+`fastrevert-remote-test-sshd-start' when the file's sshd starts."
   (declare (indent 0))
-  `(progn
-     (fastrevert-remote-test--ensure)
-     (let ((auto-revert-remote-files t)
-           (auto-revert-verbose nil)
-           (auto-revert-use-notify t)
-           (auto-revert-interval 5)
-           (auto-revert-notify-exclude-dir-regexp "^$")
-           (auto-revert-stop-on-user-input t))
-       (unwind-protect
-           (progn
-             (fastrevert-mode 1)
-             (global-auto-revert-mode 1)
-             ,@body)
-         (fastrevert-remote-test-cleanup)
-         (delete-directory fastrevert-remote-test--dir t)))))
+  (let ((interval 5)
+        (sshd-options nil))
+    (while (keywordp (car body))
+      (let ((key (pop body))
+            (value (pop body)))
+        (if (eq key :interval)
+            (setq interval value)
+          (setq sshd-options (append sshd-options (list key value))))))
+    `(progn
+       (fastrevert-remote-test--ensure ,@sshd-options)
+       (let ((auto-revert-remote-files t)
+             (auto-revert-verbose nil)
+             (auto-revert-use-notify t)
+             (auto-revert-interval ,interval)
+             (auto-revert-notify-exclude-dir-regexp "^$")
+             (auto-revert-stop-on-user-input t))
+         (unwind-protect
+             (progn
+               (fastrevert-mode 1)
+               (global-auto-revert-mode 1)
+               ,@body)
+           (fastrevert-remote-test-cleanup)
+           (delete-directory fastrevert-remote-test--dir t))))))
 
 (defun fastrevert-remote-test--local (name)
   "Return the local name of NAME in this test's directory."

@@ -13,37 +13,10 @@
 
 (require 'fastrevert-remote-helpers)
 
-(defvar fastrevert-remote-poll-test--dir nil
-  "The directory of this file's test files, local to the \"remote\" host.")
-
-(defmacro fastrevert-remote-poll-test--with-mode (&rest body)
-  "Run BODY with the modes on and a poll interval of 1 s, then clean up."
-  (declare (indent 0))
-  `(progn
-     (unless fastrevert-remote-test--sshd
-       (fastrevert-remote-test-sshd-start :without-notifiers t :relay-delay 25)
-       (add-hook 'kill-emacs-hook #'fastrevert-remote-test-sshd-stop))
-     (setq fastrevert-remote-poll-test--dir
-           (file-name-as-directory (make-temp-file "fastrevert-remote-" t)))
-     (let ((auto-revert-remote-files t)
-           (auto-revert-verbose nil)
-           (auto-revert-use-notify t)
-           (auto-revert-interval 1)
-           (auto-revert-notify-exclude-dir-regexp "^$")
-           (auto-revert-stop-on-user-input t))
-       (unwind-protect
-           (progn
-             (fastrevert-mode 1)
-             (global-auto-revert-mode 1)
-             ,@body)
-         (fastrevert-remote-test-cleanup)
-         (delete-directory fastrevert-remote-poll-test--dir t)))))
-
 (defun fastrevert-remote-poll-test--open (count)
   "Write and visit COUNT files; return ((BUFFER . LOCAL-FILE) ...)."
   (cl-loop for i below count
-           collect (let ((file (expand-file-name (format "p%d" i)
-                                                 fastrevert-remote-poll-test--dir)))
+           collect (let ((file (fastrevert-remote-test--local (format "p%d" i))))
                      (fastrevert-remote-test-write file "start\n")
                      (cons (find-file-noselect (fastrevert-remote-test-file "frd1" file)) file))))
 
@@ -54,7 +27,8 @@ stats every second, so a write waits up to a second for its line, then
 a revert through Tramp."
   (let ((seed (fastrevert-remote-test-seed)))
     (ert-info ((format "FASTREVERT_TEST_SEED=%s" seed))
-      (fastrevert-remote-poll-test--with-mode
+      (fastrevert-remote-test--with-mode
+        :without-notifiers t :relay-delay 25 :interval 1
         (let ((pairs (fastrevert-remote-poll-test--open 10)))
           (fastrevert-remote-test-wait-settled (mapcar #'car pairs))
           (should (equal (fastrevert-remote-test-watching "frd1") "poll"))
@@ -67,7 +41,8 @@ a revert through Tramp."
 
 (ert-deftest fastrevert-remote-poll-prints-only-what-changed ()
   "The shell loop stats every second, but an unchanged file makes no line."
-  (fastrevert-remote-poll-test--with-mode
+  (fastrevert-remote-test--with-mode
+    :without-notifiers t :relay-delay 25 :interval 1
     (let ((pairs (fastrevert-remote-poll-test--open 5)))
       (fastrevert-remote-test-wait-settled (mapcar #'car pairs))
       (let ((lines (plist-get (fastrevert-remote-stats) :remote-lines))
@@ -83,8 +58,9 @@ a revert through Tramp."
 
 (ert-deftest fastrevert-remote-poll-follows-a-log-in-tail-mode ()
   "The shell loop's tail-mode buffer gets every line once."
-  (fastrevert-remote-poll-test--with-mode
-    (let* ((file (expand-file-name "poll.log" fastrevert-remote-poll-test--dir))
+  (fastrevert-remote-test--with-mode
+    :without-notifiers t :relay-delay 25 :interval 1
+    (let* ((file (fastrevert-remote-test--local "poll.log"))
            (buffer (progn (fastrevert-remote-test-write file "begin\n")
                           (find-file-noselect (fastrevert-remote-test-file "frd1" file)))))
       (with-current-buffer buffer (auto-revert-tail-mode 1))
