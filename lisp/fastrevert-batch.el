@@ -98,6 +98,10 @@ buffers.  Return non-nil if QUEUE was emptied."
 ;; batch handles a buffer, that buffer and Emacs's coding work buffers get
 ;; a local value equal to the default, which keeps those bindings local;
 ;; the local value goes again afterwards, unless something changed it.
+;; Emacs makes the work buffer in which a revert finds the coding at the
+;; first revert of the session, and keeps it: a batch makes it first, or
+;; the first batch of the session would bind it there without a local
+;; value, and its reverts would cost ten times as much.
 ;; And every garbage collection marks every buffer: a batch collects less
 ;; often (`fastrevert--batch-gc-threshold') instead of every 800 KB.
 
@@ -142,7 +146,8 @@ Emacs's coding work buffers have a local `case-fold-search', and
 garbage is collected less often."
   (let ((gc-cons-threshold (max gc-cons-threshold fastrevert--batch-gc-threshold)))
     (fastrevert--call-with-local-case-fold
-     (delq nil (mapcar #'get-buffer fastrevert--coding-work-buffers)) function)))
+     (mapcar (lambda (name) (get-buffer-create name t)) fastrevert--coding-work-buffers)
+     function)))
 
 (defun fastrevert--queued (queue)
   "Return the buffers of QUEUE, a hash table whose keys are buffers."

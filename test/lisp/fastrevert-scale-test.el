@@ -9,6 +9,7 @@
 
 ;;; Code:
 
+(require 'cl-lib)
 (require 'fastrevert-test-helpers)
 (require 'fastrevert)
 (require 'autorevert)
@@ -69,6 +70,42 @@
         (should (fastrevert-test-wait-for (lambda () (not fastrevert--revert-timer))))
         (should-not (local-variable-p 'case-fold-search buffer))
         (should (< gc-cons-threshold fastrevert--batch-gc-threshold))))))
+
+;; Emacs makes the buffer in which a revert finds the file's coding at
+;; its first revert and keeps it.  Made then, inside a batch, it had no
+;; local `case-fold-search': the first batch of a session walked every
+;; buffer once per revert, and 10,000 reverts took 30 s instead of 6.
+(ert-deftest fastrevert-scale-first-batch-of-a-session-finds-codings-with-a-local-case-fold ()
+  "A batch run before any revert finds codings with a local `case-fold-search'.
+It is local where `set-auto-coding' runs, also when the batch starts
+with no coding work buffer: the batch makes it, as Emacs would at the
+first revert, and it stays afterwards without the local value."
+  (fastrevert-test-with-temp-dir dir
+    (fastrevert-scale-test--with-mode
+      (let* ((files (mapcar (lambda (name) (expand-file-name name dir)) '("e.txt" "f.txt")))
+             (buffers (mapcar #'fastrevert-scale-test--visit files))
+             (seen nil)
+             (record (lambda (&rest _)
+                       (push (cons (buffer-name) (local-variable-p 'case-fold-search)) seen))))
+        (dolist (name fastrevert--coding-work-buffers)
+          (when (get-buffer name) (kill-buffer name)))
+        (advice-add 'set-auto-coding :before record)
+        (unwind-protect
+            (progn
+              (mapc #'fastrevert-scale-test--rewrite files)
+              (should (fastrevert-test-wait-for
+                       (lambda ()
+                         (cl-every (lambda (buffer)
+                                     (equal (with-current-buffer buffer (buffer-string))
+                                            "new\n"))
+                                   buffers)))))
+          (advice-remove 'set-auto-coding record))
+        (should (>= (length seen) 2))
+        (should (equal (delete-dups (mapcar #'cdr seen)) '(t)))
+        (let ((work (get-buffer (car (car seen)))))
+          (should (buffer-live-p work))
+          (should (fastrevert-test-wait-for (lambda () (not fastrevert--revert-timer))))
+          (should-not (local-variable-p 'case-fold-search work)))))))
 
 (ert-deftest fastrevert-scale-batch-collects-no-garbage-between-reverts-and-vc-refreshes ()
   "A batch's reverts and its VC refreshes run under one raised GC threshold.
