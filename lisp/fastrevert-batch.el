@@ -101,7 +101,7 @@ buffers.  Return non-nil if QUEUE was emptied."
 ;; Emacs makes the work buffer in which a revert finds the coding at the
 ;; first revert of the session, and keeps it: a batch makes it first, or
 ;; the first batch of the session would bind it there without a local
-;; value, and its reverts would cost ten times as much.
+;; value, and its reverts would cost five times as much.
 ;; And every garbage collection marks every buffer: a batch collects less
 ;; often (`fastrevert--batch-gc-threshold') instead of every 800 KB.
 
