@@ -56,6 +56,41 @@ a revert through Tramp."
                (lambda () (equal (fastrevert-remote-test-text (caar pairs)) "changed\n"))
                10)))))
 
+;; With `auto-revert-use-notify' nil, the configuration Tramp's manual
+;; advises for remote files, stock walks every buffer at each tick of its
+;; timer and asks the host about each one.  Here the watcher's loop
+;; stats on the host, and the main thread has nothing to do at a tick:
+;; no timer of stock's runs (none is left to poll), and the loop prints
+;; nothing while nothing changes.
+
+(ert-deftest fastrevert-remote-poll-with-notify-off-costs-the-idle-main-thread-nothing ()
+  "With `auto-revert-use-notify' nil, idle remote buffers cost the main thread nothing.
+Ten buffers on one connection at a 50 ms round trip, at stock's 5 s
+interval: over five idle seconds, which take in a tick of the loop on
+the host, the main thread spends at most 5 ms and reaches Tramp not
+once, and no 50 ms wait that follows is busy for more than 5 ms."
+  (fastrevert-remote-test--with-mode
+    :without-notifiers t :relay-delay 25
+    (let ((auto-revert-use-notify nil))
+      (let ((pairs (fastrevert-remote-poll-test--open 10)))
+        (fastrevert-remote-test-wait-settled (mapcar #'car pairs))
+        (should (equal (fastrevert-remote-test-watching "frd1") "poll"))
+        ;; Nothing is left to stock's polling.
+        (should-not (timerp auto-revert-timer))
+        (let* ((spent nil)
+               (stalls nil)
+               (trips (fastrevert-remote-test-round-trips
+                       (lambda ()
+                         (let ((start (fastrevert-test-main-thread-seconds)))
+                           (sleep-for 5)
+                           (setq spent (- (fastrevert-test-main-thread-seconds) start)))
+                         (setq stalls (fastrevert-remote-test-stalls 5))))))
+          (ert-info ((format "main thread %.2f ms in 5 idle s; stalls (late . busy) %S s"
+                             (* 1000 spent) stalls))
+            (should (equal trips '(0 . 0)))
+            (should (<= spent 0.005))
+            (should (<= (cdr stalls) 0.005))))))))
+
 (ert-deftest fastrevert-remote-poll-follows-a-log-in-tail-mode ()
   "The shell loop's tail-mode buffer gets every line once."
   (fastrevert-remote-test--with-mode
