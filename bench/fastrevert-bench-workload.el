@@ -52,10 +52,6 @@
 (declare-function fastrevert-delete-process "fastrevert-process" (process))
 (declare-function fastrevert-process-live-p "fastrevert-process" (process))
 (declare-function fastrevert-bench-process--available-p "fastrevert-bench-process" ())
-(declare-function fastrevert-bench-process--stock "fastrevert-bench-process"
-                  (buffer command &optional filter))
-(declare-function fastrevert-bench-process--fastrevert "fastrevert-bench-process"
-                  (buffer command &optional filter))
 (defvar fastrevert-bench-coding)
 (defvar fastrevert-bench-process-timeout)
 
@@ -220,6 +216,27 @@ and branches point along the history."
 
 ;;;; Paired measurement
 
+(defconst fastrevert-bench-workload--schedstat
+  (format "/proc/self/task/%d/schedstat" (emacs-pid))
+  "Linux's account of the main thread's time on a processor, in nanoseconds.")
+
+(defun fastrevert-bench-workload--main-thread-seconds ()
+  "Return the processor time Emacs's main thread has used, in seconds.
+The main thread's own schedstat where Linux keeps one, else the
+whole process's time, which counts the engine's thread too."
+  (if (file-readable-p fastrevert-bench-workload--schedstat)
+      (with-temp-buffer
+        (insert-file-contents fastrevert-bench-workload--schedstat)
+        (/ (string-to-number (buffer-substring (point-min) (progn (skip-chars-forward "0-9")
+                                                                   (point))))
+           1e9))
+    (float-time (get-internal-run-time))))
+
+(defvar fastrevert-bench-workload--finished-at nil
+  "When the process of the call being timed ended, as its sentinel saw it.
+A wait in the event loop learns of the end only at its next turn; the
+call's time is up to the end, which is when a user sees it.")
+
 (defun fastrevert-bench-workload--time (thunk)
   "Return the seconds THUNK takes."
   (let ((start (float-time)))
@@ -242,11 +259,14 @@ turns call by call, the first of each pair alternating from one pair
 to the next and from one round to the next.  EXTRA, when given, is a
 list of further thunks timed as often each round (the limit's parts).
 Return a plist: :stock and :native (each round's mean seconds a
-call), :ratios (stock over fastrevert, per round), :calls (calls of
-each a round), :extra (a list of lists of mean seconds, one per thunk
-of EXTRA) and :bad (calls whose sizes differed)."
+call), :stock-cpu and :native-cpu (each round's mean seconds of the
+main thread's processor time a call), :ratios (stock over fastrevert,
+per round), :calls (calls of each a round), :extra (a list of lists of
+mean seconds, one per thunk of EXTRA) and :bad (calls whose sizes
+differed)."
   (fastrevert-bench--progress "workload: %s" label)
   (let ((stock-times nil) (native-times nil) (ratios nil) (bad 0)
+        (stock-cpu nil) (native-cpu nil)
         (extra-times (mapcar #'ignore extra))
         calls rounds)
     ;; A first pair, not counted, warms caches and sets the numbers of
@@ -258,19 +278,38 @@ of EXTRA) and :bad (calls whose sizes differed)."
                                       per-call))))
       (setq rounds (fastrevert-bench-workload--rounds (* 2 calls per-call))))
     (dotimes (round rounds)
-      (let ((stock-seconds 0.0) (native-seconds 0.0))
+      (let ((stock-seconds 0.0) (native-seconds 0.0)
+            (stock-main 0.0) (native-main 0.0))
         (dotimes (call calls)
           (let (stock-size native-size)
             (let ((run-stock (lambda ()
-                               (let ((start (float-time)))
+                               (let ((start (float-time))
+                                     (main (fastrevert-bench-workload--main-thread-seconds))
+                                     (fastrevert-bench-workload--finished-at nil))
                                  (setq stock-size (funcall stock))
                                  (setq stock-seconds
-                                       (+ stock-seconds (- (float-time) start))))))
+                                       (+ stock-seconds
+                                          (- (or fastrevert-bench-workload--finished-at
+                                                 (float-time))
+                                             start))
+                                       stock-main
+                                       (+ stock-main
+                                          (- (fastrevert-bench-workload--main-thread-seconds)
+                                             main))))))
                   (run-native (lambda ()
-                                (let ((start (float-time)))
+                                (let ((start (float-time))
+                                      (main (fastrevert-bench-workload--main-thread-seconds))
+                                      (fastrevert-bench-workload--finished-at nil))
                                   (setq native-size (funcall native))
                                   (setq native-seconds
-                                        (+ native-seconds (- (float-time) start)))))))
+                                        (+ native-seconds
+                                           (- (or fastrevert-bench-workload--finished-at
+                                                  (float-time))
+                                              start))
+                                        native-main
+                                        (+ native-main
+                                           (- (fastrevert-bench-workload--main-thread-seconds)
+                                              main)))))))
               (if (cl-evenp (+ round call))
                   (progn (funcall run-stock) (funcall run-native))
                 (funcall run-native) (funcall run-stock)))
@@ -279,6 +318,8 @@ of EXTRA) and :bad (calls whose sizes differed)."
               (setq bad (1+ bad)))))
         (push (/ stock-seconds calls) stock-times)
         (push (/ native-seconds calls) native-times)
+        (push (/ stock-main calls) stock-cpu)
+        (push (/ native-main calls) native-cpu)
         (push (/ stock-seconds (max native-seconds 1e-9)) ratios)
         (setq extra-times
               (cl-mapcar (lambda (thunk times)
@@ -292,7 +333,7 @@ of EXTRA) and :bad (calls whose sizes differed)."
        "%s: %d calls where stock and fastrevert made different output, or none"
        label bad))
     (list :stock stock-times :native native-times :ratios ratios :calls calls
-          :extra extra-times :bad bad)))
+          :stock-cpu stock-cpu :native-cpu native-cpu :extra extra-times :bad bad)))
 
 (defun fastrevert-bench-workload--summary (result)
   "Return the cells of RESULT, a value of `fastrevert-bench-workload--pair'.
@@ -504,6 +545,96 @@ and calls ON-MESSAGE with each complete body."
         (dolist (line (butlast lines))
           (funcall on-line line))))))
 
+(defun fastrevert-bench-workload--process (impl wait command &rest args)
+  "Run COMMAND with IMPL until its sentinel has run, waiting the WAIT way.
+IMPL is `stock' (`make-process') or `fastrevert' (`fastrevert-make-process').
+ARGS are further keywords: :buffer or :filter, and :framing, which
+stock leaves out.  WAIT is `process', a wait on the process itself
+\(`accept-process-output' on it, or `fastrevert-accept-process-output'),
+as a client that waits for its reply does; or `loop',
+`accept-process-output' on nil, as the command loop waits while
+`grep' and `compile' stream into their buffers."
+  (let* ((done nil)
+         (deadline (+ (float-time) fastrevert-bench-process-timeout))
+         (sentinel (lambda (_process _event)
+                     (setq done t
+                           fastrevert-bench-workload--finished-at (float-time))))
+         (coding-system-for-read fastrevert-bench-coding)
+         (coding-system-for-write fastrevert-bench-coding)
+         (process (if (eq impl 'stock)
+                      (apply #'make-process :name "fastrevert-bench-stock" :command command
+                             :noquery t :connection-type 'pipe :sentinel sentinel
+                             (cl-loop for (key value) on args by #'cddr
+                                      unless (eq key :framing) append (list key value)))
+                    (apply #'fastrevert-make-process :name "fastrevert-bench" :command command
+                           :noquery t :coding fastrevert-bench-coding :sentinel sentinel args))))
+    (while (not done)
+      (cond ((eq wait 'loop) (accept-process-output nil 0.05))
+            ((eq impl 'stock) (accept-process-output process 1.0))
+            (t (fastrevert-accept-process-output process 1.0)))
+      (when (> (float-time) deadline)
+        (if (eq impl 'stock) (delete-process process) (fastrevert-delete-process process))
+        (error "Benchmark process did not finish in %s s" fastrevert-bench-process-timeout)))))
+
+(defun fastrevert-bench-workload--stream-rows (grep lsp-file)
+  "Return the streaming rows as (LABEL MAKER), MAKER taking IMPL and WAIT.
+GREP is the grep command line, LSP-FILE the LSP-shaped stream.  A
+maker returns a thunk that runs its process to the end and returns
+what it received (a size or a count), the same for both when nothing
+was lost."
+  (let ((count-bytes (lambda ()
+                       (let ((received 0))
+                         (cons (lambda (_process text) (setq received (+ received (length text))))
+                               (lambda () received))))))
+    (list
+     (list "grep -rn into a buffer (M-x grep)"
+           (lambda (impl wait)
+             (fastrevert-bench-workload--into-buffer
+              (lambda ()
+                (fastrevert-bench-workload--process impl wait grep :buffer (current-buffer))))))
+     (list "grep -rn to a filter"
+           (lambda (impl wait)
+             (lambda ()
+               (let ((counter (funcall count-bytes)))
+                 (fastrevert-bench-workload--process impl wait grep :filter (car counter))
+                 (funcall (cdr counter))))))
+     (list "grep -rn by lines (filter splits; :framing lines)"
+           (lambda (impl wait)
+             (lambda ()
+               (let ((lines 0))
+                 (if (eq impl 'stock)
+                     (fastrevert-bench-workload--process
+                      impl wait grep
+                      :filter (fastrevert-bench-workload--line-splitter
+                               (lambda (_line) (setq lines (1+ lines)))))
+                   ;; Each batch holds whole lines, which the filter still
+                   ;; splits, as stock's does.
+                   (fastrevert-bench-workload--process
+                    impl wait grep :framing 'lines
+                    :filter (lambda (_process text)
+                              (dolist (_line (butlast (split-string text "\n")))
+                                (setq lines (1+ lines))))))
+                 lines))))
+     (list "LSP stream, 1,125 messages of 1 KB to 4 MB (:framing lsp)"
+           (lambda (impl wait)
+             (lambda ()
+               (let ((messages 0))
+                 (if (eq impl 'stock)
+                     (fastrevert-bench-workload--process
+                      impl wait (list "cat" lsp-file)
+                      :filter (fastrevert-bench-workload--lsp-splitter
+                               (lambda (_body) (setq messages (1+ messages)))))
+                   (fastrevert-bench-workload--process
+                    impl wait (list "cat" lsp-file) :framing 'lsp
+                    :filter (lambda (_process text)
+                              (fastrevert-bench-workload--split-messages
+                               text (lambda (_body) (setq messages (1+ messages)))))))
+                 messages)))))))
+
+(defconst fastrevert-bench-workload--waits
+  '((process . "waiting on the process") (loop . "in the event loop"))
+  "How the asynchronous rows wait, and how their labels say it.")
+
 (defun fastrevert-bench-workload--async-rows (repository root)
   "Return the asynchronous rows as (LABEL STOCK FASTREVERT) thunks.
 Each thunk runs its process to the end and returns what it received
@@ -514,64 +645,15 @@ REPOSITORY is the benchmark's repository, ROOT a scratch directory."
          (lsp-file (expand-file-name "lsp-stream" root))
          (small (expand-file-name "out-100" root))
          (medium (expand-file-name "out-51200" root))
-         (count-bytes (lambda ()
-                        (let ((received 0))
-                          (cons (lambda (_process text) (setq received (+ received (length text))))
-                                (lambda () received)))))
          (rows nil))
     (fastrevert-bench-workload--make-lsp-stream lsp-file)
     (fastrevert-bench--make-data-file small 100)
     (fastrevert-bench--make-data-file medium 51200)
-    (push (list "grep -rn into a buffer (M-x grep)"
-                (fastrevert-bench-workload--into-buffer
-                 (lambda () (fastrevert-bench-process--stock (current-buffer) grep)))
-                (fastrevert-bench-workload--into-buffer
-                 (lambda () (fastrevert-bench-process--fastrevert (current-buffer) grep))))
-          rows)
-    (push (list "grep -rn to a filter"
-                (lambda ()
-                  (let ((counter (funcall count-bytes)))
-                    (fastrevert-bench-process--stock nil grep (car counter))
-                    (funcall (cdr counter))))
-                (lambda ()
-                  (let ((counter (funcall count-bytes)))
-                    (fastrevert-bench-process--fastrevert nil grep (car counter))
-                    (funcall (cdr counter)))))
-          rows)
-    (push (list "grep -rn by lines (filter splits; :framing lines)"
-                (lambda ()
-                  (let ((lines 0))
-                    (fastrevert-bench-process--stock
-                     nil grep (fastrevert-bench-workload--line-splitter
-                               (lambda (_line) (setq lines (1+ lines)))))
-                    lines))
-                (lambda ()
-                  (let ((lines 0))
-                    ;; Each batch holds whole lines, which the filter
-                    ;; still splits, as stock's does.
-                    (fastrevert-bench-workload--framed
-                     grep 'lines (lambda (_process text)
-                                   (dolist (_line (butlast (split-string text "\n")))
-                                     (setq lines (1+ lines)))))
-                    lines)))
-          rows)
-    (push (list "LSP stream, 1,125 messages of 1 KB to 4 MB (:framing lsp)"
-                (lambda ()
-                  (let ((messages 0))
-                    (fastrevert-bench-process--stock
-                     nil (list "cat" lsp-file)
-                     (fastrevert-bench-workload--lsp-splitter
-                      (lambda (_body) (setq messages (1+ messages)))))
-                    messages))
-                (lambda ()
-                  (let ((messages 0))
-                    (fastrevert-bench-workload--framed
-                     (list "cat" lsp-file) 'lsp
-                     (lambda (_process text)
-                       (fastrevert-bench-workload--split-messages
-                        text (lambda (_body) (setq messages (1+ messages))))))
-                    messages)))
-          rows)
+    (pcase-dolist (`(,wait . ,how) fastrevert-bench-workload--waits)
+      (pcase-dolist (`(,label ,maker) (fastrevert-bench-workload--stream-rows grep lsp-file))
+        (push (list (format "%s, %s" label how)
+                    (funcall maker 'stock wait) (funcall maker 'fastrevert wait))
+              rows)))
     (dolist (file (list small medium))
       (dolist (rpom '(4096 40960 409600))
         (let ((command (list "cat" file)))
@@ -580,33 +662,23 @@ REPOSITORY is the benchmark's repository, ROOT a scratch directory."
                       (fastrevert-bench-workload--into-buffer
                        (lambda ()
                          (let ((read-process-output-max rpom))
-                           (fastrevert-bench-process--stock (current-buffer) command))))
+                           (fastrevert-bench-workload--process
+                            'stock 'process command :buffer (current-buffer)))))
                       (fastrevert-bench-workload--into-buffer
                        (lambda ()
                          (let ((read-process-output-max rpom))
-                           (fastrevert-bench-process--fastrevert (current-buffer) command)))))
+                           (fastrevert-bench-workload--process
+                            'fastrevert 'process command :buffer (current-buffer))))))
                 rows))))
     (push (list "ls / spawned and waited for"
                 (fastrevert-bench-workload--into-buffer
-                 (lambda () (fastrevert-bench-process--stock (current-buffer) '("ls" "/"))))
+                 (lambda () (fastrevert-bench-workload--process
+                             'stock 'process '("ls" "/") :buffer (current-buffer))))
                 (fastrevert-bench-workload--into-buffer
-                 (lambda () (fastrevert-bench-process--fastrevert (current-buffer) '("ls" "/")))))
+                 (lambda () (fastrevert-bench-workload--process
+                             'fastrevert 'process '("ls" "/") :buffer (current-buffer)))))
           rows)
     (nreverse rows)))
-
-(defun fastrevert-bench-workload--framed (command framing filter)
-  "Run COMMAND with `fastrevert-make-process' and FRAMING into FILTER; wait."
-  (let* ((done nil)
-         (deadline (+ (float-time) fastrevert-bench-process-timeout))
-         (process (fastrevert-make-process :name "fastrevert-bench-framed" :command command
-                                           :noquery t :coding fastrevert-bench-coding
-                                           :framing framing :filter filter
-                                           :sentinel (lambda (_process _event) (setq done t)))))
-    (while (not done)
-      (fastrevert-accept-process-output process 1.0)
-      (when (> (float-time) deadline)
-        (fastrevert-delete-process process)
-        (error "Benchmark process did not finish in %s s" fastrevert-bench-process-timeout)))))
 
 (defun fastrevert-bench-workload--run-async (repository root)
   "Measure the asynchronous rows in REPOSITORY, with scratch files under ROOT.
@@ -616,12 +688,25 @@ Return the table rows, as lists of strings."
 
 (defun fastrevert-bench-workload--measure-async (repository root)
   "Measure the asynchronous rows for REPOSITORY, with scratch files under ROOT.
-The rows are those of `fastrevert-bench-workload--async-rows'."
+The rows are those of `fastrevert-bench-workload--async-rows'; each
+has the timing columns and then the main thread's processor time."
   (mapcar (lambda (row)
-            (cons (car row)
-                  (fastrevert-bench-workload--summary
-                   (fastrevert-bench-workload--pair (car row) (nth 1 row) (nth 2 row)))))
+            (let ((result (fastrevert-bench-workload--pair (car row) (nth 1 row) (nth 2 row))))
+              (cons (car row)
+                    (append (fastrevert-bench-workload--summary result)
+                            (fastrevert-bench-workload--cpu-summary result)))))
           (fastrevert-bench-workload--async-rows repository root)))
+
+(defun fastrevert-bench-workload--cpu-summary (result)
+  "Return the columns of the main thread's time of RESULT, a pair's measurement.
+They are stock's and fastrevert's median round's processor time of
+Emacs's main thread, in ms a call, and fastrevert's over stock's."
+  (let ((stock (fastrevert-bench-median (plist-get result :stock-cpu)))
+        (native (fastrevert-bench-median (plist-get result :native-cpu))))
+    (list (fastrevert-bench-workload--ms stock)
+          (fastrevert-bench-workload--ms native)
+          (format "%.2f" (/ native (max stock 1e-9))))))
+
 
 ;;;; Plot
 
@@ -720,16 +805,21 @@ output written to a file plus `insert-file-contents' of that output (medians).
    "Workload: asynchronous processes, as compile, grep and LSP clients run them")
   (fastrevert-bench--out
    "Stock `make-process' (pipe, `read-process-output-max' %d unless the row says
-otherwise, waiting with `accept-process-output') beside `fastrevert-make-process' (waiting
-with `fastrevert-accept-process-output').  Into a buffer: the default filter.  To a
-filter: it counts what it gets.  By lines and LSP: stock's filter splits the stream as
-clients do (jsonrpc.el's way for LSP), fastrevert's gets complete lines or messages from
-`:framing'.
+otherwise) beside `fastrevert-make-process', each waited for one of two ways: on the
+process (`accept-process-output' on it, `fastrevert-accept-process-output'), as a
+client that waits for its reply does; or in the event loop (`accept-process-output'
+on nil), as the command loop waits while M-x grep and M-x compile stream into their
+buffers.  Into a buffer: the default filter.  To a filter: it counts what it gets.
+By lines and LSP: stock's filter splits the stream as clients do (jsonrpc.el's way for
+LSP), fastrevert's gets complete lines or messages from `:framing'.
 
-%s\n\n"
+%s  \"main ms\" is the main thread's own processor time a call (its schedstat), at
+the median round; \"main f/s\" is fastrevert's over stock's (below 1, fastrevert takes
+less).\n\n"
    read-process-output-max fastrevert-bench-workload--timing-text)
   (fastrevert-bench--print-table
-   (cons "workload" fastrevert-bench-workload--timing-columns)
+   (append (cons "workload" fastrevert-bench-workload--timing-columns)
+           '("stock main ms" "fastrevert main ms" "main f/s"))
    rows))
 
 (add-hook 'fastrevert-bench-sections #'fastrevert-bench-workload-run 30)

@@ -41,7 +41,8 @@
 (declare-function fastrevert--mod-call-process "fastrevert-module"
                   (program argv env cwd infile stdout stderr chunk cut))
 (declare-function fastrevert--mod-process-start "fastrevert-module"
-                  (id program argv env cwd stdin stdout stderr framing read-size))
+                  (id program argv env cwd stdin stdout stderr framing read-size
+                      process decoding backlog))
 (declare-function fastrevert--mod-strsignal "fastrevert-module" (signal))
 
 (defun fastrevert--call-process-coding-args (program infile destination display args)
@@ -333,7 +334,8 @@ for DESTINATION 0."
   (fastrevert--engine-ensure)
   (let* ((id (fastrevert--process-new-id))
          (result (fastrevert--mod-process-start
-                  id path argv env dir infile nil (if (stringp stderr) stderr nil) nil 4096)))
+                  id path argv env dir infile nil (if (stringp stderr) stderr nil) nil 4096
+                  nil 'raw nil)))
     (when (eq (car-safe result) :error)
       (fastrevert--process-raise result files))
     nil))

@@ -124,15 +124,16 @@ next to the Lisp or under `user-emacs-directory'."
 (defconst fastrevert--module-functions
   '(fastrevert--mod-accessible-directory-p fastrevert--mod-call-process
     fastrevert--mod-drain fastrevert--mod-echo fastrevert--mod-first-executable
-    fastrevert--mod-hold-wakes fastrevert--mod-memfd-read fastrevert--mod-memfd-release
-    fastrevert--mod-module-api fastrevert--mod-process-eof fastrevert--mod-process-remove
+    fastrevert--mod-hold-wakes fastrevert--mod-module-api fastrevert--mod-process-backlog
+    fastrevert--mod-process-eof fastrevert--mod-process-remove
     fastrevert--mod-process-send fastrevert--mod-process-signal
     fastrevert--mod-process-start fastrevert--mod-running-p
     fastrevert--mod-set-wake-process fastrevert--mod-signal-number fastrevert--mod-start
     fastrevert--mod-stats fastrevert--mod-stop fastrevert--mod-strerror
     fastrevert--mod-strsignal fastrevert--mod-test-delayed-stats
     fastrevert--mod-test-throw fastrevert--mod-test-watch-fault fastrevert--mod-version
-    fastrevert--mod-wait fastrevert--mod-watch-add fastrevert--mod-watch-backend
+    fastrevert--mod-wait fastrevert--mod-wait-drain fastrevert--mod-watch-add
+    fastrevert--mod-watch-backend
     fastrevert--mod-watch-configure fastrevert--mod-watch-hold-limit
     fastrevert--mod-watch-remove fastrevert--mod-watch-vc-info
     fastrevert--mod-watch-visible)
@@ -298,7 +299,7 @@ which cannot be unloaded: restart Emacs to use fastrevert %s"
 ;; module/core/child.h).  They change together with it.
 
 (defconst fastrevert--record-kinds
-  [echo notice file-changed file-watched process-output process-exit process-error vc-changed]
+  [echo notice file-changed file-watched process-ready vc-changed]
   "The kinds of engine records, each at the index of its `RecordKind' value.
 The module hands a record's kind to Lisp as this symbol.")
 
@@ -316,48 +317,11 @@ HEAD, the branch it names, or Mercurial's branch or bookmarks changed.")
 Git's index or Mercurial's dirstate changed; these are watched only
 while `auto-revert-check-vc-info' is non-nil.")
 
-(defconst fastrevert--output-stdout-bytes 1
-  "The code of a `process-output' record whose data is standard output.")
+(defconst fastrevert--output-stdout 1
+  "The stream number of standard output, as process output is delivered.")
 
-(defconst fastrevert--output-stderr-bytes 2
-  "The code of a `process-output' record whose data is standard error.")
-
-(defconst fastrevert--output-stdout-range 3
-  "The code of a `process-output' record saying how far stdout's memfd is written.
-Its data holds entries that `fastrevert--memfd-range-entry' reads,
-the newest last.")
-
-(defconst fastrevert--output-stdout-memfd 4
-  "The code of a `process-output' record that hands over stdout's memfd.
-Its data is the decimal number of a descriptor of the memfd, which
-Lisp owns from then on.")
-
-(defconst fastrevert--memfd-threshold 16384
-  "How many bytes of a child's stdout the module hands over as strings.
-Past them, a child started with its stdout to a memfd hands the rest
-over through the memfd (`kMemfdThreshold' in the process table).")
-
-(defconst fastrevert--memfd-range-end-bytes 8
-  "The bytes at the start of a memfd range entry: the memfd's size.
-The size is little-endian.")
-
-(defconst fastrevert--memfd-range-tail-bytes 4
-  "The bytes at the end of a memfd range entry: the stream's last bytes.
-While the stream is shorter, zero bytes come first.")
-
-(defconst fastrevert--memfd-range-entry-size
-  (+ fastrevert--memfd-range-end-bytes fastrevert--memfd-range-tail-bytes)
-  "The size of one entry of a memfd range record's data.")
-
-(defun fastrevert--memfd-range-entry (data)
-  "Return (END . TAIL) from the newest entry of memfd range record DATA.
-END is how many bytes the engine has written to the memfd, and TAIL
-a unibyte string of the last bytes of the stream so far."
-  (let ((at (- (length data) fastrevert--memfd-range-entry-size))
-        (end 0))
-    (dotimes (i fastrevert--memfd-range-end-bytes)
-      (setq end (logior end (ash (aref data (+ at i)) (* 8 i)))))
-    (cons end (substring data (+ at fastrevert--memfd-range-end-bytes)))))
+(defconst fastrevert--output-stderr 2
+  "The stream number of standard error, as process output is delivered.")
 
 (defconst fastrevert--exit-exited "exited"
   "The data of a `process-exit' record of a child that exited.
@@ -417,9 +381,12 @@ decoded here as UTF-8 for the kinds that carry text."
 
 (defun fastrevert--drain ()
   "Handle every result the engine has ready; return how many.
-The module counts the time spent (`:drain-ns' of its statistics),
-except when a handler exits non-locally."
-  (fastrevert--mod-drain #'fastrevert--dispatch))
+Quitting is inhibited meanwhile, as it is while Emacs runs a process
+filter: a quit typed then is taken once the piece of output being
+delivered has been.  The module counts the time spent (`:drain-ns'
+of its statistics), except when a handler exits non-locally."
+  (let ((inhibit-quit t))
+    (fastrevert--mod-drain #'fastrevert--dispatch)))
 
 (defun fastrevert--wake-filter (_process _bytes)
   "Drain the engine when it writes its wake byte."
@@ -495,7 +462,7 @@ tells their sentinels."
 
 ;;;; Waiting for records
 
-(declare-function fastrevert--mod-wait "fastrevert-module" (seconds))
+(declare-function fastrevert--mod-wait-drain "fastrevert-module" (seconds handler))
 (declare-function fastrevert--mod-hold-wakes "fastrevert-module" (hold))
 
 (defconst fastrevert--wait-slice 0.02
@@ -517,21 +484,23 @@ are ready, not when Emacs's event loop next reads the wake pipe.  It
 happens in slices of `fastrevert--wait-slice' seconds; at least that
 often, Emacs runs what JUST-THIS-ONE allows (see `fastrevert--yield'),
 however busy the engine."
-  ;; Results already queued are handled first: a batch may be waiting
-  ;; for its wake byte to be read.
-  (fastrevert--drain)
   (let ((got nil)
         (done nil))
     (while (not done)
-      (setq got (funcall predicate))
-      (if (or got (and deadline (<= deadline (float-time))))
-          (setq done t)
-        (if (fastrevert--mod-wait
-             (if deadline
-                 (max 0 (min fastrevert--wait-slice (- deadline (float-time))))
-               fastrevert--wait-slice))
-            (fastrevert--drain)
-          (fastrevert--yield just-this-one)))
+      ;; One call drains what is ready, or waits up to a slice for it and
+      ;; drains it then.  A quit ends the wait, and is taken as the
+      ;; binding ends, after any output being delivered was.
+      (let ((handled (let ((inhibit-quit t))
+                       (fastrevert--mod-wait-drain
+                        (if deadline
+                            (max 0 (min fastrevert--wait-slice (- deadline (float-time))))
+                          fastrevert--wait-slice)
+                        #'fastrevert--dispatch))))
+        (setq got (funcall predicate))
+        (cond ((or got (and deadline (<= deadline (float-time))))
+               (setq done t))
+              ((zerop handled)
+               (fastrevert--yield just-this-one))))
       ;; An engine that keeps results ready, call after call, must not
       ;; keep timers from running: they get their turn at least once a
       ;; slice.

@@ -15,17 +15,19 @@
 ;; :framing) and returns a `fastrevert-process', which the
 ;; `fastrevert-process-*' companions handle as their stock namesakes
 ;; handle a process.  The engine thread reads the child's output and
-;; hands it to Emacs in coalesced batches: a filter is called once per
-;; stream per wake-up, however many small writes the child made.  With
-;; :framing `lines' a filter only ever sees complete lines, and with
-;; `lsp' only complete Content-Length messages.  Output for a buffer
-;; (no filter) takes the road `fastrevert-call-process' takes: the
+;; hands it to Emacs in batches: a filter is called once per piece of
+;; output that gathered, however many small writes the child made, and a
+;; child that streams gives pieces of 64 KiB or more.  With :framing
+;; `lines' a filter only ever sees complete lines, and with `lsp' only
+;; complete Content-Length messages.  UTF-8 output is decoded by the
+;; module as it makes the string.  Output for a buffer (no filter) takes
+;; the road `fastrevert-call-process' takes: past its first 16 KiB the
 ;; engine appends it to a memfd, and Emacs inserts each new range with
-;; `insert-file-contents' at the process mark, so no Lisp string is
-;; made for it.
+;; `insert-file-contents' at the process mark, so no Lisp string is made
+;; for it.
 ;;
-;; This file holds the process object, how the engine's records of its
-;; output and end reach its filter, buffer and sentinel, and the
+;; This file holds the process object, how the engine's pieces of its
+;; output and its end reach its filter, buffer and sentinel, and the
 ;; companions.  How a child is started as stock starts it is in
 ;; fastrevert-child.el, and how its bytes become text in
 ;; fastrevert-decode.el.
@@ -37,10 +39,10 @@
 (require 'fastrevert-child)
 (require 'fastrevert-decode)
 
-(declare-function fastrevert--mod-memfd-release "fastrevert-module" (fd end close))
-(declare-function fastrevert--mod-memfd-read "fastrevert-module" (fd beg end))
 (declare-function fastrevert--mod-process-start "fastrevert-module"
-                  (id program argv env cwd stdin stdout stderr framing read-size))
+                  (id program argv env cwd stdin stdout stderr framing read-size
+                      process decoding backlog))
+(declare-function fastrevert--mod-process-backlog "fastrevert-module" (id))
 (declare-function fastrevert--mod-process-send "fastrevert-module" (id string))
 (declare-function fastrevert--mod-process-eof "fastrevert-module" (id))
 (declare-function fastrevert--mod-process-signal "fastrevert-module" (id signal))
@@ -71,37 +73,31 @@ Use the `fastrevert-process-*' functions rather than the slots."
   (pid nil :documentation "The process id of the child.")
   (buffer nil :documentation "The buffer output goes to, or nil.")
   (mark nil :documentation "The process mark in BUFFER.")
-  (stderr-buffer nil :documentation "The buffer for standard error, or nil.")
-  (stderr-mark nil :documentation "The mark in STDERR-BUFFER.")
+  (stderr-buffer nil :documentation "The buffer (or pipe process) for standard error, or nil.")
+  (stderr-mark nil :documentation "The mark in STDERR-BUFFER, when it is a buffer.")
   (filter nil :documentation "The filter function, or nil.")
   (sentinel nil :documentation "The sentinel function, or nil.")
   (encoding nil :documentation "The coding system that encodes input.")
-  (memfd nil :documentation "The memfd that receives stdout, or nil.
-For a process with a buffer and no filter, the engine makes one once
-the output is no longer small, and hands it over: its standard output
-is then inserted from there, by ranges.")
-  (memfd-consumed 0 :documentation "How many bytes of MEMFD were delivered.")
-  (memfd-released 0 :documentation "How many bytes of MEMFD gave their memory back.")
-  (memfd-end 0 :documentation "How many bytes the engine has written to MEMFD.")
-  (memfd-tail "" :documentation "The last bytes written to MEMFD, as a range record tells.")
   (status 'run :documentation "One of `run', `exit' or `signal'.")
   (exit-status 0 :documentation "The exit code or signal number.")
   (core-dumped nil :documentation "Non-nil if the child dumped core.")
   (query-on-exit t :documentation "Non-nil to ask before Emacs kills it.")
   (outputs 0 :documentation "Counts batches of output as they are delivered.
-It also moves when output arrives that must wait (see QUEUE), so
-that a wait for output sees it has come.")
+It also moves when output arrives that must wait for the filter to
+return, so that a wait for output in the filter sees it has come.")
   (plist nil :documentation "A property list for the caller.")
   (engine nil :documentation "The `fastrevert--engine-generation' this started in.
 A restarted engine has forgotten the process (stopping it killed the
-child), which this tells apart.")
-  (busy nil :documentation "Non-nil while the process's output or end is handled.")
-  (queue nil :documentation "Results of the process that wait for BUSY to clear.
-A list of (HANDLER CODE DATA), oldest first."))
+child), which this tells apart."))
 
 (cl-defmethod cl-print-object ((process fastrevert-process) stream)
   "Print PROCESS to STREAM by name, as Emacs prints a process."
   (princ (format "#<fastrevert-process %s>" (fastrevert--process-name process)) stream))
+
+(defconst fastrevert--memfd-threshold 16384
+  "How many bytes of standard output for a buffer come before a memfd does.
+Past them, the engine writes the rest to a memfd (`kMemfdThreshold'
+in the module's process table).")
 
 (defvar fastrevert--processes (make-hash-table :test #'eql)
   "Live fastrevert processes by engine id.")
@@ -136,11 +132,27 @@ N counts from 1, as `make-process' numbers its processes."
 
 ;;;; Delivering output
 
+;; The module delivers each process's output, and then its end, by calling
+;; the `fastrevert--deliver-*' functions below, one piece at a time and in
+;; the order the child wrote it (see `fastrevert--mod-drain').  A process's
+;; deliveries never overlap: while its filter runs (say, waiting for more
+;; output), what else comes for it waits in the engine, within the
+;; process's backlog, and is delivered once the filter returns.  A piece
+;; stays in the engine until it has been handed on: a delivery interrupted
+;; before then (a quit) leaves it to the next.
+
+(defvar fastrevert--handed nil
+  "Non-nil once the piece of output being delivered has been handed on.
+The module clears it before each piece and reads it when a delivery
+exits non-locally: a piece handed on (to a filter, into a buffer, to
+a sentinel) counts as delivered, any other is delivered again.")
+
 (defun fastrevert--process-call (kind function &rest args)
   "Call FUNCTION with ARGS as a process KIND, in the stock manner.
 KIND is \"filter\" or \"sentinel\".
 An error is reported rather than propagated, unless `debug-on-error'
 asks for the debugger, and the match data are preserved."
+  (setq fastrevert--handed t)
   (save-match-data
     (condition-case-unless-debug err
         (apply function args)
@@ -151,28 +163,42 @@ asks for the debugger, and the match data are preserved."
   (setf (fastrevert--process-outputs process) (1+ (fastrevert--process-outputs process)))
   (setq fastrevert--process-output-count (1+ fastrevert--process-output-count)))
 
+(defun fastrevert--process-insert (buffer mark text &optional detected)
+  "Insert TEXT into BUFFER at MARK, as `fastrevert--insert-output' does.
+The piece being delivered is handed on from here."
+  (setq fastrevert--handed t)
+  (fastrevert--insert-output buffer mark text detected))
+
 (defun fastrevert--process-deliver (process stream text &optional detected)
   "Deliver TEXT, output of PROCESS on STREAM, to its consumer.
-STREAM is `fastrevert--output-stdout-bytes' or
-`fastrevert--output-stderr-bytes'.
+STREAM is `fastrevert--output-stdout' or `fastrevert--output-stderr'.
 DETECTED is as for `fastrevert--insert-output'."
   (unless (equal text "")
     (fastrevert--process-count-output process)
-    (if (eql stream fastrevert--output-stderr-bytes)
-        (fastrevert--insert-output (fastrevert--process-stderr-buffer process)
-                                    (fastrevert--process-stderr-mark process) text detected)
+    (if (eql stream fastrevert--output-stderr)
+        (let ((target (fastrevert--process-stderr-buffer process)))
+          (if (processp target)
+              ;; A pipe process given as :stderr gets it as its own
+              ;; output, as with stock Emacs.
+              (when (process-live-p target)
+                (fastrevert--process-call
+                 "filter" (or (process-filter target) #'internal-default-process-filter)
+                 target text))
+            (fastrevert--process-insert target (fastrevert--process-stderr-mark process)
+                                        text detected)))
       (let ((filter (fastrevert--process-filter process)))
         (if filter
             (fastrevert--process-call
              "filter" filter process
-             ;; Decoding ASCII gives back the unibyte bytes; a stock
-             ;; filter gets a multibyte string from any coding system
-             ;; but the raw-text family.
+             ;; ASCII comes unibyte, from the module or from decoding,
+             ;; which gives it back; a buffer takes it as it is, but a
+             ;; stock filter gets a multibyte string from any coding
+             ;; system but the raw-text family.
              (if (or (multibyte-string-p text)
                      (eq (coding-system-type (fastrevert--process-decoding process)) 'raw-text))
                  text
                (string-to-multibyte text)))
-          (fastrevert--insert-output (fastrevert--process-buffer process)
+          (fastrevert--process-insert (fastrevert--process-buffer process)
                                       (fastrevert--process-mark process) text detected))))))
 
 (defun fastrevert--process-decode-and-deliver (process stream data eof)
@@ -187,189 +213,84 @@ EOF is as for `fastrevert--process-decode'."
      (not (eq (coding-system-base coding)
               (coding-system-base (fastrevert--process-decoding process)))))))
 
-(defun fastrevert--on-process-output (id code data)
-  "Handle output DATA of engine process ID on stream CODE.
-See `fastrevert--process-output' for the codes."
-  (let ((process (gethash id fastrevert--processes)))
-    (cond (process
-           (fastrevert--process-receive process #'fastrevert--process-output code data))
-          ((eql code fastrevert--output-stdout-memfd)
-           ;; A memfd for a process already forgotten.
-           (fastrevert--mod-memfd-release (string-to-number data) 0 t)))))
+(defun fastrevert--deliver-text (process stream text kind)
+  "Deliver TEXT, output of PROCESS on STREAM (1 standard output, 2 error).
+KIND says what TEXT is: nil, the text itself (decoded by the module,
+or raw bytes for a raw-text coding; ASCII may come unibyte); `whole',
+bytes that end where a character ends, to decode with the process's
+coding system; `part', bytes to decode holding back the start of a
+character that has not ended.  Runs with quitting inhibited, as stock
+runs a filter: a quit typed meanwhile is taken once the text has been
+delivered."
+  (let ((inhibit-quit t))
+    (pcase kind
+      ('nil (fastrevert--process-deliver process stream text))
+      ('whole (fastrevert--process-deliver
+               process stream
+               (decode-coding-string text (fastrevert--process-decoding process) t)))
+      (_ (fastrevert--process-decode-and-deliver process stream text nil)))))
 
-(defun fastrevert--process-output (process code data)
-  "Handle output DATA of PROCESS on stream CODE.
-CODE `fastrevert--output-stdout-memfd' hands over the process's
-memfd: DATA is the number of a descriptor of it, which is then the
-process's to close.  CODE `fastrevert--output-stdout-range' means DATA
-tells how far the engine has written that memfd (see
-`fastrevert--process-memfd-ready')."
-  (let ((live (eq (gethash (fastrevert--process-id process) fastrevert--processes) process)))
-    (cond
-     ((eql code fastrevert--output-stdout-memfd)
-      (let ((fd (string-to-number data)))
-        (if live
-            (setf (fastrevert--process-memfd process) fd)
-          (fastrevert--mod-memfd-release fd 0 t))))
-     ((not live))
-     ((eql code fastrevert--output-stdout-range)
-      (fastrevert--process-memfd-ready process data))
-     (t
-      (when (and (eql code fastrevert--output-stdout-bytes)
-                 (fastrevert--process-memfd process))
-        ;; The engine could not write the memfd and passes the rest as
-        ;; strings: what it wrote and Emacs has not delivered comes first.
-        (fastrevert--process-memfd-to-tail process))
-      (fastrevert--process-decode-and-deliver process code data nil)))))
+(defun fastrevert--deliver-range (process fd from to)
+  "Insert bytes [FROM, TO) of the memfd FD, output of PROCESS, into its buffer.
+The module holds back an unfinished character, so the bytes decode
+whole.  Into a live multibyte buffer they go straight from the memfd;
+into a unibyte buffer they take the road of text.  Runs with quitting
+inhibited, as stock runs the default filter."
+  (let ((inhibit-quit t)
+        (buffer (fastrevert--process-buffer process))
+        (coding (fastrevert--process-decoding process)))
+    (cond ((not (buffer-live-p buffer))
+           ;; The default filter drops output for a killed buffer.
+           (fastrevert--process-count-output process))
+          ((and (buffer-local-value 'enable-multibyte-characters buffer)
+                (not (fastrevert--detection-moves-markers-p coding)))
+           (fastrevert--process-count-output process)
+           (fastrevert--process-insert
+            buffer (fastrevert--process-mark process)
+            (lambda ()
+              ;; Decoding fixes what `undecided' detected, as Emacs does
+              ;; for a process.
+              (let ((used (fastrevert--insert-memfd-range fd from to coding t)))
+                (when (and used (not (eq used coding)))
+                  (setf (fastrevert--process-decoding process) used))))))
+          (t
+           (fastrevert--process-decode-and-deliver
+            process fastrevert--output-stdout
+            (with-temp-buffer
+              (set-buffer-multibyte nil)
+              (let ((file-name-handler-alist nil))
+                (insert-file-contents-literally (fastrevert--memfd-file-name fd) nil from to))
+              (buffer-string))
+            t)))))
 
-(defun fastrevert--process-receive (process handler code data)
-  "Call HANDLER on CODE and DATA of PROCESS, in turn.
-HANDLER is called as (HANDLER PROCESS CODE DATA).  A process's
-results are handled one at a time and in the order the engine sent
-them: one that arrives while another is being handled (a filter
-waiting for more output drains the engine again) waits in the
-process's queue, and is handled as soon as the one before returns.
-So a filter is never called while it runs, as with stock Emacs, and
-no output overtakes the output before it."
-  (if (or (fastrevert--process-busy process) (fastrevert--process-queue process))
-      (progn
-        (setf (fastrevert--process-queue process)
-              (nconc (fastrevert--process-queue process) (list (list handler code data))))
-        ;; A wait for this process's output must see that it has come.
-        (fastrevert--process-count-output process)
-        (unless (fastrevert--process-busy process)
-          (fastrevert--process-run-queue process)))
-    (setf (fastrevert--process-busy process) t)
-    (unwind-protect
-        (progn
-          (funcall handler process code data)
-          (fastrevert--process-run-queue process))
-      (fastrevert--process-done-handling process))))
+(defun fastrevert--deliver-later (process)
+  "Count output of PROCESS that came while its filter is running, further up.
+The output waits in the engine until the filter returns, as stock
+never runs a process's filter inside itself; a wait for output in the
+filter sees that it has come."
+  (fastrevert--process-count-output process))
 
-(defun fastrevert--process-run-queue (process)
-  "Handle the results waiting in PROCESS's queue, oldest first."
-  (setf (fastrevert--process-busy process) t)
-  (unwind-protect
-      (while (fastrevert--process-queue process)
-        (let ((item (pop (fastrevert--process-queue process))))
-          (apply (car item) process (cdr item))))
-    (fastrevert--process-done-handling process)))
+(defun fastrevert--deliver-end (process code how)
+  "Report the end of PROCESS, which ended as HOW with CODE, after all its output.
+HOW is `fastrevert--exit-exited' or one of its siblings, which says what
+CODE is.  A child whose status is lost ends as one that exited with
+code -1, as in Emacs.  Runs with quitting inhibited."
+  (let ((inhibit-quit t))
+    (fastrevert--process-flush-tails process)
+    (setf (fastrevert--process-status process)
+          (if (fastrevert--exit-signaled-p how) 'signal 'exit)
+          (fastrevert--process-exit-status process) code
+          (fastrevert--process-core-dumped process) (equal how fastrevert--exit-core-dumped))
+    (fastrevert--process-finish process)))
 
-(defun fastrevert--process-done-handling (process)
-  "Note that PROCESS's results are no longer being handled.
-Results left in its queue, by a handler that exited non-locally (a
-quit), are handled as soon as Emacs gets round to it."
-  (setf (fastrevert--process-busy process) nil)
-  (when (fastrevert--process-queue process)
-    (run-at-time 0 nil #'fastrevert--process-resume process)))
-
-(defun fastrevert--process-resume (process)
-  "Handle the results left waiting in PROCESS's queue."
-  (unless (or (fastrevert--process-busy process) (null (fastrevert--process-queue process)))
-    (fastrevert--process-run-queue process)))
-
-;;;; Delivering output through a memfd
-
-(defun fastrevert--process-memfd-bytes (fd beg end)
-  "Return bytes [BEG, END) of the memfd FD as a unibyte string."
-  (fastrevert--mod-memfd-read fd beg end))
-
-(defconst fastrevert--memfd-insert-threshold 4096
-  "Ranges of a memfd longer than this are inserted with `insert-file-contents'.
-Shorter ones are read as a string and decoded: for a few bytes that
-costs less than opening the file, and makes little garbage.")
-
-(defconst fastrevert--memfd-release-step (* 1024 1024)
-  "How many delivered bytes of a memfd wait before their memory is given back.")
-
-(defun fastrevert--process-memfd-deliver (process eof)
-  "Deliver the bytes the engine wrote to PROCESS's memfd since the last time.
-The end of a character that has not arrived yet, and a carriage
-return that may begin a CRLF, wait for the next range, unless EOF.
-Into a live multibyte buffer, in a coding system whose unfinished
-characters the last bytes of the stream reveal, a range longer than
-`fastrevert--memfd-insert-threshold' goes straight from the memfd;
-otherwise (a short range, bytes held back from before, a unibyte or
-killed buffer, a multibyte coding system of another kind, one still
-to be detected where that decides where markers go) the bytes take
-the string road."
-  (let* ((fd (fastrevert--process-memfd process))
-         (beg (fastrevert--process-memfd-consumed process))
-         (written (fastrevert--process-memfd-end process))
-         (coding (fastrevert--process-decoding process))
-         (direct (memq (fastrevert--split-kind coding) '(utf-8 single)))
-         (held (if (or eof (not direct)) 0
-                 (min (- written beg)
-                      (fastrevert--held-back coding
-                                                     (fastrevert--process-memfd-tail process)))))
-         (end (- written held))
-         (buffer (fastrevert--process-buffer process)))
-    (when (and fd (> end beg))
-      (setf (fastrevert--process-memfd-consumed process) end)
-      (cond ((not (buffer-live-p buffer))
-             ;; The default filter drops output for a killed buffer.
-             (fastrevert--process-count-output process))
-            ((and direct
-                  (> (- end beg) fastrevert--memfd-insert-threshold)
-                  ;; Bytes held back from the strings before the memfd
-                  ;; took over must be decoded with the first range.
-                  (zerop (length (cdr (assq fastrevert--output-stdout-bytes
-                                            (fastrevert--process-tails process)))))
-                  (buffer-local-value 'enable-multibyte-characters buffer)
-                  (not (fastrevert--process-filter process))
-                  (not (fastrevert--detection-moves-markers-p coding)))
-             (fastrevert--process-count-output process)
-             (fastrevert--insert-output
-              buffer (fastrevert--process-mark process)
-              (lambda ()
-                ;; Decoding fixes what `undecided' detected, as Emacs
-                ;; does for a process.
-                (let ((used (fastrevert--insert-memfd-range fd beg end coding t)))
-                  (when (and used (not (eq used coding)))
-                    (setf (fastrevert--process-decoding process) used))))))
-            (t
-             (fastrevert--process-decode-and-deliver
-              process fastrevert--output-stdout-bytes
-              (fastrevert--process-memfd-bytes fd beg end) (or eof direct))))
-      ;; Give back the memory of what is delivered, a step at a time;
-      ;; later offsets stay valid.
-      (when (>= (- end (fastrevert--process-memfd-released process))
-                fastrevert--memfd-release-step)
-        (setf (fastrevert--process-memfd-released process) end)
-        (fastrevert--mod-memfd-release fd end nil)))))
-
-(defun fastrevert--process-memfd-ready (process data)
-  "Deliver what the engine wrote to PROCESS's memfd, as DATA reports it.
-DATA is that of a memfd range record; its newest entry counts (see
-`fastrevert--memfd-range-entry')."
-  (let ((entry (fastrevert--memfd-range-entry data)))
-    (setf (fastrevert--process-memfd-end process) (car entry)
-          (fastrevert--process-memfd-tail process) (cdr entry))
-    (fastrevert--process-memfd-deliver process nil)))
-
-(defun fastrevert--process-memfd-to-tail (process)
-  "Move the undelivered bytes of PROCESS's memfd to its stdout tail; close it.
-For when the engine passes the rest of the output as strings."
-  (let ((fd (fastrevert--process-memfd process))
-        (beg (fastrevert--process-memfd-consumed process))
-        (end (fastrevert--process-memfd-end process)))
-    (when (> end beg)
-      (let ((bytes (fastrevert--process-memfd-bytes fd beg end))
-            (cell (assq fastrevert--output-stdout-bytes (fastrevert--process-tails process))))
-        (setf (fastrevert--process-memfd-consumed process) end)
-        (if cell
-            (setcdr cell (concat (cdr cell) bytes))
-          (push (cons fastrevert--output-stdout-bytes bytes)
-                (fastrevert--process-tails process)))))
-    (fastrevert--process-memfd-close process)))
-
-(defun fastrevert--process-memfd-close (process)
-  "Close PROCESS's memfd, if it has one."
-  (let ((fd (fastrevert--process-memfd process)))
-    (when fd
-      ;; Forget it first: a descriptor number must never be closed twice.
-      (setf (fastrevert--process-memfd process) nil)
-      (fastrevert--mod-memfd-release fd 0 t))))
+(defun fastrevert--deliver-failure (process reason)
+  "Report that the engine gave PROCESS up, for REASON, and killed it.
+Its output could not all be read, so it ends here, as killed.  Runs
+with quitting inhibited."
+  (let ((inhibit-quit t))
+    (fastrevert--process-flush-tails process)
+    (message "error in process %s: %s" (fastrevert--process-name process) reason)
+    (fastrevert--process-kill process)))
 
 (defun fastrevert--process-flush-tails (process)
   "Deliver the bytes PROCESS held back for an unfinished character."
@@ -398,11 +319,11 @@ For when the engine passes the rest of the output as strings."
 (defun fastrevert--process-finish (process)
   "Report PROCESS's end to its sentinel and forget it."
   (fastrevert--process-forget process)
-  (fastrevert--process-memfd-close process)
   (let ((event (fastrevert--process-status-message process))
         (sentinel (fastrevert--process-sentinel process)))
     (if sentinel
         (fastrevert--process-call "sentinel" sentinel process event)
+      (setq fastrevert--handed t)
       (fastrevert--process-default-sentinel process event))))
 
 (defun fastrevert--process-default-sentinel (process event)
@@ -423,46 +344,8 @@ For when the engine passes the rest of the output as strings."
           (set-marker mark (point))
           (goto-char (if (>= opoint before) (+ opoint (- (point) before)) opoint)))))))
 
-(defun fastrevert--on-process-exit (id code how)
-  "Handle the exit of engine process ID, which ended as HOW with CODE.
-HOW is the word of a `process-exit' record (`fastrevert--exit-exited'
-and its siblings), which says what CODE is."
-  (let ((process (gethash id fastrevert--processes)))
-    (when process
-      (fastrevert--process-receive process #'fastrevert--process-exit code how))))
-
-(defun fastrevert--process-exit (process code how)
-  "Report the end of PROCESS, which ended as HOW with CODE.
-HOW and CODE are as for `fastrevert--on-process-exit'.  A child whose
-status is lost ends as one that exited with code -1, as in Emacs."
-  (when (eq (gethash (fastrevert--process-id process) fastrevert--processes) process)
-    (when (fastrevert--process-memfd process)
-      (fastrevert--process-memfd-deliver process t))
-    (fastrevert--process-flush-tails process)
-    (setf (fastrevert--process-status process)
-          (if (fastrevert--exit-signaled-p how) 'signal 'exit)
-          (fastrevert--process-exit-status process) code
-          (fastrevert--process-core-dumped process) (equal how fastrevert--exit-core-dumped))
-    (fastrevert--process-finish process)))
-
-(defun fastrevert--on-process-error (id code data)
-  "Handle the engine giving up engine process ID, for the reason DATA.
-CODE is 0."
-  (let ((process (gethash id fastrevert--processes)))
-    (when process
-      (fastrevert--process-receive process #'fastrevert--process-failed code data))))
-
-(defun fastrevert--process-failed (process _code reason)
-  "Report that the engine gave PROCESS up, for REASON, and killed it.
-Its output could not all be read, so it ends here, as killed; its
-exit, when the engine reports it, is not reported again."
-  (when (eq (gethash (fastrevert--process-id process) fastrevert--processes) process)
-    (message "error in process %s: %s" (fastrevert--process-name process) reason)
-    (fastrevert--process-kill process)))
-
 (defun fastrevert--process-kill (process)
   "End PROCESS as killed, and tell its sentinel."
-  (fastrevert--process-memfd-close process)
   (setf (fastrevert--process-status process) 'signal
         (fastrevert--process-exit-status process) 9)
   (fastrevert--process-finish process))
@@ -475,9 +358,6 @@ exit, when the engine reports it, is not reported again."
       (when (eq (fastrevert--process-status process) 'run)
         (fastrevert--process-kill process)))))
 
-(setf (alist-get 'process-output fastrevert--record-handlers) #'fastrevert--on-process-output)
-(setf (alist-get 'process-exit fastrevert--record-handlers) #'fastrevert--on-process-exit)
-(setf (alist-get 'process-error fastrevert--record-handlers) #'fastrevert--on-process-error)
 (add-hook 'fastrevert--engine-stopped-hook #'fastrevert--process-engine-stopped)
 
 ;;;; fastrevert-make-process
@@ -487,6 +367,42 @@ exit, when the engine reports it, is not reported again."
   (and spec (or (get-buffer spec)
                 (if (stringp spec) (get-buffer-create spec)
                   (signal 'wrong-type-argument (list 'bufferp spec))))))
+
+(defun fastrevert--process-stderr-target (spec)
+  "Return the destination of standard error for the :stderr argument SPEC.
+That is a buffer (made when SPEC names none), a pipe process, whose
+filter gets it as its own output, or nil."
+  (if (processp spec)
+      (if (eq (process-type spec) 'pipe)
+          spec
+        (signal 'wrong-type-argument (list 'pipe-process-p spec)))
+    (fastrevert--process-output-buffer spec)))
+
+(defun fastrevert--process-decoding-kind (coding)
+  "Return how the module hands over output that CODING decodes.
+`utf-8' for UTF-8 with Unix line ends and nothing done after
+decoding: the module decodes well-formed pieces itself.  `raw' for
+raw bytes with Unix line ends: the bytes are the text.  `lisp' for
+any other: the pieces are decoded here."
+  (cond ((and (eq (coding-system-type coding) 'raw-text)
+              (eql (coding-system-eol-type coding) 0))
+         'raw)
+        ((and (eq (coding-system-type coding) 'utf-8)
+              (eql (coding-system-eol-type coding) 0)
+              (not (coding-system-get coding :bom))
+              (not (coding-system-get coding :post-read-conversion))
+              (not (coding-system-get coding :decode-translation-table)))
+         'utf-8)
+        (t 'lisp)))
+
+(defun fastrevert--process-memfd-p (kind coding)
+  "Return non-nil if output of decoding KIND in CODING may go through a memfd.
+A range of the memfd must decode alone: the module cuts UTF-8 where a
+character ends, and any cut will do for raw bytes or a single-byte
+coding with Unix line ends."
+  (or (memq kind '(utf-8 raw))
+      (and (eq (fastrevert--split-kind coding) 'single)
+           (eql (coding-system-eol-type coding) 0))))
 
 (defun fastrevert--process-new-mark (buffer)
   "Return a new process mark at the end of BUFFER, or an unset marker."
@@ -507,15 +423,26 @@ ARGS are keywords, as for `make-process':
 :command COMMAND the program and its arguments, a list of strings;
 :coding CODING   a coding system, or (DECODING . ENCODING);
 :noquery QUERY   non-nil means do not ask about it when Emacs exits;
-:stderr STDERR   a buffer or buffer name for standard error; nil
-                 mixes standard error with the output;
+:stderr STDERR   a buffer or buffer name for standard error, or a
+                 pipe process whose filter gets it; nil mixes
+                 standard error with the output;
 :filter FILTER   called as (FILTER PROCESS STRING), once per stream
                  per batch of output;
 :sentinel SENTINEL called as (SENTINEL PROCESS EVENT) once, after
                  all output, with Emacs's usual EVENT strings;
 :framing FRAMING nil (raw chunks), `lines' (the filter sees only
                  complete lines) or `lsp' (only complete
-                 Content-Length messages).
+                 Content-Length messages);
+:backlog BYTES   the most output the engine reads ahead of Emacs
+                 (16 MiB when nil): past it the child waits on its
+                 full pipe, as with stock Emacs, until Emacs has
+                 taken some.  A line (or LSP message) longer than
+                 that does not wait whole: it reaches the filter in
+                 pieces, which join up to it.
+
+Filters and sentinels run with quitting inhibited, as with stock
+Emacs: a quit typed while output is delivered is taken once that
+output has been, and loses none.
 
 Without a filter, output is inserted into BUFFER at the process mark
 as the default filter does; standard output then goes through a
@@ -529,7 +456,8 @@ a `fastrevert-process'.  The program is found through the variable
          (framing (plist-get args :framing))
          (filter (plist-get args :filter))
          (sentinel (plist-get args :sentinel))
-         (stderr-spec (plist-get args :stderr)))
+         (stderr-spec (plist-get args :stderr))
+         (backlog (plist-get args :backlog)))
     (unless (stringp name)
       ;; The stock primitive signals the error the running Emacs words for a
       ;; missing or wrong :name (Emacs 30 words its own), and makes no
@@ -544,9 +472,11 @@ a `fastrevert-process'.  The program is found through the variable
     (dolist (function (list filter sentinel))
       (unless (or (null function) (functionp function))
         (signal 'wrong-type-argument (list 'functionp function))))
+    (unless (or (null backlog) (natnump backlog))
+      (signal 'wrong-type-argument (list 'natnump backlog)))
     (fastrevert--engine-ensure)
     (let* ((buffer (fastrevert--process-output-buffer (plist-get args :buffer)))
-           (stderr-buffer (fastrevert--process-output-buffer stderr-spec))
+           (stderr-buffer (fastrevert--process-stderr-target stderr-spec))
            (program (car command))
            (dir (fastrevert--process-directory))
            (encoded-path (fastrevert--process-program program))
@@ -555,20 +485,25 @@ a `fastrevert-process'.  The program is found through the variable
            (encoded-args (fastrevert--process-encode-args
                           (cons 'start-process (cons name (cons buffer command)))
                           (cdr command)))
+           (kind (fastrevert--process-decoding-kind (car coding)))
            (id (fastrevert--process-new-id))
            (process (fastrevert--process-start-record
                      id (fastrevert--process-unique-name name) command
                      buffer (fastrevert--process-new-mark buffer)
-                     stderr-buffer (fastrevert--process-new-mark stderr-buffer)
+                     stderr-buffer (fastrevert--process-new-mark
+                                    (and (bufferp stderr-buffer) stderr-buffer))
                      filter sentinel (car coding) (cdr coding)
                      (not (plist-get args :noquery)) fastrevert--engine-generation))
            (result (fastrevert--mod-process-start
                     id encoded-path (vconcat (list encoded-path) encoded-args)
                     (fastrevert--process-environment dir)
                     (fastrevert--process-encode-file dir)
-                    t (if (and buffer (not filter)) 'memfd t)
+                    t (if (and buffer (not filter) (not framing)
+                               (fastrevert--process-memfd-p kind (car coding)))
+                          'memfd t)
                     (if stderr-buffer 'pipe t) framing
-                    (max 4096 read-process-output-max))))
+                    (max 4096 read-process-output-max)
+                    process kind (and backlog (max 1 backlog)))))
       (when (eq (car-safe result) :error)
         (fastrevert--process-raise result nil))
       (setf (fastrevert--process-pid process) result)
@@ -790,9 +725,7 @@ fixnum; a NaN or a negative total means no wait at all."
              fastrevert--processes)
     ;; Processes an engine restart killed never report an exit.
     (dolist (id stale)
-      (let ((process (gethash id fastrevert--processes)))
-        (fastrevert--process-memfd-close process)
-        (fastrevert--process-forget process)))
+      (fastrevert--process-forget (gethash id fastrevert--processes)))
     processes))
 
 (defun fastrevert--process-kill-emacs-query ()
@@ -819,8 +752,6 @@ Return nil, so that `unload-feature' goes on to remove the rest."
   (remove-hook 'kill-emacs-query-functions #'fastrevert--process-kill-emacs-query)
   (remove-hook 'kill-buffer-hook #'fastrevert--process-kill-buffer)
   (remove-hook 'fastrevert--engine-stopped-hook #'fastrevert--process-engine-stopped)
-  (dolist (kind '(process-output process-exit process-error))
-    (setf (alist-get kind fastrevert--record-handlers nil t) nil))
   nil)
 
 (provide 'fastrevert-process)

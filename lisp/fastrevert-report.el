@@ -30,6 +30,8 @@
     (:main-thread-ms . "milliseconds spent on Emacs's main thread")
     (:processes . "processes started")
     (:bytes-read . "bytes of process output read")
+    (:backlog-bytes . "bytes of process output waiting for Emacs now")
+    (:backlog-overrun . "most bytes a process had waiting beyond its backlog")
     (:vc-batches . "repositories asked about for a batch of VC refreshes")
     (:vc-processes . "Git processes those batches started")
     (:vc-answered . "Git commands of VC refreshes answered without a process")

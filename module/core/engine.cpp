@@ -39,12 +39,8 @@ const char* record_kind_name(RecordKind kind) noexcept {
       return "file-changed";
     case RecordKind::file_watched:
       return "file-watched";
-    case RecordKind::process_output:
-      return "process-output";
-    case RecordKind::process_exit:
-      return "process-exit";
-    case RecordKind::process_error:
-      return "process-error";
+    case RecordKind::process_ready:
+      return "process-ready";
     case RecordKind::vc_changed:
       return "vc-changed";
   }
@@ -159,7 +155,8 @@ bool Engine::stop_within(std::chrono::milliseconds timeout) {
   // Taken for the same reason as the commands' lock above: an interrupted
   // frame may hold it, and then the descriptors are left open for exit.
   std::unique_lock<std::mutex> lock(outbox_mutex_, std::try_to_lock);
-  if (lock.owns_lock()) {
+  std::unique_lock<std::mutex> fd_lock(wake_fd_mutex_, std::try_to_lock);
+  if (lock.owns_lock() && fd_lock.owns_lock()) {
     records_signal_->close();
     close(wake_fd_);
     wake_fd_ = -1;
@@ -169,12 +166,14 @@ bool Engine::stop_within(std::chrono::milliseconds timeout) {
 }
 
 void Engine::emit(Record record, Wake wake) {
-  std::lock_guard<std::mutex> lock(outbox_mutex_);
-  std::size_t bytes = record.data.size();
-  outbox_.push_back(std::move(record));
-  outbox_bytes_.fetch_add(bytes, std::memory_order_relaxed);
-  stats_.records.fetch_add(1, std::memory_order_relaxed);
-  wake_locked(wake);
+  WakeActions actions;
+  {
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    outbox_.push_back(std::move(record));
+    stats_.records.fetch_add(1, std::memory_order_relaxed);
+    actions = wake_locked(wake);
+  }
+  perform(actions);
 }
 
 void Engine::report(RecordKind kind, std::uint64_t id, std::int64_t code, const char* text,
@@ -184,41 +183,23 @@ void Engine::report(RecordKind kind, std::uint64_t id, std::int64_t code, const 
   } catch (...) {
     lost_records_.fetch_add(1, std::memory_order_relaxed);
     // The consumer must still come round to learn of the loss.
-    std::lock_guard<std::mutex> lock(outbox_mutex_);
-    wake_pending_ = false;
-    wake_locked(wake);
+    WakeActions actions;
+    {
+      std::lock_guard<std::mutex> lock(outbox_mutex_);
+      wake_pending_ = false;
+      actions = wake_locked(wake);
+    }
+    perform(actions);
   }
-}
-
-void Engine::emit_coalesced(Record record, Wake wake) {
-  std::lock_guard<std::mutex> lock(outbox_mutex_);
-  StreamKey key{record.kind, record.id, record.code};
-  auto open = open_streams_.find(key);
-  if (open != open_streams_.end()) {
-    outbox_[static_cast<std::size_t>(open->second - taken_)].data.append(record.data);
-    outbox_bytes_.fetch_add(record.data.size(), std::memory_order_relaxed);
-    return;
-  }
-  // Appended first, so that a failed insertion below leaves no stale index.
-  outbox_bytes_.fetch_add(record.data.size(), std::memory_order_relaxed);
-  outbox_.push_back(std::move(record));
-  try {
-    open_streams_.emplace(key, taken_ + outbox_.size() - 1);
-  } catch (...) {
-    // Not extendable, but queued all the same.
-  }
-  stats_.records.fetch_add(1, std::memory_order_relaxed);
-  wake_locked(wake);
-}
-
-void Engine::end_coalescing(RecordKind kind, std::uint64_t id, std::int64_t code) {
-  std::lock_guard<std::mutex> lock(outbox_mutex_);
-  open_streams_.erase(StreamKey{kind, id, code});
 }
 
 void Engine::wake_if_pending() {
-  std::lock_guard<std::mutex> lock(outbox_mutex_);
-  if (!outbox_.empty()) wake_locked(Wake::yes);
+  WakeActions actions;
+  {
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    if (!outbox_.empty()) actions = wake_locked(Wake::yes);
+  }
+  perform(actions);
 }
 
 void Engine::watch_records(bool watching) {
@@ -226,13 +207,24 @@ void Engine::watch_records(bool watching) {
   records_watched_ = watching;
 }
 
-void Engine::wake_locked(Wake wake) {
-  if (wake == Wake::no) return;
-  // Without a waiter this costs no system call.
-  outbox_filled_.notify_all();
-  if (records_watched_) records_signal_->signal();
-  if (wake_pending_ || wake_holds_ > 0 || wake_fd_ < 0) return;
+Engine::WakeActions Engine::wake_locked(Wake wake) {
+  WakeActions actions;
+  if (wake == Wake::no) return actions;
+  actions.notify_waiters = true;
+  actions.signal_records = records_watched_;
+  if (wake_pending_ || wake_holds_ > 0) return actions;
   wake_pending_ = true;
+  actions.write_byte = true;
+  return actions;
+}
+
+void Engine::perform(const WakeActions& actions) {
+  // Without a waiter this costs no system call.
+  if (actions.notify_waiters) outbox_filled_.notify_all();
+  if (actions.signal_records) records_signal_->signal();
+  if (!actions.write_byte) return;
+  std::lock_guard<std::mutex> lock(wake_fd_mutex_);
+  if (wake_fd_ < 0) return;
   char byte = '!';
   ssize_t written;
   do {
@@ -246,18 +238,11 @@ void Engine::wake_locked(Wake wake) {
 
 std::deque<Record> Engine::drain() {
   std::deque<Record> taken;
-  Command resume;
-  {
-    std::lock_guard<std::mutex> lock(outbox_mutex_);
-    taken.swap(outbox_);
-    taken_ += taken.size();
-    open_streams_.clear();
-    wake_pending_ = false;
-    stats_.drains.fetch_add(1, std::memory_order_relaxed);
-    outbox_bytes_.store(0, std::memory_order_relaxed);
-    resume = due_drain_callback_locked();
-  }
-  if (resume) post(std::move(resume));
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  taken.swap(outbox_);
+  taken_ += taken.size();
+  wake_pending_ = false;
+  stats_.drains.fetch_add(1, std::memory_order_relaxed);
   return taken;
 }
 
@@ -266,9 +251,7 @@ bool Engine::try_drain(std::deque<Record>& records) {
   if (!lock.owns_lock()) return false;
   records.swap(outbox_);
   taken_ += records.size();
-  open_streams_.clear();
   wake_pending_ = false;
-  outbox_bytes_.store(0, std::memory_order_relaxed);
   return true;
 }
 
@@ -291,72 +274,52 @@ bool Engine::take(Record& record, std::uint64_t end) {
     }
     return true;
   }
-  Command resume;
-  {
-    std::lock_guard<std::mutex> lock(outbox_mutex_);
-    // Compared as a difference, which stays right when the count wraps.
-    if (outbox_.empty() || static_cast<std::int64_t>(end - taken_) <= 0) return false;
-    record = std::move(outbox_.front());
-    outbox_.pop_front();
-    // A record being delivered can no longer be extended.
-    auto open = open_streams_.find(StreamKey{record.kind, record.id, record.code});
-    if (open != open_streams_.end() && open->second == taken_) open_streams_.erase(open);
-    ++taken_;
-    outbox_bytes_.fetch_sub(record.data.size(), std::memory_order_relaxed);
-    resume = due_drain_callback_locked();
-  }
-  if (resume) post(std::move(resume));
+  std::lock_guard<std::mutex> lock(outbox_mutex_);
+  // Compared as a difference, which stays right when the count wraps.
+  if (outbox_.empty() || static_cast<std::int64_t>(end - taken_) <= 0) return false;
+  record = std::move(outbox_.front());
+  outbox_.pop_front();
+  ++taken_;
   return true;
 }
 
-void Engine::when_drained(std::size_t low, Command resume) {
+void Engine::rewake() {
+  WakeActions actions;
   {
     std::lock_guard<std::mutex> lock(outbox_mutex_);
-    drained_low_ = low;
-    drained_callback_ = std::move(resume);
-    resume = due_drain_callback_locked();
+    if (outbox_.empty()) return;
+    wake_pending_ = false;
+    actions = wake_locked(Wake::yes);
   }
-  if (resume) post(std::move(resume));
-}
-
-Engine::Command Engine::due_drain_callback_locked() {
-  if (!drained_callback_ || outbox_bytes_.load(std::memory_order_relaxed) > drained_low_) {
-    return nullptr;
-  }
-  return std::exchange(drained_callback_, nullptr);
-}
-
-void Engine::rewake() {
-  std::lock_guard<std::mutex> lock(outbox_mutex_);
-  if (outbox_.empty()) return;
-  wake_pending_ = false;
-  wake_locked(Wake::yes);
+  perform(actions);
 }
 
 void Engine::unread(std::deque<Record> records) {
   if (records.empty()) return;
-  std::lock_guard<std::mutex> lock(outbox_mutex_);
-  taken_ -= records.size();
-  for (const Record& record : records) {
-    outbox_bytes_.fetch_add(record.data.size(), std::memory_order_relaxed);
+  WakeActions actions;
+  {
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    taken_ -= records.size();
+    for (auto& record : outbox_) records.push_back(std::move(record));
+    outbox_.swap(records);
+    // The drain that took these cleared the pending wake; ask for another so
+    // the records are not left waiting for the next unrelated one.
+    actions = wake_locked(Wake::yes);
   }
-  for (auto& record : outbox_) records.push_back(std::move(record));
-  outbox_.swap(records);
-  // Indexes shifted; later records start new entries rather than extend
-  // ones whose place is no longer known.
-  open_streams_.clear();
-  // The drain that took these cleared the pending wake; ask for another so
-  // the records are not left waiting for the next unrelated one.
-  wake_locked(Wake::yes);
+  perform(actions);
 }
 
 void Engine::hold_wakes(bool hold) {
-  std::lock_guard<std::mutex> lock(outbox_mutex_);
-  if (hold) {
-    ++wake_holds_;
-  } else if (wake_holds_ > 0 && --wake_holds_ == 0 && !outbox_.empty()) {
-    wake_locked(Wake::yes);
+  WakeActions actions;
+  {
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    if (hold) {
+      ++wake_holds_;
+    } else if (wake_holds_ > 0 && --wake_holds_ == 0 && !outbox_.empty()) {
+      actions = wake_locked(Wake::yes);
+    }
   }
+  perform(actions);
 }
 
 void Engine::set_wake_fd(int wake_fd) {
@@ -366,12 +329,19 @@ void Engine::set_wake_fd(int wake_fd) {
     close(wake_fd);
     throw;
   }
-  std::lock_guard<std::mutex> lock(outbox_mutex_);
-  if (wake_fd_ >= 0) close(wake_fd_);
-  wake_fd_ = wake_fd;
-  // A byte written to the old descriptor was never read.
-  wake_pending_ = false;
-  if (!outbox_.empty()) wake_locked(Wake::yes);
+  {
+    std::lock_guard<std::mutex> lock(wake_fd_mutex_);
+    if (wake_fd_ >= 0) close(wake_fd_);
+    wake_fd_ = wake_fd;
+  }
+  WakeActions actions;
+  {
+    std::lock_guard<std::mutex> lock(outbox_mutex_);
+    // A byte written to the old descriptor was never read.
+    wake_pending_ = false;
+    if (!outbox_.empty()) actions = wake_locked(Wake::yes);
+  }
+  perform(actions);
 }
 
 std::size_t Engine::pending() const {

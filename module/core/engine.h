@@ -25,11 +25,14 @@
 #include <thread>
 #include <typeindex>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/wake_signal.h"
 
 namespace fastrevert {
+
+class ProcessOutput;
 
 // What a record reports.  Values are stable: the glue names them for Lisp.
 enum class RecordKind : std::uint8_t {
@@ -39,9 +42,8 @@ enum class RecordKind : std::uint8_t {
   file_watched,    // id: a new registration whose baseline is taken; data: its path;
                    // code: 1 if its first check waits for a VCS operation (a
                    // file_changed follows when it ends), else 0.
-  process_output,  // id: the process id; code: 1 stdout, 2 stderr; data: bytes.
-  process_exit,    // id: the process id; code, data: how it ended (see process_table.h).
-  process_error,   // id: the process id; data: why the engine gave the process up.
+  process_ready,   // id: the process id; output: what waits for delivery (see
+                   // core/process_output.h).  One at a time per process.
   vc_changed,      // id: a watched file's id; code: what changed in its repository's
                    // control files, a bit per ControlRole (1 HEAD or its branch,
                    // 2 the index); data: empty (a checkout reports every file of
@@ -53,10 +55,21 @@ enum class RecordKind : std::uint8_t {
 const char* record_kind_name(RecordKind kind) noexcept;
 
 struct Record {
+  Record() = default;
+  Record(RecordKind record_kind, std::uint64_t record_id, std::int64_t record_code,
+         std::string record_data, std::shared_ptr<ProcessOutput> record_output = nullptr)
+      : kind(record_kind),
+        id(record_id),
+        code(record_code),
+        data(std::move(record_data)),
+        output(std::move(record_output)) {}
+
   RecordKind kind = RecordKind::notice;
   std::uint64_t id = 0;
   std::int64_t code = 0;
   std::string data;
+  // For process_ready: the process's output, which the consumer delivers.
+  std::shared_ptr<ProcessOutput> output;
 };
 
 // Counters shown by `fastrevert-stats'.  Each is written by the engine thread
@@ -152,19 +165,6 @@ class Engine {
   void report(RecordKind kind, std::uint64_t id, std::int64_t code, const char* text,
               Wake wake = Wake::yes) noexcept;
 
-  // Any thread.  Like emit(), but if the outbox still holds an undrained
-  // record of the same kind, id and code, appends RECORD's data to it
-  // instead, so a stream costs one record per drain however often it is
-  // read.  Only the latest such record is extended, which keeps each stream
-  // in order.
-  void emit_coalesced(Record record, Wake wake = Wake::yes);
-
-  // Any thread.  Makes the next emit_coalesced() record of KIND, ID and CODE
-  // a record of its own instead of an extension of an undrained one: for a
-  // stream that goes on through records of another code meanwhile, whose
-  // later bytes must not join a record that comes before those.
-  void end_coalescing(RecordKind kind, std::uint64_t id, std::int64_t code);
-
   // Any thread.  Writes a wake byte if records wait and none is pending:
   // for records emitted with Wake::no, once the last of them is queued.
   void wake_if_pending();
@@ -236,18 +236,6 @@ class Engine {
   // Main thread.  The number of records waiting in the outbox.
   std::size_t pending() const;
 
-  // Any thread.  How many bytes of record data wait in the outbox.
-  std::size_t undrained_bytes() const noexcept {
-    return outbox_bytes_.load(std::memory_order_relaxed);
-  }
-
-  // Engine thread.  Posts RESUME to run on the engine thread once the
-  // consumer has taken records until at most LOW bytes of data wait (at
-  // once if that is so already): for a producer that stopped reading while
-  // the consumer fell behind.  One callback waits at a time; a second call
-  // replaces the first.
-  void when_drained(std::size_t low, Command resume);
-
   // Main thread.  Waits up to TIMEOUT for the outbox to hold a record and
   // returns whether it does: a caller that waits here instead of on the
   // wake descriptor learns of a result without a trip through Emacs's
@@ -282,12 +270,20 @@ class Engine {
   void run_commands();
   // Emits a notice that a command failed with WHAT; never throws.
   void report_failure(const char* what) noexcept;
-  // Signals waiters and writes a wake byte unless one is pending;
-  // outbox_mutex_ must be held.
-  void wake_locked(Wake wake);
-  // Takes the when_drained() callback if its time has come, to be posted
-  // once outbox_mutex_ is released; outbox_mutex_ must be held.
-  Command due_drain_callback_locked();
+  // What emitting a record must do to wake its consumers.  Decided with
+  // outbox_mutex_ held, done once it is released, so that no system call
+  // is made while the producer or the consumer waits for the outbox.
+  struct WakeActions {
+    bool notify_waiters = false;
+    bool signal_records = false;
+    bool write_byte = false;
+  };
+  // Decides the actions for a record emitted with WAKE: waiters are
+  // signalled, and a wake byte is written unless one is pending or held
+  // back; outbox_mutex_ must be held.
+  WakeActions wake_locked(Wake wake);
+  // Does ACTIONS; outbox_mutex_ must not be held.
+  void perform(const WakeActions& actions);
   void thread_main();
 
   uv_loop_t loop_{};
@@ -295,6 +291,9 @@ class Engine {
   std::optional<WakeSignal> commands_signal_;
   uv_poll_t command_poll_{};
   std::thread thread_;
+  // Guards wake_fd_ while a byte is written to it or it is replaced: a
+  // descriptor number closed by set_wake_fd() must not be written to.
+  std::mutex wake_fd_mutex_;
   int wake_fd_ = -1;
 
   // Set by stop(); read by post() and by the loop.  Release/acquire pairs it
@@ -325,12 +324,6 @@ class Engine {
   bool wake_pending_ = false;
   // How many holds of hold_wakes() are in force.
   int wake_holds_ = 0;
-  // Bytes of data in outbox_.  Written under outbox_mutex_, read anywhere;
-  // relaxed, since readers use it as an estimate.
-  std::atomic<std::size_t> outbox_bytes_{0};
-  // The when_drained() callback and its threshold.
-  Command drained_callback_;
-  std::size_t drained_low_ = 0;
   // Signalled on every record while records_watched_; see watch_records().
   std::optional<WakeSignal> records_signal_;
   bool records_watched_ = false;
@@ -342,24 +335,6 @@ class Engine {
   // Records report() could not queue for lack of memory.  Relaxed: only
   // the count matters.
   std::atomic<std::uint64_t> lost_records_{0};
-  // Number (see taken_) of the latest undrained record per (kind, id,
-  // code), for emit_coalesced(); emptied whenever outbox_ is replaced.
-  struct StreamKey {
-    RecordKind kind;
-    std::uint64_t id;
-    std::int64_t code;
-    bool operator==(const StreamKey& other) const noexcept {
-      return kind == other.kind && id == other.id && code == other.code;
-    }
-  };
-  struct StreamKeyHash {
-    std::size_t operator()(const StreamKey& key) const noexcept {
-      return std::hash<std::uint64_t>()(key.id * 31 + static_cast<std::uint64_t>(key.code) * 7 +
-                                        static_cast<std::uint64_t>(key.kind));
-    }
-  };
-  std::unordered_map<StreamKey, std::uint64_t, StreamKeyHash> open_streams_;
-
   // Engine thread only (created and destroyed there).
   std::unordered_map<std::type_index, std::unique_ptr<Service>> services_;
 

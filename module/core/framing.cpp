@@ -65,6 +65,15 @@ std::string Framer::flush() {
   return taken;
 }
 
+std::string Framer::take_unfinished() {
+  std::string taken;
+  if (buffer_.empty() || broken() || !can_cut_unit()) return taken;
+  taken.swap(buffer_);
+  complete_end_ = 0;
+  cut_unit(taken.size());
+  return taken;
+}
+
 void Framer::mark_broken(std::string why) {
   error_ = std::move(why);
   complete_end_ = buffer_.size();
@@ -174,6 +183,13 @@ void LspFramer::parse_headers(std::size_t header_block_end) {
 void LspFramer::shift(std::size_t count) {
   header_scanned_ -= count;
   if (have_headers_) body_end_ -= count;
+}
+
+void LspFramer::cut_unit(std::size_t count) {
+  // The message's body goes on: its end moves back by what was handed over,
+  // and the next header block is searched for from its end.
+  body_end_ -= count;
+  header_scanned_ = 0;
 }
 
 void LspFramer::reset_offsets() {

@@ -46,6 +46,14 @@ class Framer {
   // the stream.  The framer may be reused afterwards (still broken if it was).
   std::string flush();
 
+  // Removes and returns every pending byte, the unfinished unit's too, and
+  // goes on with that unit where it stopped, as if its bytes were still
+  // held: for a unit too long to wait for whole (longer than the process's
+  // backlog), which then reaches the consumer in pieces that join up to it.
+  // Returns nothing while the unit cannot be cut yet (an LSP message whose
+  // header block has not ended).
+  std::string take_unfinished();
+
   // Whether the input stopped making sense.  A broken framer passes every
   // byte through as soon as it arrives, so the consumer sees the raw stream
   // from the point where framing failed (including the incomplete unit that
@@ -63,6 +71,11 @@ class Framer {
   virtual void shift(std::size_t count) = 0;
   // Forgets every offset (the buffer was emptied).
   virtual void reset_offsets() = 0;
+  // Whether the unfinished unit may be handed over in pieces now.
+  virtual bool can_cut_unit() const { return true; }
+  // Goes on after the first COUNT bytes, the whole buffer, of an unfinished
+  // unit were handed over.
+  virtual void cut_unit(std::size_t count) = 0;
 
   // Puts the framer into the broken state with the reason WHY.
   void mark_broken(std::string why);
@@ -81,6 +94,7 @@ class RawFramer final : public Framer {
   void scan() override;
   void shift(std::size_t) override {}
   void reset_offsets() override {}
+  void cut_unit(std::size_t) override {}
 };
 
 // Complete lines: the prefix up to and including the last "\n".
@@ -89,6 +103,7 @@ class LineFramer final : public Framer {
   void scan() override;
   void shift(std::size_t count) override;
   void reset_offsets() override;
+  void cut_unit(std::size_t) override { scanned_ = 0; }
 
  private:
   // Bytes of buffer_ already searched for "\n".
@@ -112,6 +127,8 @@ class LspFramer final : public Framer {
   void scan() override;
   void shift(std::size_t count) override;
   void reset_offsets() override;
+  bool can_cut_unit() const override { return have_headers_; }
+  void cut_unit(std::size_t count) override;
 
  private:
   // Parses the header block buffer_[complete_end_, header_block_end) (which

@@ -28,13 +28,6 @@ namespace {
 // one firehose cannot starve the other streams and the command queue.
 constexpr int kReadsPerWakeup = 16;
 
-// Undrained record data beyond which the engine's table stops reading the
-// children whose output goes out as records (to a filter): a child that
-// writes faster than Emacs takes its output then waits on its full pipe,
-// as with stock Emacs, instead of filling memory.  Reading resumes once
-// Emacs has taken the outbox down to half of it.
-constexpr std::size_t kMaxUndrainedBytes = std::size_t{16} << 20;
-
 // The waitpid fallback looks again after 1 ms, doubling up to this.
 constexpr std::uint64_t kMaxExitPollDelayMs = 50;
 
@@ -46,10 +39,10 @@ void check_uv(int status, const char* function) {
 
 // One output pipe of a child.
 struct ProcessTable::Stream {
-  explicit Stream(int stream_code) : code(stream_code) {}
+  explicit Stream(int stream_index) : index(stream_index) {}
 
-  // The record code: OutputCode::stdout_bytes or stderr_bytes.
-  const int code;
+  // ProcessOutput::kStdout or kStderr.
+  const int index;
   // The read end, or -1 once closed (or when the child has no such pipe).
   int fd = -1;
   uv_poll_t poll{};
@@ -59,6 +52,8 @@ struct ProcessTable::Stream {
   // Null for Framing::none, whose bytes go out as read.
   std::unique_ptr<Framer> framer;
   bool broken_framing_reported = false;
+  // The framer's unfinished unit as the output counts it.
+  std::uint64_t partial_told = 0;
   // Bytes read during the current callback, not yet emitted or framed.  Its
   // capacity is reused between callbacks when a framer takes the bytes, or
   // when they go to the memfd.
@@ -67,19 +62,21 @@ struct ProcessTable::Stream {
   // (stdout only); bytes_read counts what was read so far.
   bool memfd_wanted = false;
   std::uint64_t bytes_read = 0;
-  // The file that receives the bytes instead of records, or -1; memfd_size
-  // is how much of it is written, memfd_tail the last 4 bytes of the stream
-  // so far.
+  // The file that receives the bytes instead of the output, or -1;
+  // memfd_size is how much of it is written.
   int memfd = -1;
   std::uint64_t memfd_size = 0;
+  // The last bytes of the stream so far (up to 4, the newest last), which
+  // tell the output whether the memfd ends inside a character.
   char memfd_tail[4] = {0, 0, 0, 0};
+  std::uint8_t memfd_tail_size = 0;
   // The memfd is filled with splice(2), which moves the bytes from the pipe
   // with one copy, until a splice fails for another reason than an empty
   // pipe; read and pwrite take over then.
   bool splice_failed = false;
   bool pipe_grown = false;
-  // Reading was stopped by set_reading(), or while Emacs catches up with
-  // the records (see kMaxUndrainedBytes); the poll runs when neither is set.
+  // Reading was stopped by set_reading(), or while the backlog is full; the
+  // poll runs when neither is set.
   bool reading_stopped = false;
   bool throttled = false;
 };
@@ -93,8 +90,10 @@ struct ProcessTable::Process {
   Options options;
   pid_t pid = -1;
 
-  Stream out{static_cast<int>(OutputCode::stdout_bytes)};
-  Stream err{static_cast<int>(OutputCode::stderr_bytes)};
+  Stream out{ProcessOutput::kStdout};
+  Stream err{ProcessOutput::kStderr};
+  // Shared with the consumer, and with every table the child moves to.
+  std::shared_ptr<ProcessOutput> output;
 
   int stdin_fd = -1;
   uv_poll_t stdin_poll{};
@@ -138,7 +137,13 @@ ProcessTable::ProcessTable(Engine& engine)
     : ProcessTable(engine, engine.loop(), Engine::Wake::yes) {}
 
 ProcessTable::ProcessTable(Engine& engine, uv_loop_t* loop, Engine::Wake wake)
-    : engine_(engine), loop_(loop), wake_(wake), read_scratch_(std::make_shared<ReadScratch>()) {}
+    : engine_(engine), loop_(loop), wake_(wake), read_scratch_(std::make_shared<ReadScratch>()) {
+  if (loop_) {
+    check_uv(uv_timer_init(loop_, &batch_timer_), "uv_timer_init");
+    batch_timer_.data = this;
+    batch_timer_open_ = true;
+  }
+}
 
 ProcessTable::~ProcessTable() = default;
 
@@ -158,6 +163,13 @@ std::unique_ptr<ProcessTable::Process> ProcessTable::process_from_child(Child& c
   process->exit_fd = std::exchange(child.pidfd, -1);
   process->out.memfd_wanted = options.stdout_to_memfd;
   process->out.splice_failed = options.memfd_without_splice;
+  process->output = options.output ? options.output
+                                   : std::make_shared<ProcessOutput>(ProcessOutput::Config{});
+  // Only the Process holds it: the options stay light to copy.
+  process->options.output.reset();
+  // A stream without a pipe has nothing more to give.
+  if (process->out.fd < 0) process->output->end_stream(ProcessOutput::kStdout);
+  if (process->err.fd < 0) process->output->end_stream(ProcessOutput::kStderr);
   return process;
 }
 
@@ -178,12 +190,21 @@ void ProcessTable::adopt(std::uint64_t id, std::unique_ptr<ProcessHandover> hand
 }
 
 void ProcessTable::adopt_or_report(std::uint64_t id, std::unique_ptr<ProcessHandover> handover) {
+  std::shared_ptr<ProcessOutput> output =
+      handover && handover->process_ ? handover->process_->output : nullptr;
   try {
     adopt(id, std::move(handover));
   } catch (const std::exception& error) {
     // adopt() killed and reaped the child; tell its owner it is gone.
     engine_.report(RecordKind::notice, id, 0, error.what(), wake_);
-    engine_.report(RecordKind::process_exit, id, -1, exit_how_name(ExitStatus{}), wake_);
+    if (output) {
+      output->finish(ExitStatus{});
+      try {
+        engine_.emit(Record{RecordKind::process_ready, id, 0, {}, output}, wake_);
+      } catch (...) {
+        engine_.report(RecordKind::notice, id, 0, "fastrevert: a process's end was lost", wake_);
+      }
+    }
   }
 }
 
@@ -277,12 +298,15 @@ void ProcessTable::install(std::uint64_t id, std::unique_ptr<Process> owned) {
   } else if (process.stdin_close_requested) {
     close_stdin_now(process);
   }
-  // Or it may be finished but for its exit record.
+  // Or it may be finished but for its end, or bring output its consumer
+  // was not told of yet.
   maybe_finish(process);
+  if (!process.finished) notify(process);
 }
 
 void ProcessTable::move_state(Process& from, Process& to) noexcept {
   to.options = from.options;
+  to.output = from.output;
   to.pid = std::exchange(from.pid, -1);
   to.counted = from.counted;
   to.born = from.born;
@@ -291,6 +315,7 @@ void ProcessTable::move_state(Process& from, Process& to) noexcept {
     target.reader = std::move(source.reader);
     target.framer = std::move(source.framer);
     target.broken_framing_reported = source.broken_framing_reported;
+    target.partial_told = source.partial_told;
     target.raw = std::move(source.raw);
     source.raw.clear();
     target.memfd_wanted = source.memfd_wanted;
@@ -298,6 +323,7 @@ void ProcessTable::move_state(Process& from, Process& to) noexcept {
     target.memfd = std::exchange(source.memfd, -1);
     target.memfd_size = source.memfd_size;
     std::memcpy(target.memfd_tail, source.memfd_tail, sizeof target.memfd_tail);
+    target.memfd_tail_size = source.memfd_tail_size;
     target.splice_failed = source.splice_failed;
     target.pipe_grown = source.pipe_grown;
   };
@@ -502,28 +528,84 @@ void ProcessTable::update_polling(Stream& stream) {
 }
 
 bool ProcessTable::throttle(Process& process, Stream& stream) {
-  if (!loop_ || stream.memfd >= 0 || engine_.undrained_bytes() < kMaxUndrainedBytes) return false;
-  throttled_.emplace_back(process.id, stream.code);
+  if (!loop_ || process.output->room() > 0) return false;
   stream.throttled = true;
   update_polling(stream);
-  if (!resume_armed_) {
-    resume_armed_ = true;
-    engine_.when_drained(kMaxUndrainedBytes / 2,
-                         [](Engine& engine) { engine.service<ProcessTable>().resume_throttled(); });
+  process.output->note_throttled();
+  return true;
+}
+
+bool ProcessTable::resume(std::uint64_t id) {
+  auto found = processes_.find(id);
+  if (found == processes_.end()) return false;
+  for (Stream* stream : {&found->second->out, &found->second->err}) {
+    if (!stream->throttled) continue;
+    stream->throttled = false;
+    update_polling(*stream);
   }
   return true;
 }
 
-void ProcessTable::resume_throttled() {
-  resume_armed_ = false;
-  std::vector<std::pair<std::uint64_t, int>> throttled;
-  throttled.swap(throttled_);
-  for (const auto& [id, code] : throttled) {
+void ProcessTable::notify(Process& process) {
+  if (process.removed) return;
+  Clock::time_point now = Clock::now();
+  Clock::time_point due;
+  switch (process.output->notify_decision(now, due)) {
+    case ProcessOutput::Notify::none:
+      return;
+    case ProcessOutput::Notify::later:
+      if (loop_) {
+        deferred_.emplace_back(due, process.id);
+        if (due < batch_timer_due_) {
+          batch_timer_due_ = due;
+          auto delay = std::chrono::ceil<std::chrono::milliseconds>(due - now).count();
+          uv_timer_start(&batch_timer_, &ProcessTable::on_batch_timer,
+                         static_cast<std::uint64_t>(std::max<long long>(delay, 1)), 0);
+        }
+        return;
+      }
+      // Without a loop nothing would come back to it: told now.
+      if (!process.output->notify_due(due)) return;
+      break;
+    case ProcessOutput::Notify::now:
+      break;
+  }
+  engine_.emit(Record{RecordKind::process_ready, process.id, 0, {}, process.output}, wake_);
+}
+
+void ProcessTable::on_batch_timer(uv_timer_t* handle) {
+  static_cast<ProcessTable*>(handle->data)->notify_due();
+}
+
+void ProcessTable::notify_due() {
+  batch_timer_due_ = Clock::time_point::max();
+  Clock::time_point now = Clock::now();
+  std::vector<std::pair<Clock::time_point, std::uint64_t>> later;
+  std::vector<std::pair<Clock::time_point, std::uint64_t>> due;
+  due.swap(deferred_);
+  for (const auto& [when, id] : due) {
     auto found = processes_.find(id);
     if (found == processes_.end()) continue;
-    Stream& stream = code == found->second->out.code ? found->second->out : found->second->err;
-    stream.throttled = false;
-    update_polling(stream);
+    Process& process = *found->second;
+    if (when > now) {
+      later.emplace_back(when, id);
+      continue;
+    }
+    if (!process.output->notify_due(now)) continue;
+    try {
+      engine_.emit(Record{RecordKind::process_ready, id, 0, {}, process.output}, wake_);
+    } catch (...) {
+      fail(process, "fastrevert: out of memory while telling Emacs of a process's output");
+    }
+  }
+  for (const auto& entry : later) {
+    deferred_.push_back(entry);
+    if (entry.first < batch_timer_due_) batch_timer_due_ = entry.first;
+  }
+  if (batch_timer_due_ != Clock::time_point::max()) {
+    auto delay = std::chrono::ceil<std::chrono::milliseconds>(batch_timer_due_ - now).count();
+    uv_timer_start(&batch_timer_, &ProcessTable::on_batch_timer,
+                   static_cast<std::uint64_t>(std::max<long long>(delay, 1)), 0);
   }
 }
 
@@ -549,6 +631,11 @@ pid_t ProcessTable::pid(std::uint64_t id) const {
   return found == processes_.end() ? -1 : found->second->pid;
 }
 
+std::shared_ptr<ProcessOutput> ProcessTable::output(std::uint64_t id) const {
+  auto found = processes_.find(id);
+  return found == processes_.end() ? nullptr : found->second->output;
+}
+
 std::size_t ProcessTable::queued_stdin_bytes(std::uint64_t id) const {
   auto found = processes_.find(id);
   return found == processes_.end() ? 0 : found->second->stdin_queued_bytes;
@@ -556,6 +643,11 @@ std::size_t ProcessTable::queued_stdin_bytes(std::uint64_t id) const {
 
 void ProcessTable::shutdown() {
   shutting_down_ = true;
+  deferred_.clear();
+  if (batch_timer_open_) {
+    batch_timer_open_ = false;
+    uv_close(reinterpret_cast<uv_handle_t*>(&batch_timer_), nullptr);
+  }
   std::vector<Process*> all;
   for (auto& entry : processes_) all.push_back(entry.second.get());
   for (auto& entry : retiring_) all.push_back(entry.first);
@@ -588,7 +680,12 @@ void ProcessTable::guarded(Process& process, Step&& step) noexcept {
 void ProcessTable::fail(Process& process, const char* what) noexcept {
   if (!process.failed && !process.removed) {
     process.failed = true;
-    engine_.report(RecordKind::process_error, process.id, 0, what, wake_);
+    process.output->fail(what);
+    try {
+      engine_.emit(Record{RecordKind::process_ready, process.id, 0, {}, process.output}, wake_);
+    } catch (...) {
+      engine_.report(RecordKind::notice, process.id, 0, what, wake_);
+    }
   }
   if (!process.reaped) send_signal(process, SIGKILL);
   for (Stream* stream : {&process.out, &process.err}) {
@@ -600,7 +697,7 @@ void ProcessTable::fail(Process& process, const char* what) noexcept {
   try {
     maybe_finish(process);
   } catch (...) {
-    // Its process_error record has told its owner already.
+    // Its output has told its owner already.
   }
 }
 
@@ -642,28 +739,30 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
     process.options.test_fail_first_read = false;
     throw std::bad_alloc();
   }
-  // Emacs is behind: the child waits until it has caught up.
-  if (throttle(process, stream)) return;
   bool at_eof = false;
   for (int reads = 0; reads < kReadsPerWakeup && !at_eof; ++reads) {
-    // Unframed bytes bound for a memfd go there straight from the read
-    // buffer, and are announced after every read rather than once per
-    // callback: a range costs no allocation, coalesces with an undrained
-    // one, and lets Emacs insert while the next reads run.
+    // The backlog is full: the child waits until Emacs has caught up.  A
+    // table without a loop only stops this round; the child goes to the
+    // engine's table when the wait ends, and that one stops polling it.
+    if (process.output->room() == 0) {
+      throttle(process, stream);
+      break;
+    }
+    // Unframed bytes bound for a memfd go there straight from the pipe, and
+    // the output learns of them after every read rather than once per
+    // callback, so that Emacs inserts while the next reads run.
     bool to_memfd = stream.memfd >= 0 && !stream.framer;
     if (to_memfd && !stream.splice_failed && !process.removed) {
-      int spliced = splice_to_memfd(process, stream);
+      std::uint64_t room = process.output->room();
+      int spliced = splice_to_memfd(
+          process, stream,
+          static_cast<std::size_t>(std::clamp<std::uint64_t>(room, 65536, kDefaultMaxReadSize)));
       if (spliced > 0) continue;
       if (spliced == 0) break;
       if (spliced == -1) {
         at_eof = true;
         break;
       }
-    }
-    // What this wake-up read counts towards what Emacs has to take.
-    if (!to_memfd && loop_ && reads > 0 &&
-        engine_.undrained_bytes() + stream.raw.size() >= kMaxUndrainedBytes) {
-      break;
     }
     ReadResult result = to_memfd ? stream.reader->read(stream.fd)
                                  : stream.reader->read_append(stream.fd, stream.raw);
@@ -675,6 +774,9 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
       } else if (!to_memfd && stream.memfd_wanted) {
         start_memfd(process, stream);
       }
+      // Each read goes to the output at once, where it counts towards the
+      // backlog before the next read.
+      deliver(process, stream, false);
     } else if (result.status == ReadResult::Status::would_block) {
       break;
     } else {
@@ -685,11 +787,12 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
   if (at_eof) {
     close_stream(process, stream);
     // A child's output ends as it exits, so it has usually exited by the
-    // time its end of file is read: reaping it now puts its exit record in
-    // the same wake as its last output.
+    // time its end of file is read: reaping it now tells its end in the
+    // same wake as its last output.
     if (process.out.fd < 0 && process.err.fd < 0) try_reap(process);
     maybe_finish(process);
   }
+  notify(process);
 }
 
 void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
@@ -700,24 +803,41 @@ void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
     stream.framer->append(stream.raw);
     stream.raw.clear();
     chunk = stream.framer->take();
-    if (at_eof) chunk += stream.framer->flush();
+    std::uint64_t unfinished = stream.framer->pending_size();
+    std::uint64_t backlog = process.output->config().backlog;
+    // What will wait once CHUNK is appended, this unit included.
+    std::uint64_t waiting = process.output->waiting();
+    std::uint64_t total = waiting - std::min(waiting, stream.partial_told) + chunk.size() + unfinished;
+    if (at_eof) {
+      chunk += stream.framer->flush();
+    } else if (unfinished > 0 &&
+               (unfinished >= backlog || (unfinished > backlog / 2 && total >= backlog))) {
+      // A unit longer than the backlog cannot wait whole: it goes on in
+      // pieces, which the units after it follow as usual.  So does one
+      // that holds more than half a full backlog: Emacs, taking the rest,
+      // could not bring it down to where reading resumes.
+      chunk += stream.framer->take_unfinished();
+    }
     if (stream.framer->broken() && !stream.broken_framing_reported && !process.removed) {
       stream.broken_framing_reported = true;
-      engine_.emit(Record{RecordKind::notice, process.id, stream.code,
+      engine_.emit(Record{RecordKind::notice, process.id, stream.index,
                           "fastrevert: process output framing failed (" + stream.framer->error() +
                               "); passing the rest through raw"},
                    wake_);
     }
   }
-  if (chunk.empty() || process.removed) return;
-  if (stream.memfd >= 0 && append_to_memfd(process, stream, chunk)) return;
-  engine_.emit_coalesced(
-      Record{RecordKind::process_output, process.id, stream.code, std::move(chunk)}, wake_);
+  if (process.removed) return;
+  if (!chunk.empty() && !(stream.memfd >= 0 && append_to_memfd(process, stream, chunk))) {
+    process.output->append(stream.index, chunk);
+  }
+  if (stream.framer) {
+    stream.partial_told = stream.framer->pending_size();
+    process.output->set_partial(stream.index, stream.partial_told);
+  }
 }
 
-int ProcessTable::splice_to_memfd(Process& process, Stream& stream) {
-  SpliceResult spliced =
-      splice_into(stream.fd, stream.memfd, stream.memfd_size, kDefaultMaxReadSize);
+int ProcessTable::splice_to_memfd(Process& process, Stream& stream, std::size_t max) {
+  SpliceResult spliced = splice_into(stream.fd, stream.memfd, stream.memfd_size, max);
   if (spliced.status == SpliceResult::Status::eof) return -1;
   if (spliced.status == SpliceResult::Status::would_block) return 0;
   if (spliced.status != SpliceResult::Status::moved) {
@@ -738,7 +858,7 @@ int ProcessTable::splice_to_memfd(Process& process, Stream& stream) {
   auto end = static_cast<off_t>(stream.memfd_size + moved);
   ssize_t got = pread(stream.memfd, tail, want, end - static_cast<off_t>(want));
   // Reading back what was just written cannot fail short of a kernel
-  // bug; zeros then at least keep every byte announced.
+  // bug; zeros then at least keep every byte delivered.
   if (got != static_cast<ssize_t>(want)) std::memset(tail, 0, sizeof tail);
   announce_memfd(process, stream, std::string_view(tail, want), moved);
   return 1;
@@ -754,23 +874,17 @@ bool ProcessTable::start_memfd(Process& process, Stream& stream) {
   if (theirs < 0) {
     int error = errno;
     if (memfd >= 0) close(memfd);
-    engine_.emit(Record{RecordKind::notice, process.id, stream.code,
+    engine_.emit(Record{RecordKind::notice, process.id, stream.index,
                         std::string("fastrevert: cannot make a memfd for process output (") +
                             std::strerror(error) + "); passing it as strings"},
                  wake_);
     return false;
   }
   stream.memfd = memfd;
-  engine_.emit(
-      Record{RecordKind::process_output, process.id, kStdoutMemfdCode, std::to_string(theirs)},
-      wake_);
-  // The stream goes on as memfd ranges.  If it has to go on as strings
-  // again (a write to the memfd failed), those come after the ranges, and
-  // must not extend a string record still undrained before them.
-  engine_.end_coalescing(RecordKind::process_output, process.id, stream.code);
+  process.output->start_memfd(UniqueFd(theirs));
   // What this wake-up read so far, the read that crossed the threshold
-  // included, goes in first; only earlier wake-ups' bytes went as strings.
-  // If the write fails, the bytes stay to go out as a string.
+  // included, goes in first; only earlier wake-ups' bytes went as bytes.
+  // If the write fails, they stay to go as bytes.
   if (!stream.raw.empty() && append_to_memfd(process, stream, stream.raw)) stream.raw.clear();
   return stream.memfd >= 0;
 }
@@ -782,9 +896,9 @@ bool ProcessTable::append_to_memfd(Process& process, Stream& stream, std::string
                   : write_all_at(stream.memfd, bytes, stream.memfd_size);
   if (error) {
     close_fd(stream.memfd);
-    // The bytes written so far were never announced, so nothing is seen
-    // twice: all of BYTES goes out as a record.
-    engine_.emit(Record{RecordKind::notice, process.id, stream.code,
+    // The bytes written so far were never told of, so nothing is seen
+    // twice: all of BYTES goes as bytes.
+    engine_.emit(Record{RecordKind::notice, process.id, stream.index,
                         std::string("fastrevert: cannot write process output to memory (") +
                             std::strerror(error) + "); passing it as strings"},
                  wake_);
@@ -797,23 +911,24 @@ bool ProcessTable::append_to_memfd(Process& process, Stream& stream, std::string
 
 void ProcessTable::announce_memfd(Process& process, Stream& stream, std::string_view last,
                                   std::uint64_t added) {
+  std::uint64_t from = stream.memfd_size;
   stream.memfd_size += added;
-  if (last.size() >= sizeof stream.memfd_tail) {
-    std::memcpy(stream.memfd_tail, last.data() + last.size() - sizeof stream.memfd_tail,
+  // The newest bytes go last; older ones stay in front while fewer came.
+  std::size_t size = last.size();
+  if (size >= sizeof stream.memfd_tail) {
+    std::memcpy(stream.memfd_tail, last.data() + size - sizeof stream.memfd_tail,
                 sizeof stream.memfd_tail);
+    stream.memfd_tail_size = sizeof stream.memfd_tail;
   } else {
-    std::size_t keep = sizeof stream.memfd_tail - last.size();
-    std::memmove(stream.memfd_tail, stream.memfd_tail + last.size(), keep);
-    std::memcpy(stream.memfd_tail + keep, last.data(), last.size());
+    std::size_t keep = std::min<std::size_t>(stream.memfd_tail_size, sizeof stream.memfd_tail - size);
+    std::memmove(stream.memfd_tail, stream.memfd_tail + stream.memfd_tail_size - keep, keep);
+    std::memcpy(stream.memfd_tail + keep, last.data(), size);
+    stream.memfd_tail_size = static_cast<std::uint8_t>(keep + size);
   }
-  std::string entry(kRangeEntrySize, '\0');
-  for (int i = 0; i < 8; ++i) {
-    entry[static_cast<std::size_t>(i)] = static_cast<char>((stream.memfd_size >> (8 * i)) & 0xff);
-  }
-  std::memcpy(&entry[8], stream.memfd_tail, sizeof stream.memfd_tail);
-  engine_.emit_coalesced(
-      Record{RecordKind::process_output, process.id, kStdoutRangeCode, std::move(entry)}, wake_);
+  process.output->memfd_written(from, stream.memfd_size,
+                                std::string_view(stream.memfd_tail, stream.memfd_tail_size));
 }
+
 
 void ProcessTable::close_stream(Process& process, Stream& stream) {
   if (stream.poll_open) {
@@ -821,6 +936,7 @@ void ProcessTable::close_stream(Process& process, Stream& stream) {
     close_handle(process, reinterpret_cast<uv_handle_t*>(&stream.poll));
   }
   // Safe right after uv_close: libuv has stopped watching the descriptor.
+  if (stream.fd >= 0 && process.output) process.output->end_stream(stream.index);
   close_fd(stream.fd);
   close_fd(stream.memfd);
 }
@@ -929,9 +1045,8 @@ void ProcessTable::maybe_finish(Process& process) {
   if (!process.reaped || process.out.fd >= 0 || process.err.fd >= 0) return;
   process.finished = true;
   if (!process.removed) {
-    ExitStatus status = exit_status(process.wait_status);
-    engine_.emit(Record{RecordKind::process_exit, process.id, status.code, exit_how_name(status)},
-                 wake_);
+    process.output->finish(exit_status(process.wait_status));
+    notify(process);
   }
   retire(process);
 }

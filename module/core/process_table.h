@@ -9,49 +9,37 @@
 // watching to its thread (see core/handoff.h).  It installs no signal handler and never waits on
 // any pid but its own children's, so Emacs keeps SIGCHLD and its own subprocesses.
 //
-// Records, per process ID:
-// - process_output (code OutputCode::stdout_bytes or stderr_bytes): the bytes of one stream, framed
-//   as Options say (only complete units, and the tail at end of file).  Each
-//   stream's records are in stream order.  Coalescing: a stream's poll
-//   callback runs once per loop iteration in which the pipe is readable,
-//   reads until the pipe is empty (or 16 reads were done, so that one
-//   firehose cannot starve the rest of the loop), and emits at most one
-//   record; a stream therefore costs at most one record per loop iteration
-//   however small its writes, and a burst that outruns the reader arrives in
-//   large records.  Records go out with Engine::emit_coalesced, so a record
-//   the main thread has not drained yet is extended instead.  While more
-//   than 16 MiB of record data wait for Emacs, the engine's table reads no
-//   such stream: its child waits on a full pipe until Emacs catches up, as
-//   with stock Emacs, and memory stays bounded however fast it writes.
+// What a child's pipes give goes into its ProcessOutput (see
+// core/process_output.h), the one record of what was read and what Emacs
+// took, shared with the main thread.  A stream's poll callback runs once per
+// loop iteration in which the pipe is readable and reads until the pipe is
+// empty (or 16 reads were done, so that one firehose cannot starve the rest
+// of the loop).  Before each read it asks the output for room: once the
+// process's backlog is full the stream is no longer polled, so the child
+// waits on its full pipe, as with stock Emacs, until Emacs has taken the
+// backlog down (resume()).
+// - With Options::framing, only complete units reach the output, and the
+//   framer's unfinished unit counts towards the backlog; a unit longer than
+//   the backlog goes on in pieces instead of waiting whole.
 // - With Options::stdout_to_memfd, once more than Options::memfd_threshold
 //   bytes of stdout were read, stdout goes to a memfd (an anonymous
 //   in-memory file; where there is none, a file removed as it is made:
-//   core/spill.h) instead: first a process_output record with code
-//   kStdoutMemfdCode, whose data is the decimal number of a descriptor of
-//   that memfd that the consumer owns from then on; then, with code
-//   kStdoutRangeCode instead of code 1, records that say how far the memfd
-//   is written.  The memfd holds the stream, at offset 0, from the start of
-//   the wake-up whose reads crossed the threshold; only bytes read in earlier
-//   wake-ups came as code 1 records.  A range record's
-//   data is one or more 12-byte entries, the newest last (coalescing
-//   appends): the file's new size as 8 bytes little-endian, then the last 4
-//   bytes of the stream so far (zeros in front while it is shorter), so that
-//   the reader can tell an unfinished character at the end without reading
-//   the file.  If the memfd cannot be made or written, a notice says so and
-//   the rest of stdout comes as ordinary code 1 records.  A small output
-//   thus never costs a file.
-// - process_exit (data: how the child ended, see exit_how_name(); code: its
-//   exit code, the number of the signal that killed it, or -1 when someone
-//   else reaped it and its status is lost): exactly one, after both output
-//   pipes reached end of file (or were closed) and the child was reaped, so
-//   it follows all output.
-// - process_error (data: what went wrong): the table could not go on with
-//   the child, in practice because memory ran out while its output was
-//   read.  No exception leaves a callback of the table: libuv cannot unwind
-//   one, and std::terminate would end Emacs.  Since its output can no
-//   longer be delivered whole, the child is killed and its pipes closed
-//   instead; its process_exit record still follows if it can be made.
-// A removed process emits nothing more.
+//   core/spill.h), by splice(2) where it can, and the output gets ranges of
+//   it instead of bytes.  The memory of what Emacs has delivered is given
+//   back as the file grows.  If the memfd cannot be made or written, a
+//   notice says so and the rest goes as bytes.  A small output thus never
+//   costs a file.
+// - Exactly once, after both pipes reached end of file (or were closed) and
+//   the child was reaped, the output learns how it ended; or, when the table
+//   cannot go on with the child (memory ran out while its output was read),
+//   why it gave the child up, having killed it.  No exception leaves a
+//   callback of the table: libuv cannot unwind one, and std::terminate would
+//   end Emacs.
+// - The consumer is told through a process_ready record, one at a time per
+//   process, when the output says so: at once for the first bytes after a
+//   quiet spell and for the end, and for a child that streams, once 64 KiB
+//   gather or after 5 ms (a timer of the table's).
+// A removed process tells nothing more.
 //
 // A table runs on one loop and one thread at a time.  The engine's table runs
 // on the engine thread; the main thread may run a table of its own while it
@@ -81,25 +69,15 @@
 #include "core/engine.h"
 #include "core/framing.h"
 #include "core/pipe.h"
+#include "core/process_output.h"
 
 namespace fastrevert {
 
 class ProcessHandover;
 
-// The code of a process_output record: which stream it carries, and how.
-// Lisp mirrors these numbers (lisp/fastrevert-engine.el), so they never
-// change.
-enum class OutputCode : int {
-  stdout_bytes = 1,  // Bytes of stdout.
-  stderr_bytes = 2,  // Bytes of stderr.
-  stdout_range = 3,  // How far stdout's memfd is written.
-  stdout_memfd = 4,  // The number of a descriptor of stdout's memfd.
-};
-
-// How many bytes of a child's stdout the module lets go to Lisp as records
-// before a memfd takes over (Options::memfd_threshold): a small output is
-// cheaper as a string than as a file, and a large one makes no garbage
-// through the file.  Lisp mirrors it as `fastrevert--memfd-threshold'.
+// How many bytes of a child's stdout go to Emacs as bytes before a memfd
+// takes over (Options::memfd_threshold): a small output is cheaper as a
+// string than as a file, and a large one makes no garbage through the file.
 inline constexpr std::size_t kMemfdThreshold = 16384;
 
 class ProcessTable : public Service {
@@ -122,6 +100,9 @@ class ProcessTable : public Service {
     // never used.
     bool stdout_to_memfd = false;
     std::size_t memfd_threshold = 0;
+    // Where the output goes; a table makes one with the default backlog
+    // when this is null.
+    std::shared_ptr<ProcessOutput> output;
 
     // Test hooks: paths the tests reach on purpose.  No caller outside the
     // tests sets them.
@@ -139,12 +120,6 @@ class ProcessTable : public Service {
     // path checks it (see memfd_without_splice).
     std::uint64_t test_memfd_size_limit = 0;
   };
-
-  // The record codes of the memfd hand-over and of its ranges, as ints.
-  static constexpr int kStdoutMemfdCode = static_cast<int>(OutputCode::stdout_memfd);
-  static constexpr int kStdoutRangeCode = static_cast<int>(OutputCode::stdout_range);
-  // The size of one entry of such a record's data.
-  static constexpr std::size_t kRangeEntrySize = 12;
 
   // The engine's table: on the engine's loop, its records wake Emacs.
   explicit ProcessTable(Engine& engine);
@@ -227,6 +202,10 @@ class ProcessTable : public Service {
   // false when ID is unknown.
   bool set_reading(std::uint64_t id, bool reading);
 
+  // Reads ID's output again if it stopped for a full backlog: Emacs has
+  // taken it down.  Returns false when ID is unknown.
+  bool resume(std::uint64_t id);
+
   // Forgets ID: SIGKILLs the child if it is still running, closes its pipes,
   // and reaps it in the background (a table without a loop: at once).  No
   // further record is emitted for it, and ID may be reused at once.  Returns
@@ -247,6 +226,8 @@ class ProcessTable : public Service {
   pid_t pid(std::uint64_t id) const;
   // The number of stdin bytes queued for ID, or 0.
   std::size_t queued_stdin_bytes(std::uint64_t id) const;
+  // ID's output, or null when ID is unknown.
+  std::shared_ptr<ProcessOutput> output(std::uint64_t id) const;
 
   // SIGKILLs every child not yet reaped, reaps them all (blocking briefly: a
   // SIGKILLed child dies at once), and closes every handle and descriptor.
@@ -260,6 +241,7 @@ class ProcessTable : public Service {
   static void on_stdin_writable(uv_poll_t* handle, int status, int events);
   static void on_exit_readable(uv_poll_t* handle, int status, int events);
   static void on_exit_timer(uv_timer_t* handle);
+  static void on_batch_timer(uv_timer_t* handle);
   static void on_handle_closed(uv_handle_t* handle);
 
   friend class ProcessHandover;
@@ -281,30 +263,35 @@ class ProcessTable : public Service {
   void install(std::uint64_t id, std::unique_ptr<Process> owned);
 
   void read_stream(Process& process, Stream& stream);
+  // Hands what STREAM read to the output, framed; AT_EOF flushes the
+  // framer.
   void deliver(Process& process, Stream& stream, bool at_eof);
-  // Makes STREAM's memfd once more than the threshold was read, hands the
-  // consumer its descriptor and moves there what this wake-up has read.
+  // Makes STREAM's memfd once more than the threshold was read, gives the
+  // output a descriptor of it and moves there what this wake-up has read.
   // Returns whether the stream now writes to a memfd.
   bool start_memfd(Process& process, Stream& stream);
-  // Appends BYTES to STREAM's memfd and emits the range record.  Returns
-  // false, having closed the memfd and emitted a notice, when the write
-  // fails; BYTES must then go out as an ordinary record.
+  // Appends BYTES to STREAM's memfd and tells the output.  Returns false,
+  // having closed the memfd and emitted a notice, when the write fails;
+  // BYTES must then go as bytes.
   bool append_to_memfd(Process& process, Stream& stream, std::string_view bytes);
-  // Moves what the pipe holds into STREAM's memfd and announces it.  Returns
-  // 1 when bytes moved, 0 when the pipe is empty, -1 at end of file, -2 when
-  // splicing failed (the read path takes over).
-  int splice_to_memfd(Process& process, Stream& stream);
+  // Moves what the pipe holds, at most MAX bytes, into STREAM's memfd.
+  // Returns 1 when bytes moved, 0 when the pipe is empty, -1 at end of file,
+  // -2 when splicing failed (the read path takes over).
+  int splice_to_memfd(Process& process, Stream& stream, std::size_t max);
   // Records ADDED more bytes in STREAM's memfd, of which LAST are the final
-  // ones (up to 4), and emits the range record.
+  // ones (up to 4), and tells the output.
   void announce_memfd(Process& process, Stream& stream, std::string_view last, std::uint64_t added);
   void close_stream(Process& process, Stream& stream);
   // Starts or stops STREAM's poll as its reading_stopped and throttled say.
   void update_polling(Stream& stream);
-  // Stops reading STREAM, and returns true, when Emacs has more record data
-  // to take than kMaxUndrainedBytes (see process.cpp); reading resumes
-  // once it has caught up.
+  // Stops reading STREAM, and returns true, when the process's backlog is
+  // full; reading resumes with resume().
   bool throttle(Process& process, Stream& stream);
-  void resume_throttled();
+  // Tells the consumer of PROCESS's output that something waits, now or
+  // (for a child that streams) once the batch timer says.
+  void notify(Process& process);
+  // Tells the consumers whose batch time has come.
+  void notify_due();
   void write_queued_stdin(Process& process);
   void close_stdin_now(Process& process);
   void try_reap(Process& process);
@@ -333,10 +320,12 @@ class ProcessTable : public Service {
   // (or, once removed, a child not yet reaped).  Engine thread only.
   std::unordered_map<Process*, std::unique_ptr<Process>> retiring_;
   bool shutting_down_ = false;
-  // Streams stopped by throttle(), as (id, stream code), and whether the
-  // engine will call resume_throttled().
-  std::vector<std::pair<std::uint64_t, int>> throttled_;
-  bool resume_armed_ = false;
+  // Processes whose consumer is to be told once their batch time comes, by
+  // batch_timer_ (a table with a loop only).
+  std::vector<std::pair<Clock::time_point, std::uint64_t>> deferred_;
+  uv_timer_t batch_timer_{};
+  bool batch_timer_open_ = false;
+  Clock::time_point batch_timer_due_ = Clock::time_point::max();
 };
 
 // A child between tables (see above): made from a freshly spawned Child, or

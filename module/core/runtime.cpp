@@ -31,7 +31,7 @@ Runtime::Stopped Runtime::stop(std::chrono::milliseconds timeout) {
     return Stopped::abandoned;
   }
   std::deque<Record> undrained;
-  if (stopping->try_drain(undrained)) HandedFds::discard(undrained);
+  stopping->try_drain(undrained);
   return Stopped::stopped;
 }
 
@@ -76,7 +76,6 @@ std::size_t Runtime::drain(const std::function<void(const Record&)>& handler) {
   Record record;
   try {
     while (current->take(record, end)) {
-      handed_fds_.note_delivery(record);
       handler(record);
       ++handled;
       timer.handled();
@@ -90,8 +89,5 @@ std::size_t Runtime::drain(const std::function<void(const Record&)>& handler) {
   return handled;
 }
 
-void Runtime::release(int fd, off_t length, bool close) {
-  handed_fds_.release(fd, length, close, engine_.get());
-}
 
 }  // namespace fastrevert

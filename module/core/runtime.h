@@ -1,6 +1,6 @@
-// The engine as Emacs's main thread owns it: the running engine, the
-// hand-off of the children spawned for it (core/handoff.h), and the memfds
-// handed to Lisp (core/handed_fds.h), from start to stop.
+// The engine as Emacs's main thread owns it: the running engine and the
+// hand-off of the children spawned for it (core/handoff.h), from start to
+// stop.
 //
 // The module keeps one Runtime for the life of Emacs, on the main thread,
 // and every method runs there.  The engine and its hand-off are shared
@@ -23,7 +23,6 @@
 #include <vector>
 
 #include "core/engine.h"
-#include "core/handed_fds.h"
 #include "core/handoff.h"
 #include "core/process_table.h"
 
@@ -53,8 +52,8 @@ class Runtime {
   // for its thread.  Whatever happens, the engine is no longer the running
   // one.  A thread that does not finish in time (stuck in a file system that
   // does not answer) is left behind with its engine, which is kept until
-  // this Runtime is destroyed: `abandoned'.  Otherwise the memfds of the
-  // records nobody drained are closed.
+  // this Runtime is destroyed: `abandoned'.  Otherwise the records nobody
+  // drained are dropped.
   Stopped stop(std::chrono::milliseconds timeout);
 
   // The running engine, or nullptr.
@@ -91,21 +90,12 @@ class Runtime {
   // queued, a wake byte says so, and the exception propagates.
   std::size_t drain(const std::function<void(const Record&)>& handler);
 
-  // The memfds drained records handed to Lisp.
-  HandedFds& handed_fds() noexcept { return handed_fds_; }
-
-  // Gives back the memory of bytes [0, LENGTH) of the handed memfd FD and,
-  // with CLOSE, closes it (see HandedFds::release; the engine, when it runs,
-  // does the slow part).
-  void release(int fd, off_t length, bool close);
-
  private:
   const Handoff::Tuning tuning_;
   // handoff_ exists exactly while engine_ does; declared after it, it is
   // destroyed first, as it uses the engine.
   std::shared_ptr<Engine> engine_;
   std::shared_ptr<Handoff> handoff_;
-  HandedFds handed_fds_;
   // Engines whose thread stop() left behind: the thread still uses them.
   std::vector<std::shared_ptr<Engine>> abandoned_;
 };

@@ -36,6 +36,10 @@ class Env {
   emacs_value funcall(emacs_value function, std::initializer_list<emacs_value> args) const {
     return funcall(function, args.begin(), args.size());
   }
+  emacs_value funcall(emacs_value function, const emacs_value* args, std::size_t count) const {
+    return checked(raw_->funcall(raw_, function, static_cast<std::ptrdiff_t>(count),
+                                 const_cast<emacs_value*>(args)));
+  }
   emacs_value call(const char* function, std::initializer_list<emacs_value> args) const {
     return funcall(intern(function), args);
   }
@@ -94,6 +98,39 @@ class Env {
   // Forgets a pending non-local exit, so that Emacs can be called again.
   void clear_exit() const noexcept { raw_->non_local_exit_clear(raw_); }
 
+  // A non-local exit taken out of the environment (take_exit), so that
+  // Emacs can be called before it goes on (resume).
+  struct Exit {
+    emacs_funcall_exit kind = emacs_funcall_exit_return;
+    emacs_value symbol = nullptr;  // The signal's symbol, or the throw's tag.
+    emacs_value data = nullptr;    // The signal's data, or the thrown value.
+  };
+  Exit take_exit() const noexcept {
+    Exit exit;
+    exit.kind = raw_->non_local_exit_get(raw_, &exit.symbol, &exit.data);
+    raw_->non_local_exit_clear(raw_);
+    return exit;
+  }
+  // Makes EXIT pending again and throws PendingExit.
+  [[noreturn]] void resume(const Exit& exit) const {
+    if (exit.kind == emacs_funcall_exit_throw) {
+      raw_->non_local_exit_throw(raw_, exit.symbol, exit.data);
+    } else {
+      raw_->non_local_exit_signal(raw_, exit.symbol, exit.data);
+    }
+    throw PendingExit{};
+  }
+  // Whether EXIT is a quit.
+  bool is_quit(const Exit& exit) const {
+    return exit.kind == emacs_funcall_exit_signal && eq(exit.symbol, intern("quit"));
+  }
+
+  // A reference to VALUE that outlives this environment, until freed.
+  emacs_value global(emacs_value value) const {
+    return checked(raw_->make_global_ref(raw_, value));
+  }
+  void free_global(emacs_value value) const noexcept { raw_->free_global_ref(raw_, value); }
+
   // Throws PendingExit if a non-local exit is pending.
   void check() const {
     if (raw_->non_local_exit_check(raw_) != emacs_funcall_exit_return) throw PendingExit{};
@@ -108,10 +145,6 @@ class Env {
   }
   static std::ptrdiff_t size(std::string_view text) noexcept {
     return static_cast<std::ptrdiff_t>(text.size());
-  }
-  emacs_value funcall(emacs_value function, const emacs_value* args, std::size_t count) const {
-    return checked(raw_->funcall(raw_, function, static_cast<std::ptrdiff_t>(count),
-                                 const_cast<emacs_value*>(args)));
   }
 
   emacs_env* raw_;

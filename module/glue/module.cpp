@@ -15,6 +15,7 @@
 #include "core/engine.h"
 #include "core/errors.h"
 #include "glue/env.h"
+#include "glue/process.h"
 #include "glue/state.h"
 
 extern "C" {
@@ -107,6 +108,8 @@ FASTREVERT_DEFUN("fastrevert--mod-stop", mod_stop, 0, 1,
   auto timeout = std::chrono::milliseconds::max();
   if (nargs > 0 && env.truthy(args[0])) timeout = ceil_milliseconds(env.to_duration(args[0]));
   bool abandoned = runtime.stop(timeout) == Runtime::Stopped::abandoned;
+  // Stopping killed its processes; Lisp reports their end.
+  forget_all_processes(env);
   return abandoned ? env.intern("abandoned") : env.nil();
 }
 
@@ -114,6 +117,26 @@ FASTREVERT_DEFUN("fastrevert--mod-running-p", mod_running_p, 0, 0,
                  "Return non-nil if the engine thread is running.") {
   return env.boolean(runtime.can_post() == Runtime::Posted::yes);
 }
+
+namespace {
+
+// Hands every record ready now to HANDLER, or, for the output of a process,
+// to the process glue; returns how many were handled.
+std::size_t drain_records(Env& env, emacs_value handler) {
+  return runtime.drain([&env, handler](const Record& record) {
+    if (record.kind == RecordKind::process_ready) {
+      deliver_process_output(env, record);
+      return;
+    }
+    // DATA goes as unibyte bytes: paths and output need not be valid UTF-8,
+    // and make_string would refuse them.
+    env.funcall(handler, {env.intern(record_kind_name(record.kind)),
+                          env.integer(static_cast<std::int64_t>(record.id)),
+                          env.integer(record.code), env.unibyte(record.data)});
+  });
+}
+
+}  // namespace
 
 FASTREVERT_DEFUN("fastrevert--mod-wait", mod_wait, 1, 1,
                  "Wait up to SECONDS for the engine to have a result ready.\n"
@@ -127,23 +150,54 @@ FASTREVERT_DEFUN("fastrevert--mod-wait", mod_wait, 1, 1,
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
-                 "Call HANDLER on every result the engine has ready, in order.\n"
-                 "HANDLER gets four arguments: KIND (a symbol), ID, CODE (integers)\n"
-                 "and DATA (a unibyte string).  Return the number of results handled.\n"
-                 "Results are taken one at a time: a HANDLER that drains again goes on\n"
-                 "with the next result.  If HANDLER exits non-locally, the results after\n"
-                 "the one it was handling stay queued and the exit propagates.\n\n"
+                 "Handle every result the engine has ready, in order.\n"
+                 "Process output goes to the `fastrevert--deliver-*' functions; any other\n"
+                 "result to HANDLER, with four arguments: KIND (a symbol), ID, CODE\n"
+                 "(integers) and DATA (a unibyte string).  Return the number of results\n"
+                 "handled.  Results are taken one at a time: a HANDLER that drains again\n"
+                 "goes on with the next result.  If HANDLER exits non-locally, the results\n"
+                 "after the one it was handling stay queued and the exit propagates.\n"
+                 "Call it with `inhibit-quit' bound, as Emacs calls a process filter: a\n"
+                 "quit then stops it between two pieces of output, none lost.\n\n"
                  "(fn HANDLER)") {
   // Checked before a result is taken: a HANDLER that cannot be called
   // would lose the one it was handed.
   if (!env.truthy(env.call("functionp", {args[0]}))) env.wrong_type("functionp", args[0]);
-  std::size_t handled = runtime.drain([&env, handler = args[0]](const Record& record) {
-    // DATA goes as unibyte bytes: paths and output need not be valid UTF-8,
-    // and make_string would refuse them.
-    env.funcall(handler, {env.intern(record_kind_name(record.kind)),
-                          env.integer(static_cast<std::int64_t>(record.id)),
-                          env.integer(record.code), env.unibyte(record.data)});
-  });
+  return env.integer(static_cast<std::int64_t>(drain_records(env, args[0])));
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-wait-drain", mod_wait_drain, 2, 2,
+                 "Handle the results the engine has ready, waiting up to SECONDS for one.\n"
+                 "HANDLER is as for `fastrevert--mod-drain'.  Return the number handled:\n"
+                 "0 when the time ran out, the engine is not running, or `quit-flag' is\n"
+                 "set.  Call it with `inhibit-quit' bound: the wait ends at a quit, and\n"
+                 "the quit is taken when the binding ends.  The wait happens here, not\n"
+                 "in Emacs's event loop: no timer or process filter runs meanwhile, so\n"
+                 "callers keep SECONDS short.  No wake byte is written while it waits.\n\n"
+                 "(fn SECONDS HANDLER)") {
+  std::chrono::nanoseconds timeout = env.to_duration(args[0]);
+  if (!env.truthy(env.call("functionp", {args[1]}))) env.wrong_type("functionp", args[1]);
+  emacs_value quit_flag = env.intern("quit-flag");
+  auto quit_pending = [&env, quit_flag] {
+    return env.truthy(env.call("symbol-value", {quit_flag}));
+  };
+  std::size_t handled = drain_records(env, args[1]);
+  if (handled > 0 || quit_pending()) return env.integer(static_cast<std::int64_t>(handled));
+  std::shared_ptr<Engine> held = runtime.reference();
+  if (!held) return env.integer(0);
+  // What this wait finds is drained here: a wake byte for it would only
+  // make Emacs's event loop drain nothing later.
+  held->hold_wakes(true);
+  try {
+    // A quit sets quit-flag from Emacs's signal handler, `inhibit-quit'
+    // or not: that ends the wait.
+    bool ready = runtime.wait(timeout, quit_pending);
+    if (ready) handled = drain_records(env, args[1]);
+  } catch (...) {
+    held->hold_wakes(false);
+    throw;
+  }
+  held->hold_wakes(false);
   return env.integer(static_cast<std::int64_t>(handled));
 }
 
@@ -179,6 +233,13 @@ FASTREVERT_DEFUN("fastrevert--mod-stats", mod_stats, 0, 0,
     plist.push_back(env.intern((std::string(":") + entry.name).c_str()));
     plist.push_back(env.integer(static_cast<std::int64_t>(count)));
   }
+  std::uint64_t waiting = 0;
+  std::uint64_t overrun = 0;
+  backlog_stats(waiting, overrun);
+  plist.push_back(env.intern(":backlog-bytes"));
+  plist.push_back(env.integer(static_cast<std::int64_t>(waiting)));
+  plist.push_back(env.intern(":backlog-overrun"));
+  plist.push_back(env.integer(static_cast<std::int64_t>(overrun)));
   return env.list(plist);
 }
 

@@ -1,31 +1,194 @@
 // The asynchronous process glue: `fastrevert-make-process' (children run by
 // the engine's process table, and served while Lisp waits: core/handoff.h),
-// the memfds their output reaches Lisp through, and signal names and numbers.
-// Children are spawned here, so that a spawn failure reaches Lisp at once.
+// the delivery of their output to the Lisp functions that pass it on to
+// filters, buffers and sentinels, and signal names and numbers.  Children
+// are spawned here, so that a spawn failure reaches Lisp at once.
 #include <sys/types.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <utility>
 
 #include "core/child.h"
 #include "core/engine.h"
 #include "core/framing.h"
-#include "core/handed_fds.h"
 #include "core/pipe.h"
+#include "core/process_output.h"
 #include "core/process_table.h"
+#include "core/spill.h"
+#include "core/utf8.h"
 #include "glue/child_args.h"
 #include "glue/env.h"
+#include "glue/process.h"
 #include "glue/state.h"
 
 using namespace fastrevert;
 using namespace fastrevert::glue;
 
 namespace {
+
+// How a process's bytes become the text Lisp is given.
+enum class Decoding : std::uint8_t {
+  utf8,  // UTF-8: well-formed pieces become multibyte strings here.
+  raw,   // Raw bytes: unibyte strings, as stock gives them.
+  lisp,  // Any other coding: Lisp decodes, holding back what it must.
+};
+
+// A process whose output Lisp is given.  Main thread only.
+struct LispProcess {
+  std::shared_ptr<ProcessOutput> output;
+  // The `fastrevert-process' object, held by a global reference.
+  emacs_value object = nullptr;
+  Decoding decoding = Decoding::lisp;
+  // How much of the memfd's memory was given back.
+  std::uint64_t given_back = 0;
+  // Its output is being delivered further up this stack: a filter waits for
+  // more there.  That delivery goes on with what comes meanwhile.
+  bool delivering = false;
+};
+
+std::unordered_map<std::uint64_t, LispProcess>& lisp_processes() {
+  static std::unordered_map<std::uint64_t, LispProcess> processes;
+  return processes;
+}
+
+// The most bytes beyond its backlog that waited for any process forgotten
+// since; see fastrevert::glue::backlog_stats.
+std::uint64_t forgotten_overrun = 0;
+
+// The largest text handed to Lisp at once: a quit waits for it.
+constexpr std::size_t kLargestText = std::size_t{256} << 10;
+
+// The most one delivery hands on before it lets the wait go on: Emacs's
+// timers and other processes get their turn at least this often, as with
+// stock Emacs, which runs them between two reads.
+constexpr std::uint64_t kDeliveryBytes = std::uint64_t{1} << 20;
+
+// Delivered bytes of a memfd whose memory is given back at a time.
+constexpr std::uint64_t kGiveBackStep = std::uint64_t{1} << 20;
+
+// Gives back, on the engine's thread, the memory of what was delivered of
+// PROCESS's memfd, a step at a time.  The command holds the output, and
+// with it the descriptor, until it has run.
+void give_back_delivered(LispProcess& process) {
+  std::uint64_t delivered = process.output->memfd_delivered();
+  if (delivered < process.given_back + kGiveBackStep) return;
+  process.given_back = delivered;
+  std::shared_ptr<ProcessOutput> output = process.output;
+  runtime.post([output, delivered](Engine&) {
+    give_back_spilled(output->memfd(), static_cast<off_t>(delivered));
+  });
+}
+
+// Symbols used at every delivery, interned once for the life of Emacs.
+struct Names {
+  emacs_value deliver_text;
+  emacs_value deliver_range;
+  emacs_value deliver_end;
+  emacs_value deliver_failure;
+  emacs_value deliver_later;
+  emacs_value handed;
+  emacs_value quit_flag;
+  emacs_value set;
+  emacs_value symbol_value;
+  emacs_value nil;
+  emacs_value whole;
+  emacs_value part;
+};
+
+const Names& names(Env& env) {
+  static std::optional<Names> made;
+  if (!made) {
+    auto global = [&env](const char* name) { return env.global(env.intern(name)); };
+    made = Names{global("fastrevert--deliver-text"),
+                 global("fastrevert--deliver-range"),
+                 global("fastrevert--deliver-end"),
+                 global("fastrevert--deliver-failure"),
+                 global("fastrevert--deliver-later"),
+                 global("fastrevert--handed"),
+                 global("quit-flag"),
+                 global("set"),
+                 global("symbol-value"),
+                 global("nil"),
+                 global("whole"),
+                 global("part")};
+  }
+  return *made;
+}
+
+// Forgets the process ID: its object is no longer held.
+void forget(Env& env, std::uint64_t id) {
+  auto& processes = lisp_processes();
+  auto found = processes.find(id);
+  if (found == processes.end()) return;
+  forgotten_overrun = std::max(forgotten_overrun, found->second.output->overrun());
+  env.free_global(found->second.object);
+  processes.erase(found);
+}
+
+// Tells the consumer again that OUTPUT of ID waits: a delivery stopped
+// before all of it was taken, and its process_ready record is gone.
+void tell_again(std::uint64_t id, const std::shared_ptr<ProcessOutput>& output) {
+  if (Engine* engine = runtime.engine()) {
+    engine->emit(Record{RecordKind::process_ready, id, 0, {}, output});
+  }
+}
+
+// Whether BYTES are all ASCII.
+bool ascii(std::string_view bytes) noexcept {
+  for (char byte : bytes) {
+    if (static_cast<unsigned char>(byte) >= 0x80) return false;
+  }
+  return true;
+}
+
+// Hands PIECE of process OBJECT to Lisp.
+void hand_to_lisp(Env& env, const Names& n, emacs_value object, Decoding decoding,
+                  const ProcessOutput::Piece& piece) {
+  switch (piece.kind) {
+    case ProcessOutput::Piece::Kind::text: {
+      emacs_value stream = env.integer(piece.stream + 1);
+      emacs_value text;
+      emacs_value kind = n.nil;
+      if (decoding == Decoding::utf8 && ascii(piece.bytes)) {
+        // ASCII is the same text unibyte or multibyte, and a unibyte
+        // string costs one allocation where make_string costs two: Lisp
+        // makes it multibyte only for a filter, which must see what stock
+        // gives it.
+        text = env.unibyte(piece.bytes);
+      } else if (decoding == Decoding::utf8 && valid_utf8(piece.bytes)) {
+        text = env.string(piece.bytes);
+      } else {
+        text = env.unibyte(piece.bytes);
+        if (decoding == Decoding::utf8) kind = n.whole;
+        if (decoding == Decoding::lisp) kind = n.part;
+      }
+      env.funcall(n.deliver_text, {object, stream, text, kind});
+      break;
+    }
+    case ProcessOutput::Piece::Kind::range:
+      env.funcall(n.deliver_range,
+                  {object, env.integer(piece.memfd), env.integer(static_cast<std::int64_t>(piece.from)),
+                   env.integer(static_cast<std::int64_t>(piece.to))});
+      break;
+    case ProcessOutput::Piece::Kind::end:
+      if (piece.failed) {
+        env.funcall(n.deliver_failure, {object, env.string(piece.reason)});
+      } else {
+        env.funcall(n.deliver_end,
+                    {object, env.integer(piece.status.code), env.string(exit_how_name(piece.status))});
+      }
+      break;
+    case ProcessOutput::Piece::Kind::none:
+      break;
+  }
+}
 
 Framing framing_arg(Env& env, emacs_value value) {
   if (!env.truthy(value)) return Framing::none;
@@ -34,44 +197,142 @@ Framing framing_arg(Env& env, emacs_value value) {
   env.wrong_type("fastrevert-framing-p", value);
 }
 
-// FD as a descriptor number, or a signal unless Lisp holds it.
-int handed_fd_arg(Env& env, emacs_value value) {
-  std::int64_t fd = env.to_integer(value);
-  if (fd < 0 || fd > INT32_MAX || !runtime.handed_fds().contains(static_cast<int>(fd))) {
-    env.wrong_type("fastrevert-memfd-p", value);
-  }
-  return static_cast<int>(fd);
+Decoding decoding_arg(Env& env, emacs_value value) {
+  if (env.eq(value, env.intern("utf-8"))) return Decoding::utf8;
+  if (env.eq(value, env.intern("raw"))) return Decoding::raw;
+  if (env.eq(value, env.intern("lisp"))) return Decoding::lisp;
+  env.wrong_type("fastrevert-decoding-p", value);
 }
 
 }  // namespace
 
-FASTREVERT_DEFUN("fastrevert--mod-memfd-read", mod_memfd_read, 3, 3,
-                 "Return bytes [BEG, END) of the memfd FD as a unibyte string.\n"
-                 "FD must be a memfd the engine handed over (see\n"
-                 "`fastrevert--mod-process-start').  Bytes past the end of the file are\n"
-                 "missing from the string.\n\n"
-                 "(fn FD BEG END)") {
-  int fd = handed_fd_arg(env, args[0]);
-  std::int64_t beg = env.to_integer(args[1]);
-  std::int64_t end = env.to_integer(args[2]);
-  if (beg < 0 || end < beg) env.signal("args-out-of-range", env.list({args[1], args[2]}));
-  std::string bytes = read_at(fd, static_cast<std::uint64_t>(beg), static_cast<std::uint64_t>(end));
-  return env.unibyte(bytes);
+namespace fastrevert::glue {
+
+void deliver_process_output(Env& env, const Record& record) {
+  auto& processes = lisp_processes();
+  auto found = processes.find(record.id);
+  if (found == processes.end() || found->second.output != record.output) return;
+  const Names& n = names(env);
+  if (found->second.delivering) {
+    env.funcall(n.deliver_later, {found->second.object});
+    return;
+  }
+  const std::uint64_t id = record.id;
+  const std::shared_ptr<ProcessOutput> output = record.output;
+  const emacs_value object = found->second.object;
+  const Decoding decoding = found->second.decoding;
+  found->second.delivering = true;
+  bool ended = false;
+  bool stopped = false;
+  // One delivery takes at most what waited when it began, and at most
+  // kDeliveryBytes: a child that writes as fast as Lisp takes its output
+  // must not keep the wait (and its timers) from ending.  The rest goes in
+  // the next delivery.
+  const std::uint64_t budget =
+      std::max<std::uint64_t>(std::min(output->waiting(), kDeliveryBytes), 1);
+  std::uint64_t delivered = 0;
+  try {
+    for (;;) {
+      // A quit typed while a piece was delivered is taken now, before the
+      // next; what is left waits for the next delivery.
+      if (delivered >= budget || env.truthy(env.funcall(n.symbol_value, {n.quit_flag}))) {
+        stopped = true;
+        break;
+      }
+      ProcessOutput::Piece piece;
+      if (!output->claim(piece, kLargestText)) {
+        if (output->settle()) break;
+        continue;
+      }
+      try {
+        env.funcall(n.set, {n.handed, n.nil});
+        hand_to_lisp(env, n, object, decoding, piece);
+      } catch (const PendingExit&) {
+        // The piece was delivered if Lisp had begun to hand it on (the
+        // filter or the sentinel ran, the insertion began); otherwise only
+        // a quit keeps it for the next delivery.  Any other failure drops
+        // it, as Emacs drops output it cannot decode, and is reported.
+        Env::Exit exit = env.take_exit();
+        bool handed = env.truthy(env.funcall(n.symbol_value, {n.handed}));
+        if (handed || !env.is_quit(exit)) {
+          output->commit();
+          ended = piece.kind == ProcessOutput::Piece::Kind::end;
+        } else {
+          output->release();
+        }
+        env.resume(exit);
+      } catch (...) {
+        output->release();
+        throw;
+      }
+      delivered += piece.kind == ProcessOutput::Piece::Kind::range ? piece.to - piece.from
+                                                                   : piece.bytes.size();
+      if (output->commit()) {
+        runtime.post_for_process(
+            id, [id](Engine& engine) { engine.service<ProcessTable>().resume(id); });
+      }
+      if (piece.kind == ProcessOutput::Piece::Kind::range) {
+        auto slot = processes.find(id);
+        if (slot != processes.end()) give_back_delivered(slot->second);
+      }
+      if (piece.kind == ProcessOutput::Piece::Kind::end) {
+        ended = true;
+        break;
+      }
+    }
+  } catch (...) {
+    auto again = processes.find(id);
+    if (ended) {
+      forget(env, id);
+    } else if (again != processes.end() && again->second.output == output) {
+      again->second.delivering = false;
+      tell_again(id, output);
+    }
+    throw;
+  }
+  auto again = processes.find(id);
+  if (ended) {
+    forget(env, id);
+  } else if (again != processes.end() && again->second.output == output) {
+    again->second.delivering = false;
+    if (stopped) tell_again(id, output);
+  }
 }
 
-FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
+void forget_all_processes(Env& env) {
+  auto& processes = lisp_processes();
+  while (!processes.empty()) forget(env, processes.begin()->first);
+}
+
+void backlog_stats(std::uint64_t& waiting, std::uint64_t& overrun) {
+  waiting = 0;
+  overrun = forgotten_overrun;
+  for (const auto& entry : lisp_processes()) {
+    waiting += entry.second.output->waiting();
+    overrun = std::max(overrun, entry.second.output->overrun());
+  }
+}
+
+}  // namespace fastrevert::glue
+
+FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
                  "Spawn a child for the engine to run as process ID; return its pid.\n"
                  "PROGRAM, ARGV, ENV and CWD are as for `fastrevert--mod-call-process'.\n"
                  "STDIN is t (a pipe), nil (/dev/null) or an encoded file name.\n"
                  "STDOUT is t (a pipe), nil (/dev/null) or `memfd': a pipe whose bytes\n"
-                 "past the first `fastrevert--memfd-threshold' go to a memfd, for\n"
-                 "`fastrevert--mod-memfd-read' and `fastrevert--mod-memfd-release' (see\n"
-                 "`fastrevert--output-stdout-memfd').  STDERR is t (with stdout),\n"
-                 "`pipe' (a pipe of its own), nil (/dev/null) or an encoded file name.\n"
-                 "FRAMING is nil, `lines' or `lsp', for stdout.  READ-SIZE is the first\n"
-                 "read size.  A spawn failure returns (:error CONDITION FUNCTION\n"
-                 "STRERROR PATH).  Output and exit arrive as engine results.\n\n"
-                 "(fn ID PROGRAM ARGV ENV CWD STDIN STDOUT STDERR FRAMING READ-SIZE)") {
+                 "past the first 16 KiB go through a memfd, delivered as ranges of it.\n"
+                 "STDERR is t (with stdout), `pipe' (a pipe of its own), nil (/dev/null)\n"
+                 "or an encoded file name.  FRAMING is nil, `lines' or `lsp', for\n"
+                 "stdout.  READ-SIZE is the first read size.  PROCESS is the Lisp object\n"
+                 "the output is delivered for (see `fastrevert--deliver-text'), or nil\n"
+                 "for a child nobody hears from again, whose output is dropped.\n"
+                 "DECODING is `utf-8' (well-formed UTF-8 comes decoded), `raw' (bytes\n"
+                 "as they are) or `lisp' (Lisp decodes).  BACKLOG is the most bytes of\n"
+                 "output that may wait for Emacs before the child waits on its pipe, or\n"
+                 "nil for 16 MiB.  A spawn failure returns (:error CONDITION FUNCTION\n"
+                 "STRERROR PATH).\n\n"
+                 "(fn ID PROGRAM ARGV ENV CWD STDIN STDOUT STDERR FRAMING READ-SIZE PROCESS "
+                 "DECODING BACKLOG)") {
   std::int64_t id = env.to_integer(args[0]);
   SpawnSpec spec;
   fill_spec(env, args + 1, spec);
@@ -83,29 +344,45 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 10, 10,
   options.signal_process_group = true;
   options.stdout_to_memfd = env.eq(args[6], env.intern("memfd"));
   options.memfd_threshold = kMemfdThreshold;
+  Decoding decoding = decoding_arg(env, args[11]);
+  ProcessOutput::Config config;
+  config.decode =
+      decoding == Decoding::utf8 ? ProcessOutput::Decode::utf8 : ProcessOutput::Decode::bytes;
+  if (env.truthy(args[12])) {
+    std::int64_t backlog = env.to_integer(args[12]);
+    if (backlog <= 0) env.signal("args-out-of-range", env.list({args[12]}));
+    config.backlog = static_cast<std::uint64_t>(backlog);
+  }
+  options.output = std::make_shared<ProcessOutput>(config);
+  auto key = static_cast<std::uint64_t>(id);
+  if (lisp_processes().count(key)) env.signal("args-out-of-range", env.list({args[0]}));
 
   // Checked before spawning, so that no child is started that nobody runs.
   check_posted(env, runtime.can_post());
+  bool heard = env.truthy(args[10]);
+  if (heard && !env.truthy(env.call("fastrevert-process-p", {args[10]}))) {
+    env.wrong_type("fastrevert-process-p", args[10]);
+  }
+  emacs_value object = heard ? env.global(args[10]) : nullptr;
   emacs_value failure = nullptr;
-  std::optional<Child> child = spawn_like_emacs(env, spec, failure);
-  if (!child) return failure;
+  std::optional<Child> child;
+  try {
+    child = spawn_like_emacs(env, spec, failure);
+  } catch (...) {
+    if (heard) env.free_global(object);
+    throw;
+  }
+  if (!child) {
+    if (heard) env.free_global(object);
+    return failure;
+  }
   pid_t pid = child->pid;
-  check_posted(env, runtime.adopt(static_cast<std::uint64_t>(id),
-                                  std::make_unique<ProcessHandover>(std::move(*child), options)));
+  if (heard) lisp_processes()[key] = LispProcess{options.output, object, decoding, false};
+  Runtime::Posted posted =
+      runtime.adopt(key, std::make_unique<ProcessHandover>(std::move(*child), options));
+  if (posted != Runtime::Posted::yes) forget(env, key);
+  check_posted(env, posted);
   return env.integer(pid);
-}
-
-FASTREVERT_DEFUN("fastrevert--mod-memfd-release", mod_memfd_release, 3, 3,
-                 "Give back the memory of bytes [0, END) of the memfd FD; with CLOSE, close FD.\n"
-                 "FD must be a memfd the engine handed over.  The file keeps its size,\n"
-                 "so later offsets stay valid.  After a call with CLOSE non-nil, FD must\n"
-                 "not be used.\n\n"
-                 "(fn FD END CLOSE)") {
-  int descriptor = handed_fd_arg(env, args[0]);
-  std::int64_t end = env.to_integer(args[1]);
-  if (end < 0) env.signal("args-out-of-range", env.list({args[1]}));
-  runtime.release(descriptor, static_cast<off_t>(end), env.truthy(args[2]));
-  return env.nil();
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-process-send", mod_process_send, 2, 2,
@@ -146,11 +423,26 @@ FASTREVERT_DEFUN("fastrevert--mod-process-signal", mod_process_signal, 2, 2,
 
 FASTREVERT_DEFUN("fastrevert--mod-process-remove", mod_process_remove, 1, 1,
                  "Forget engine process ID: kill it if it runs and reap it in the background.\n"
-                 "No further result arrives for it.  Do nothing if the engine is stopped.\n\n"
+                 "No further output or end is delivered for it.  Do nothing if the engine\n"
+                 "is stopped.\n\n"
                  "(fn ID)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  forget(env, id);
   runtime.post_for_process(id, [id](Engine& e) { e.service<ProcessTable>().remove(id); });
   return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-process-backlog", mod_process_backlog, 1, 1,
+                 "Return (WAITING . OVERRUN) for engine process ID, or nil if it is gone.\n"
+                 "WAITING is how many bytes of its output wait for Emacs now; OVERRUN the\n"
+                 "most that ever waited beyond its backlog.\n\n"
+                 "(fn ID)") {
+  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  auto found = lisp_processes().find(id);
+  if (found == lisp_processes().end()) return env.nil();
+  return env.call("cons",
+                  {env.integer(static_cast<std::int64_t>(found->second.output->waiting())),
+                   env.integer(static_cast<std::int64_t>(found->second.output->overrun()))});
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-signal-number", mod_signal_number, 1, 1,

@@ -236,15 +236,6 @@ They are read from the module's sources, with `_' written `-'."
   (should (equal (append fastrevert--record-kinds nil)
                  (fastrevert-module-test--record-kind-names))))
 
-(ert-deftest fastrevert-module-memfd-range-record-reads-its-newest-entry ()
-  "A memfd range entry gives the memfd's size, little-endian, and the last bytes."
-  (let ((older (unibyte-string 5 0 0 0 0 0 0 0 0 0 ?a ?b))
-        (newer (unibyte-string 8 7 6 5 4 3 2 1 ?w ?x ?y ?z)))
-    (should (= (length older) fastrevert--memfd-range-entry-size))
-    (should (equal (fastrevert--memfd-range-entry older) (cons 5 (unibyte-string 0 0 ?a ?b))))
-    (should (equal (fastrevert--memfd-range-entry (concat older newer))
-                   (cons #x0102030405060708 "wxyz")))))
-
 (ert-deftest fastrevert-module-names-how-it-watches-directories ()
   "The module says which backend watches directories, and whether it sees writes."
   (let ((backend (fastrevert--mod-watch-backend)))

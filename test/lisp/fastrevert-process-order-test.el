@@ -197,6 +197,11 @@ had it."
 (defvar fastrevert-order-test--late-starts 0
   "How many children were started while another child's filter waited.")
 
+(defvar fastrevert-order-test--large-chunks 0
+  "How many filter calls got 64 KiB or more at once.
+A stream that keeps coming is read in throughput mode, which hands
+its filter the output of many reads in one string.")
+
 (defvar fastrevert-order-test--fresh-engines 0
   "How many rounds started with an engine started anew.")
 
@@ -262,6 +267,8 @@ child's input, and waits for more output."
   (unless (and (stringp string) (not (multibyte-string-p string)))
     (fastrevert-order-test--fault child "filter got %S, not a unibyte string" (type-of string)))
   (push string (fastrevert-order-test--child-chunks child))
+  (when (>= (length string) 65536)
+    (setq fastrevert-order-test--large-chunks (1+ fastrevert-order-test--large-chunks)))
   (setf (fastrevert-order-test--child-in-filter child) t)
   (unwind-protect
       (progn
@@ -387,15 +394,18 @@ wrote, naming the seed and the round."
 
 (ert-deftest fastrevert-process-order-every-stream-arrives-whole-and-in-order-under-nesting ()
   "Hundreds of seeded rounds of children, waiting filters and fresh engines.
-Every stream reaches its filter byte for byte; no filter runs inside
-itself; every sentinel comes once, after all output."
+Every stream reaches its filter byte for byte, in pieces of a few
+bytes and, in throughput mode, of 64 KiB and more; no filter runs
+inside itself; every sentinel comes once, after all output."
   (setq fastrevert-order-test--deepest 0
         fastrevert-order-test--late-starts 0
+        fastrevert-order-test--large-chunks 0
         fastrevert-order-test--fresh-engines 0)
   (fastrevert-order-test--run 160 15)
   ;; The rounds did what they are for.
   (should (= fastrevert-order-test--deepest fastrevert-order-test--max-depth))
   (should (> fastrevert-order-test--late-starts 0))
+  (should (> fastrevert-order-test--large-chunks 0))
   (should (> fastrevert-order-test--fresh-engines 1)))
 
 (provide 'fastrevert-process-order-test)

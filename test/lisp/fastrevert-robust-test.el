@@ -120,14 +120,14 @@ Return `separate' for a primitive tested on its own below."
     ('fastrevert--mod-drain (list #'ignore))
     ('fastrevert--mod-echo (list 1 "x"))
     ('fastrevert--mod-first-executable (list "/bin/true\0"))
-    ('fastrevert--mod-memfd-read (list -1 0 1))
-    ('fastrevert--mod-memfd-release (list -1 0 nil))
+    ('fastrevert--mod-process-backlog (list (fastrevert-robust-test--next-id)))
     ('fastrevert--mod-process-eof (list (fastrevert-robust-test--next-id)))
     ('fastrevert--mod-process-remove (list (fastrevert-robust-test--next-id)))
     ('fastrevert--mod-process-send (list (fastrevert-robust-test--next-id) "x"))
     ('fastrevert--mod-process-signal (list (fastrevert-robust-test--next-id) 0))
     ('fastrevert--mod-process-start
-     (list (fastrevert-robust-test--next-id) "/bin/true" ["true"] nil "/tmp" nil t t nil 4096))
+     (list (fastrevert-robust-test--next-id) "/bin/true" ["true"] nil "/tmp" nil t t nil 4096
+           nil 'raw nil))
     ('fastrevert--mod-set-wake-process (list fastrevert--wake-process))
     ('fastrevert--mod-signal-number (list "INT"))
     ('fastrevert--mod-strerror (list 'ENOENT))
@@ -145,7 +145,7 @@ Return `separate' for a primitive tested on its own below."
     ;; Each of these is tested on its own: they start, stop, block, hold
     ;; the engine's wakes or throw by design.
     ((or 'fastrevert--mod-start 'fastrevert--mod-stop 'fastrevert--mod-wait
-         'fastrevert--mod-hold-wakes 'fastrevert--mod-test-throw)
+         'fastrevert--mod-wait-drain 'fastrevert--mod-hold-wakes 'fastrevert--mod-test-throw)
      'separate)
     (_ 'unknown)))
 
@@ -601,6 +601,9 @@ instead of hanging the suite."
     (ert-info ((format "%S" bad))
       (should (equal (should-error (fastrevert--mod-wait bad) :type 'args-out-of-range)
                      (list 'args-out-of-range bad)))
+      (should (equal (should-error (fastrevert--mod-wait-drain bad #'ignore)
+                                   :type 'args-out-of-range)
+                     (list 'args-out-of-range bad)))
       (should-error (fastrevert--mod-watch-configure bad 0.03 nil) :type 'args-out-of-range)
       (should-error (fastrevert--mod-watch-configure 5 bad nil) :type 'args-out-of-range)
       (should-error (fastrevert--mod-stop bad) :type 'args-out-of-range)
@@ -608,6 +611,8 @@ instead of hanging the suite."
       (should (fastrevert--mod-running-p))))
   (dolist (bad (list "1" 'one [1] (make-marker)))
     (should-error (fastrevert--mod-wait bad) :type 'wrong-type-argument)
+    (should-error (fastrevert--mod-wait-drain bad #'ignore) :type 'wrong-type-argument)
+    (should-error (fastrevert--mod-wait-drain 0 bad) :type 'wrong-type-argument)
     (should-error (fastrevert--mod-stop bad) :type 'wrong-type-argument)
     (should-error (fastrevert--mod-watch-configure bad 0.03 nil) :type 'wrong-type-argument)
     (should-error (fastrevert--mod-watch-hold-limit bad) :type 'wrong-type-argument)))
@@ -685,59 +690,26 @@ instead of hanging the suite."
 
 ;;;; 9. Descriptors the module did not make
 
-(ert-deftest fastrevert-robust-memfd-primitives-refuse-descriptors-they-did-not-hand-over ()
-  (dolist (fd (list 0 1 2 -1 4096 most-positive-fixnum))
-    (ert-info ((format "%S" fd))
-      (should (equal (should-error (fastrevert--mod-memfd-read fd 0 (* 6 1024 1024 1024))
-                                   :type 'wrong-type-argument)
-                     (list 'wrong-type-argument 'fastrevert-memfd-p fd)))
-      (should-error (fastrevert--mod-memfd-release fd 4096 nil) :type 'wrong-type-argument)
-      (should-error (fastrevert--mod-memfd-release fd 4096 t) :type 'wrong-type-argument)
-      (should-error (fastrevert--mod-memfd-release fd 0 t) :type 'wrong-type-argument)))
-  ;; Standard input is still open.
-  (should (file-exists-p "/proc/self/fd/0")))
-
-(ert-deftest fastrevert-robust-memfd-release-leaves-a-regular-file-alone ()
-  "A file open on a descriptor keeps its first MiB when that number is released."
-  (fastrevert-test-with-temp-dir dir
-    (let ((file (expand-file-name "precious" dir))
-          (content (make-string (* 2 1024 1024) ?x)))
-      (with-temp-file file (set-buffer-multibyte nil) (insert content))
-      ;; A batch Emacs whose standard input is the file tries to punch the
-      ;; first MiB out of descriptor 0.
-      (with-temp-buffer
-        (let* ((process-environment (fastrevert-test-emacs-environment))
-               (code (call-process (expand-file-name invocation-name invocation-directory)
-                                  file t nil "-Q" "--batch"
-                                  "-L" fastrevert-test-lisp-directory
-                                  "--eval" "(require 'fastrevert)"
-                                  "--eval" "(princ (condition-case error (fastrevert--mod-memfd-release 0 1048576 nil) (error (car error))))")))
-          (should (eql code 0))
-          (should (string-match-p "wrong-type-argument" (buffer-string)))))
-      (should (equal (with-temp-buffer
-                       (set-buffer-multibyte nil)
-                       (insert-file-contents-literally file)
-                       (buffer-string))
-                     content)))))
-
-(ert-deftest fastrevert-robust-a-handed-over-memfd-is-read-within-its-size-and-closed-once ()
+(ert-deftest fastrevert-robust-a-process-memfd-stays-in-the-module-and-closes-with-it ()
+  "A process's memfd is never handed to Lisp, and is closed once the process is gone."
   (let* ((threshold fastrevert--memfd-threshold)
          (buffer (generate-new-buffer " *fastrevert-robust-memfd*"))
+         (memfds (lambda ()
+                   (cl-loop for name in (directory-files "/proc/self/fd" nil "\\`[0-9]+\\'")
+                            for link = (file-symlink-p (concat "/proc/self/fd/" name))
+                            when (and link (string-match-p "fastrevert-process.* (deleted)" link))
+                            collect name)))
          (process (fastrevert-make-process
                    :name "memfd" :buffer buffer :noquery t
                    :command (list "sh" "-c" (format "head -c %d /dev/zero; sleep 30"
                                                     (* 4 threshold))))))
     (unwind-protect
         (progn
-          (should (fastrevert-test-wait-for (lambda () (fastrevert--process-memfd process))))
-          (let ((fd (fastrevert--process-memfd process)))
-            ;; Asking for far more than the file holds costs only what it holds.
-            (should (<= (length (fastrevert--mod-memfd-read fd 0 (* 6 1024 1024 1024)))
-                        (* 4 threshold)))
-            (fastrevert-delete-process process)
-            (should-not (fastrevert--process-memfd process))
-            ;; Closed once by the process's end; a second close is refused.
-            (should-error (fastrevert--mod-memfd-release fd 0 t) :type 'wrong-type-argument)))
+          (should (fastrevert-test-wait-for (lambda () (= (buffer-size buffer) (* 4 threshold)))))
+          (should (funcall memfds))
+          (should-not (apropos-internal "\\`fastrevert--mod-memfd" #'fboundp))
+          (fastrevert-delete-process process)
+          (should (fastrevert-test-wait-for (lambda () (null (funcall memfds))))))
       (fastrevert-delete-process process)
       (kill-buffer buffer))))
 

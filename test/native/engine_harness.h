@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,11 +19,61 @@
 
 #include "catch_compat.h"
 #include "core/engine.h"
+#include "core/pipe.h"
+#include "core/process_output.h"
 #include "core/process_table.h"
 
 namespace fastrevert::test {
 
 using Clock = std::chrono::steady_clock;
+
+// What the harness records of a process's delivered output, in the form of
+// records of kinds the engine never emits: kOutputKind, code 1 for stdout
+// and 2 for stderr, data the bytes (a range read from the memfd); then
+// kExitKind, code and data as exit_how_name() says how it ended, or
+// kErrorKind, data why the engine gave the child up.
+inline constexpr RecordKind kOutputKind = static_cast<RecordKind>(200);
+inline constexpr RecordKind kExitKind = static_cast<RecordKind>(201);
+inline constexpr RecordKind kErrorKind = static_cast<RecordKind>(202);
+
+// Delivers what waits in OUTPUT of process ID to ON_PIECE, as the glue
+// delivers it to Lisp, as records of the kinds above, and calls ON_RESUME
+// when the producer should read again; returns how many pieces were ranges
+// of the memfd.
+inline int deliver_output(std::uint64_t id, ProcessOutput& output,
+                          const std::function<void(Record&)>& on_piece,
+                          const std::function<void()>& on_resume = {},
+                          std::size_t max_text = std::size_t{4} << 20) {
+  int ranges = 0;
+  for (;;) {
+    ProcessOutput::Piece piece;
+    if (!output.claim(piece, max_text)) {
+      if (output.settle()) break;
+      continue;
+    }
+    Record record;
+    record.id = id;
+    switch (piece.kind) {
+      case ProcessOutput::Piece::Kind::text:
+        record = Record{kOutputKind, id, piece.stream + 1, std::string(piece.bytes)};
+        break;
+      case ProcessOutput::Piece::Kind::range:
+        ++ranges;
+        record = Record{kOutputKind, id, 1, read_at(piece.memfd, piece.from, piece.to)};
+        break;
+      case ProcessOutput::Piece::Kind::end:
+        record = piece.failed ? Record{kErrorKind, id, 0, piece.reason}
+                              : Record{kExitKind, id, piece.status.code,
+                                       exit_how_name(piece.status)};
+        break;
+      case ProcessOutput::Piece::Kind::none:
+        break;
+    }
+    if (output.commit() && on_resume) on_resume();
+    on_piece(record);
+  }
+  return ranges;
+}
 
 // An Engine with the main thread's side of the wake pipe, and helpers to run
 // code on the engine thread and to wait for records with a deadline.
@@ -66,17 +117,28 @@ class EngineHarness {
   }
 
   // Drains records into ON_RECORD (or records()) until PREDICATE holds or
-  // TIMEOUT passes; returns whether it held.
+  // TIMEOUT passes; returns whether it held.  A process's output is
+  // delivered as records (see deliver_output), and any resume it asks for
+  // is posted to the engine's table.
   bool wait_until(const std::function<bool()>& predicate,
                   std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
     auto deadline = Clock::now() + timeout;
+    auto keep = [this](Record& record) {
+      if (on_record) {
+        on_record(record);
+      } else {
+        records_.push_back(std::move(record));
+      }
+    };
     for (;;) {
       for (auto& record : engine_->drain()) {
-        if (on_record) {
-          on_record(record);
-        } else {
-          records_.push_back(std::move(record));
+        if (record.kind != RecordKind::process_ready) {
+          keep(record);
+          continue;
         }
+        ranges_[record.id] += deliver_output(record.id, *record.output, keep,
+                                             resumer(record.id));
+        ++readies_[record.id];
       }
       if (predicate()) return true;
       if (Clock::now() >= deadline) return false;
@@ -89,6 +151,29 @@ class EngineHarness {
   }
 
   std::vector<Record>& records() { return records_; }
+  // Drains what waits now into INTO, a process's output delivered as
+  // records (see deliver_output), without waiting.
+  void take(std::vector<Record>& into) {
+    for (auto& record : engine_->drain()) {
+      if (record.kind != RecordKind::process_ready) {
+        into.push_back(std::move(record));
+        continue;
+      }
+      ranges_[record.id] += deliver_output(
+          record.id, *record.output, [&into](Record& piece) { into.push_back(std::move(piece)); },
+          resumer(record.id));
+    }
+  }
+  // How many pieces of ID's stdout came as ranges of its memfd, and how
+  // many times its consumer was told.
+  int ranges_of(std::uint64_t id) const {
+    auto found = ranges_.find(id);
+    return found == ranges_.end() ? 0 : found->second;
+  }
+  int readies_of(std::uint64_t id) const {
+    auto found = readies_.find(id);
+    return found == readies_.end() ? 0 : found->second;
+  }
 
   // When set, wait_until hands records here instead of keeping them.
   std::function<void(Record&)> on_record;
@@ -96,26 +181,35 @@ class EngineHarness {
   int exits_of(std::uint64_t id) const {
     int count = 0;
     for (const auto& record : records_)
-      if (record.kind == RecordKind::process_exit && record.id == id) ++count;
+      if ((record.kind == kExitKind || record.kind == kErrorKind) && record.id == id) ++count;
     return count;
   }
   const Record* exit_of(std::uint64_t id) const {
     for (const auto& record : records_)
-      if (record.kind == RecordKind::process_exit && record.id == id) return &record;
+      if ((record.kind == kExitKind || record.kind == kErrorKind) && record.id == id) return &record;
     return nullptr;
   }
   std::string output_of(std::uint64_t id, int code) const {
     std::string all;
     for (const auto& record : records_)
-      if (record.kind == RecordKind::process_output && record.id == id && record.code == code)
+      if (record.kind == kOutputKind && record.id == id && record.code == code)
         all += record.data;
     return all;
   }
 
  private:
+  // Reads ID's output again in the engine's table.
+  std::function<void()> resumer(std::uint64_t id) {
+    return [this, id] {
+      engine_->post([id](Engine& engine) { engine.service<ProcessTable>().resume(id); });
+    };
+  }
+
   int wake_read_ = -1;
   std::unique_ptr<Engine> engine_;
   std::vector<Record> records_;
+  std::map<std::uint64_t, int> ranges_;
+  std::map<std::uint64_t, int> readies_;
 };
 
 }  // namespace fastrevert::test

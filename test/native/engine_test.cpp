@@ -247,37 +247,6 @@ TEST_CASE("an exception thrown by a command becomes a notice record", "[engine]"
   REQUIRE(records.front().data.find("boom") != std::string::npos);
 }
 
-TEST_CASE("coalesced records of one stream merge until drained, in order", "[engine]") {
-  WakePipe wake;
-  Engine engine(wake.write_fd);
-  run_on_engine(engine, [](Engine& e) {
-    e.emit_coalesced(Record{RecordKind::process_output, 1, 1, "a"});
-    e.emit_coalesced(Record{RecordKind::process_output, 1, 2, "x"});
-    e.emit_coalesced(Record{RecordKind::process_output, 2, 1, "p"});
-    e.emit_coalesced(Record{RecordKind::process_output, 1, 1, "b"});
-    e.emit_coalesced(Record{RecordKind::process_output, 1, 2, "y"});
-    e.emit_coalesced(Record{RecordKind::process_output, 1, 1, "c"});
-  });
-  REQUIRE(wake.wait_readable(std::chrono::seconds(5)));
-  REQUIRE(wake.take_bytes() == 1);
-  auto records = engine.drain();
-  REQUIRE(records.size() == 3);
-  REQUIRE(records[0].data == "abc");
-  REQUIRE(records[1].data == "xy");
-  REQUIRE(records[2].data == "p");
-
-  // After a drain, the stream starts a new record.
-  run_on_engine(engine, [](Engine& e) {
-    e.emit_coalesced(Record{RecordKind::process_output, 1, 1, "d"});
-    e.emit(Record{RecordKind::process_exit, 1, 0, ""});
-  });
-  REQUIRE(wake.wait_readable(std::chrono::seconds(5)));
-  records = engine.drain();
-  REQUIRE(records.size() == 2);
-  REQUIRE(records[0].data == "d");
-  REQUIRE(records[1].kind == RecordKind::process_exit);
-}
-
 TEST_CASE("wait_for_records returns as soon as a record is emitted, or at the timeout",
           "[engine]") {
   WakePipe pipe;
@@ -341,31 +310,6 @@ TEST_CASE("a drain ends with the records that waited when it began", "[engine]")
   REQUIRE(wake.take_bytes() >= 1);
   REQUIRE(engine.take(record, engine.begin_drain()));
   REQUIRE(record.id == 2);
-}
-
-TEST_CASE("a stream taken record by record keeps coalescing into its newest record",
-          "[engine]") {
-  WakePipe wake;
-  Engine engine(wake.write_fd);
-  run_on_engine(engine, [](Engine& e) {
-    e.emit_coalesced(Record{RecordKind::process_output, 7, 1, "a"});
-    e.emit(Record{RecordKind::echo, 0, 0, ""});
-    e.emit_coalesced(Record{RecordKind::process_output, 7, 1, "b"});
-  });
-  std::uint64_t end = engine.begin_drain();
-  Record record;
-  REQUIRE(engine.take(record, end));
-  REQUIRE(record.data == "ab");
-  // "ab" is being delivered: new bytes go to a record after it, never to
-  // the one already taken.
-  run_on_engine(engine, [](Engine& e) {
-    e.emit_coalesced(Record{RecordKind::process_output, 7, 1, "c"});
-  });
-  REQUIRE(engine.take(record, end));
-  REQUIRE(record.kind == RecordKind::echo);
-  REQUIRE(engine.take(record, engine.begin_drain()));
-  REQUIRE(record.data == "c");
-  REQUIRE_FALSE(engine.take(record, engine.begin_drain()));
 }
 
 TEST_CASE("held wakes write no byte and the last release writes one for waiting records",
@@ -433,9 +377,8 @@ TEST_CASE("stopping from a frame that holds the engine leaves it usable until re
 
 TEST_CASE("every record kind has the name Lisp knows it by, in the order of the enum", "[engine]") {
   // The order of `fastrevert--record-kinds' in lisp/fastrevert-engine.el.
-  const char* const lisp_names[] = {"echo",         "notice",         "file-changed",
-                                    "file-watched", "process-output", "process-exit",
-                                    "process-error"};
+  const char* const lisp_names[] = {"echo",         "notice",        "file-changed",
+                                    "file-watched", "process-ready", "vc-changed"};
   for (std::size_t i = 0; i < std::size(lisp_names); ++i) {
     CHECK(std::string(fastrevert::record_kind_name(static_cast<RecordKind>(i))) == lisp_names[i]);
   }

@@ -235,3 +235,38 @@ TEST_CASE("raw framer passes everything at once", "[framing]") {
   CHECK(framer->take() == "no newline");
   CHECK(framer->flush().empty());
 }
+
+TEST_CASE("a unit too long to wait for goes in pieces that join up to it", "[framing]") {
+  SECTION("lines") {
+    auto framer = make_framer(Framing::lines);
+    framer->append("one\ntwo half ");
+    // The complete line and the started one go; the framer goes on with the
+    // line as if its start were still held.
+    CHECK(framer->take_unfinished() == "one\ntwo half ");
+    framer->append("and the rest\nthree");
+    CHECK(framer->take() == "and the rest\n");
+    CHECK(framer->flush() == "three");
+  }
+  SECTION("lsp") {
+    auto framer = make_framer(Framing::lsp);
+    std::string body(100, 'b');
+    std::string message = lsp_message(body);
+    std::string next = lsp_message("{}");
+    // The header block has not ended: the unit cannot be cut yet.
+    framer->append(message.substr(0, 10));
+    CHECK(framer->take_unfinished().empty());
+    framer->append(message.substr(10, 40));
+    std::string pieces = framer->take_unfinished();
+    CHECK(pieces == message.substr(0, 50));
+    framer->append(message.substr(50, 30));
+    pieces += framer->take_unfinished();
+    framer->append(message.substr(80) + next);
+    // The rest of the body ends the unit where its length says: the next
+    // message is framed whole after it.
+    pieces += framer->take();
+    CHECK(pieces == message + next);
+    CHECK_FALSE(framer->broken());
+    framer->append(next);
+    CHECK(framer->take() == next);
+  }
+}

@@ -390,14 +390,14 @@ std::string order_fault(EngineHarness& harness, std::uint64_t id, const std::str
   int exits = 0;
   for (const Record& record : harness.records()) {
     if (record.id != id) continue;
-    if (record.kind == RecordKind::process_exit) {
+    if (record.kind == test::kExitKind) {
       ++exits;
       if (record.data != "exited" || record.code != 0) {
         return "it ended as " + record.data + " " + std::to_string(record.code);
       }
-    } else if (record.kind == RecordKind::process_output) {
+    } else if (record.kind == test::kOutputKind) {
       if (exits > 0) return "output came after its exit record";
-      if (record.code != static_cast<int>(OutputCode::stdout_bytes)) {
+      if (record.code != 1) {
         return "output on stream " + std::to_string(record.code);
       }
       output += record.data;

@@ -70,14 +70,14 @@ TEST_CASE("process table delivers each stream in order and the exit record after
   CHECK(harness.output_of(1, 1) == expected_out);
   CHECK(harness.output_of(1, 2) == expected_err);
   const Record& last = harness.records().back();
-  CHECK(last.kind == RecordKind::process_exit);
+  CHECK(last.kind == test::kExitKind);
   CHECK(last.id == 1);
   CHECK(last.data == "exited");
   CHECK(last.code == 3);
   // Nothing more arrives for it.
   harness.wait_until([] { return false; }, std::chrono::milliseconds(100));
   CHECK(harness.exits_of(1) == 1);
-  CHECK(harness.records().back().kind == RecordKind::process_exit);
+  CHECK(harness.records().back().kind == test::kExitKind);
   harness.with_table([](ProcessTable& table) { CHECK_FALSE(table.contains(1)); });
 }
 
@@ -116,13 +116,13 @@ TEST_CASE("process table carries 100 MB of stdin through cat byte for byte", "[p
   std::string how;
   harness.on_record = [&](Record& record) {
     if (record.id != 1) return;
-    if (record.kind == RecordKind::process_output) {
+    if (record.kind == test::kOutputKind) {
       if (offset + record.data.size() > size ||
           input->compare(offset, record.data.size(), record.data) != 0) {
         intact = false;
       }
       offset += record.data.size();
-    } else if (record.kind == RecordKind::process_exit) {
+    } else if (record.kind == test::kExitKind) {
       exited = true;
       status = static_cast<int>(record.code);
       how = record.data;
@@ -158,7 +158,7 @@ TEST_CASE("process table keeps a child that closed stdout early until it exits",
   CHECK(harness.output_of(1, 2) == "late\n");
   CHECK(harness.exit_of(1)->data == "exited");
   CHECK(harness.exit_of(1)->code == 4);
-  CHECK(harness.records().back().kind == RecordKind::process_exit);
+  CHECK(harness.records().back().kind == test::kExitKind);
 }
 
 TEST_CASE("process table stops a never-exiting child with the signal it is sent", "[process]") {
@@ -208,10 +208,10 @@ TEST_CASE("process table runs 1,000 concurrent children and reports each one's o
   std::map<std::uint64_t, std::string> outputs;
   std::map<std::uint64_t, int> statuses;
   harness.on_record = [&](Record& record) {
-    if (record.kind == RecordKind::process_output) {
+    if (record.kind == test::kOutputKind) {
       CHECK(statuses.count(record.id) == 0);  // No output after the exit.
       outputs[record.id] += record.data;
-    } else if (record.kind == RecordKind::process_exit) {
+    } else if (record.kind == test::kExitKind) {
       ++exits;
       statuses[record.id] = static_cast<int>(record.code);
     }
@@ -287,7 +287,7 @@ TEST_CASE("process table frames lines and flushes the unterminated tail at end o
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
   std::vector<std::string> chunks;
   for (const auto& record : harness.records())
-    if (record.kind == RecordKind::process_output) chunks.push_back(record.data);
+    if (record.kind == test::kOutputKind) chunks.push_back(record.data);
   REQUIRE_FALSE(chunks.empty());
   CHECK(chunks.back() == "tail");
   for (std::size_t i = 0; i + 1 < chunks.size(); ++i) CHECK(chunks[i].back() == '\n');
@@ -309,7 +309,7 @@ TEST_CASE("process table frames LSP messages and reports broken framing once", "
   std::vector<std::string> chunks;
   int notices = 0;
   for (const auto& record : harness.records()) {
-    if (record.kind == RecordKind::process_output && record.id == 1) chunks.push_back(record.data);
+    if (record.kind == test::kOutputKind && record.id == 1) chunks.push_back(record.data);
     if (record.kind == RecordKind::notice && record.id == 2) ++notices;
   }
   CHECK(harness.output_of(1, 1) == "Content-Length: 2\r\n\r\n{}Content-Length: 3\r\n\r\n[1]");
@@ -407,7 +407,7 @@ TEST_CASE("process table frames stderr separately from stdout", "[process]") {
   });
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
   for (const auto& record : harness.records()) {
-    if (record.kind == RecordKind::process_output && record.code == 2) {
+    if (record.kind == test::kOutputKind && record.code == 2) {
       CHECK(record.data == "warning\n");
     }
   }
@@ -417,31 +417,6 @@ TEST_CASE("process table frames stderr separately from stdout", "[process]") {
 namespace {
 
 // The whole contents of the file behind FD.
-std::string file_contents(int fd) {
-  std::string bytes;
-  char buffer[65536];
-  off_t offset = 0;
-  for (;;) {
-    ssize_t got = pread(fd, buffer, sizeof buffer, offset);
-    if (got <= 0) break;
-    bytes.append(buffer, static_cast<std::size_t>(got));
-    offset += got;
-  }
-  return bytes;
-}
-
-// The descriptors of the memfds handed over for ID, in order; each is the
-// test's to close.
-std::vector<int> memfds_of(const std::vector<Record>& records, std::uint64_t id) {
-  std::vector<int> fds;
-  for (const auto& record : records) {
-    if (record.kind == RecordKind::process_output && record.id == id &&
-        record.code == ProcessTable::kStdoutMemfdCode)
-      fds.push_back(std::stoi(record.data));
-  }
-  return fds;
-}
-
 // The number of descriptors open in this process.
 int open_descriptors() {
   int count = 0;
@@ -449,29 +424,9 @@ int open_descriptors() {
   return count;
 }
 
-// The (end, tail) entries of ID's range records, in order.
-std::vector<std::pair<std::uint64_t, std::string>> range_entries(const std::vector<Record>& records,
-                                                                 std::uint64_t id) {
-  std::vector<std::pair<std::uint64_t, std::string>> entries;
-  for (const auto& record : records) {
-    if (record.kind != RecordKind::process_output || record.id != id ||
-        record.code != ProcessTable::kStdoutRangeCode)
-      continue;
-    REQUIRE(record.data.size() % ProcessTable::kRangeEntrySize == 0);
-    for (std::size_t at = 0; at < record.data.size(); at += ProcessTable::kRangeEntrySize) {
-      std::uint64_t end = 0;
-      for (int i = 0; i < 8; ++i)
-        end |= static_cast<std::uint64_t>(static_cast<unsigned char>(record.data[at + i]))
-               << (8 * i);
-      entries.emplace_back(end, record.data.substr(at + 8, 4));
-    }
-  }
-  return entries;
-}
-
 }  // namespace
 
-TEST_CASE("process table writes stdout to a memfd and reports ranges of it", "[process]") {
+TEST_CASE("process table writes stdout to a memfd and delivers ranges of it", "[process]") {
   EngineHarness harness;
   std::string expected = pattern_bytes(3 << 20, 7);
   TempDir dir;
@@ -486,24 +441,15 @@ TEST_CASE("process table writes stdout to a memfd and reports ranges of it", "[p
     table.start(2, shell("printf ab"), {});
   });
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0 && harness.exits_of(2) > 0; }));
-  CHECK(harness.output_of(1, 1).empty());
+  CHECK(harness.output_of(1, 1) == expected);
   CHECK(harness.output_of(1, 2) == "err\n");
-  std::vector<int> memfds = memfds_of(harness.records(), 1);
-  REQUIRE(memfds.size() == 1);
-  CHECK(file_contents(memfds[0]) == expected);
-  close(memfds[0]);
-  auto entries = range_entries(harness.records(), 1);
-  REQUIRE_FALSE(entries.empty());
-  for (std::size_t i = 1; i < entries.size(); ++i) CHECK(entries[i - 1].first < entries[i].first);
-  CHECK(entries.back().first == expected.size());
-  CHECK(entries.back().second == expected.substr(expected.size() - 4));
+  CHECK(harness.ranges_of(1) > 0);
   // Without a memfd, nothing changes.
   CHECK(harness.output_of(2, 1) == "ab");
-  CHECK(memfds_of(harness.records(), 2).empty());
-  CHECK(range_entries(harness.records(), 2).empty());
+  CHECK(harness.ranges_of(2) == 0);
 }
 
-TEST_CASE("process table pads a short memfd tail and closes its memfd on every path", "[process]") {
+TEST_CASE("process table closes a process's memfd on every path", "[process]") {
   EngineHarness harness;
   ProcessTable::Options options;
   options.stdout_to_memfd = true;
@@ -511,41 +457,36 @@ TEST_CASE("process table pads a short memfd tail and closes its memfd on every p
     int before = open_descriptors();
     harness.with_table([&](ProcessTable& table) { table.start(1, shell("printf ab"), options); });
     REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
-    auto entries = range_entries(harness.records(), 1);
-    REQUIRE(entries.size() == 1);
-    CHECK(entries[0].first == 2);
-    CHECK(entries[0].second == std::string("\0\0ab", 4));
-    std::vector<int> memfds = memfds_of(harness.records(), 1);
-    REQUIRE(memfds.size() == 1);
-    CHECK(file_contents(memfds[0]) == "ab");
-    // The table closes its own descriptors as the child finishes: only the
-    // consumer's is left.
-    CHECK(harness.wait_until([&] { return open_descriptors() == before + 1; }));
-    close(memfds[0]);
+    CHECK(harness.output_of(1, 1) == "ab");
+    CHECK(harness.ranges_of(1) == 1);
+    // The table closes its own descriptors as the child finishes, and the
+    // consumer's goes with the output once delivered.
+    CHECK(harness.wait_until([&] { return open_descriptors() == before; }));
   }
   {
     // A removal while the child runs, after the memfd took over.
     int before = open_descriptors();
-    harness.with_table(
-        [&](ProcessTable& table) { table.start(3, shell("printf x; exec sleep 600"), options); });
-    REQUIRE(harness.wait_until([&] { return !range_entries(harness.records(), 3).empty(); }));
+    std::shared_ptr<ProcessOutput> output;
+    harness.with_table([&](ProcessTable& table) {
+      table.start(3, shell("printf x; exec sleep 600"), options);
+      output = table.output(3);
+    });
+    REQUIRE(harness.wait_until([&] { return harness.ranges_of(3) > 0; }));
     harness.with_table([&](ProcessTable& table) { table.remove(3); });
-    std::vector<int> memfds = memfds_of(harness.records(), 3);
-    REQUIRE(memfds.size() == 1);
-    CHECK(harness.wait_until([&] { return open_descriptors() == before + 1; }));
-    close(memfds[0]);
+    output.reset();
+    CHECK(harness.wait_until([&] { return open_descriptors() == before; }));
   }
 }
 
-TEST_CASE("process table sends a small output as strings and the rest through the memfd",
+TEST_CASE("process table sends a small output as bytes and the rest through the memfd",
           "[process]") {
   EngineHarness harness;
   ProcessTable::Options options;
   options.stdout_to_memfd = true;
   options.memfd_threshold = 1000;
-  // Below the threshold: strings only, and no memfd is made.
+  // Below the threshold: bytes only, and no memfd is made.
   harness.with_table([&](ProcessTable& table) { table.start(1, shell("printf abc"), options); });
-  // Past it: what came before as strings, the rest in the memfd, in order;
+  // Past it: what came before as bytes, the rest in the memfd, in order;
   // the read that crossed the threshold is in the memfd.
   std::string expected = pattern_bytes(200000, 3);
   TempDir dir;
@@ -560,39 +501,14 @@ TEST_CASE("process table sends a small output as strings and the rest through th
     return harness.exits_of(1) > 0 && harness.exits_of(2) > 0 && harness.exits_of(3) > 0;
   }));
   CHECK(harness.output_of(1, 1) == "abc");
-  CHECK(memfds_of(harness.records(), 1).empty());
-  // One burst past the threshold: all of it through the memfd.
-  CHECK(harness.output_of(3, 1).empty());
-  std::vector<int> burst = memfds_of(harness.records(), 3);
-  REQUIRE(burst.size() == 1);
-  CHECK(file_contents(burst[0]) == expected);
-  close(burst[0]);
-  std::string strings = harness.output_of(2, 1);
-  CHECK(strings == expected.substr(0, 600));
-  std::vector<int> memfds = memfds_of(harness.records(), 2);
-  REQUIRE(memfds.size() == 1);
-  CHECK(strings + file_contents(memfds[0]) == expected);
-  auto entries = range_entries(harness.records(), 2);
-  REQUIRE_FALSE(entries.empty());
-  CHECK(entries.back().first == expected.size() - strings.size());
-  // The hand-over comes after the last string and before the first range.
-  std::size_t last_string = 0;
-  std::size_t handover = 0;
-  std::size_t first_range = 0;
-  for (std::size_t i = 0; i < harness.records().size(); ++i) {
-    const Record& record = harness.records()[i];
-    if (record.id != 2 || record.kind != RecordKind::process_output) continue;
-    if (record.code == 1) last_string = i;
-    if (record.code == ProcessTable::kStdoutMemfdCode) handover = i;
-    if (record.code == ProcessTable::kStdoutRangeCode && first_range == 0) first_range = i;
-  }
-  CHECK(last_string < handover);
-  CHECK(handover < first_range);
-  close(memfds[0]);
+  CHECK(harness.ranges_of(1) == 0);
+  CHECK(harness.output_of(3, 1) == expected);
+  CHECK(harness.ranges_of(3) > 0);
+  CHECK(harness.output_of(2, 1) == expected);
+  CHECK(harness.ranges_of(2) > 0);
 }
 
-TEST_CASE("strings that follow a failed memfd come after its ranges, not in a string before them",
-          "[process]") {
+TEST_CASE("bytes that follow a failed memfd come after its ranges", "[process]") {
   EngineHarness harness;
   ProcessTable::Options options;
   options.stdout_to_memfd = true;
@@ -603,9 +519,8 @@ TEST_CASE("strings that follow a failed memfd come after its ranges, not in a st
   TempDir dir;
   std::string file = dir / "output";
   write_file(file, expected);
-  // A string record first, then the memfd until its writes fail, then
-  // strings again; nothing is drained meanwhile, so the first string
-  // record is still there to be extended.
+  // Bytes first, then the memfd until its writes fail, then bytes again;
+  // nothing is delivered meanwhile.
   harness.with_table([&](ProcessTable& table) {
     table.start(1,
                 shell("head -c 10000 " + file + "; sleep 0.1; tail -c +10001 " + file),
@@ -619,32 +534,13 @@ TEST_CASE("strings that follow a failed memfd come after its ranges, not in a st
   }
   REQUIRE_FALSE(running);
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
-  // The stream as a consumer rebuilds it: strings as they come, and the
-  // memfd up to where each range record says.
-  std::string stream;
-  int memfd = -1;
-  std::uint64_t consumed = 0;
   int notices = 0;
-  for (const Record& record : harness.records()) {
-    if (record.kind == RecordKind::notice) ++notices;
-    if (record.kind != RecordKind::process_output || record.id != 1) continue;
-    if (record.code == static_cast<int>(OutputCode::stdout_bytes)) {
-      stream += record.data;
-    } else if (record.code == ProcessTable::kStdoutMemfdCode) {
-      memfd = std::stoi(record.data);
-    } else if (record.code == ProcessTable::kStdoutRangeCode) {
-      REQUIRE(memfd >= 0);
-      std::uint64_t end = range_entries({record}, 1).back().first;
-      stream += file_contents(memfd).substr(consumed, end - consumed);
-      consumed = end;
-    }
-  }
+  for (const Record& record : harness.records()) notices += record.kind == RecordKind::notice;
   CHECK(notices == 1);
-  CHECK(consumed > 0);
-  CHECK(consumed <= 100000);
+  CHECK(harness.ranges_of(1) > 0);
+  std::string stream = harness.output_of(1, 1);
   CHECK(stream.size() == expected.size());
   CHECK(stream == expected);
-  if (memfd >= 0) close(memfd);
 }
 
 namespace {
@@ -701,7 +597,7 @@ TEST_CASE("a child handed from table to table mid-output keeps every byte, in or
   CHECK(harness.exit_of(1)->data == "exited");
   if (framing == Framing::lines) {
     for (const auto& record : harness.records()) {
-      if (record.kind == RecordKind::process_output && record.code == 1)
+      if (record.kind == test::kOutputKind && record.code == 1)
         CHECK(record.data.back() == '\n');
     }
   }
@@ -740,33 +636,25 @@ TEST_CASE("a table without a loop runs a child to its end on the thread that pol
   near.start(2, shell("head -c 100000 /dev/zero"), options);
   std::vector<Record> records;
   REQUIRE(serve_until(near, [&] {
-    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
+    harness.take(records);
     int exits = 0;
-    for (const auto& record : records) exits += record.kind == RecordKind::process_exit;
+    for (const auto& record : records) exits += record.kind == test::kExitKind;
     return exits == 2;
   }));
   CHECK(near.size() == 0);
   std::string out;
   std::string err;
-  std::uint64_t in_memfd = 0;
+  std::string zeros;
   for (const auto& record : records) {
-    if (record.kind != RecordKind::process_output) continue;
+    if (record.kind != test::kOutputKind) continue;
     if (record.id == 1 && record.code == 1) out += record.data;
     if (record.id == 1 && record.code == 2) err += record.data;
-    if (record.id == 2 && record.code == ProcessTable::kStdoutMemfdCode)
-      close(std::stoi(record.data));
-    if (record.id == 2 && record.code == ProcessTable::kStdoutRangeCode) {
-      for (int i = 0; i < 8; ++i)
-        in_memfd = (in_memfd & ~(0xffull << (8 * i))) |
-                   static_cast<std::uint64_t>(static_cast<unsigned char>(
-                       record.data[record.data.size() - ProcessTable::kRangeEntrySize + i]))
-                       << (8 * i);
-    }
+    if (record.id == 2 && record.code == 1) zeros += record.data;
   }
   CHECK(out == "small");
   CHECK(err == "err\n");
-  CHECK(in_memfd > 0);
-  CHECK(in_memfd <= 100000);
+  CHECK(zeros == std::string(100000, '\0'));
+  CHECK(harness.ranges_of(2) > 0);
 }
 
 TEST_CASE("a young child's exit alone is watched, and its output is read with it", "[process]") {
@@ -786,16 +674,16 @@ TEST_CASE("a young child's exit alone is watched, and its output is read with it
     std::vector<Record> records;
     auto deadline = Clock::now() + std::chrono::seconds(20);
     while (std::none_of(records.begin(), records.end(),
-                        [](const Record& r) { return r.kind == RecordKind::process_exit; })) {
+                        [](const Record& r) { return r.kind == test::kExitKind; })) {
       REQUIRE(Clock::now() < deadline);
       poll(fds.data(), fds.size(), 10);
       near.serve(fds, owners);
-      for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
+      harness.take(records);
     }
     std::string out;
     for (const auto& record : records) {
       CHECK(record.id == 2);
-      if (record.kind == RecordKind::process_output && record.code == 1) out += record.data;
+      if (record.kind == test::kOutputKind && record.code == 1) out += record.data;
     }
     CHECK(out == "abc");
     pid_t pid = near.pid(1);
@@ -821,7 +709,7 @@ TEST_CASE("a young child's exit alone is watched, and its output is read with it
     REQUIRE(poll(fds.data(), fds.size(), 20000) > 0);
     ++woken;
     near.serve(fds, owners);
-    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
+    harness.take(records);
   }
   CHECK(woken == 1);
   std::string out;
@@ -829,8 +717,8 @@ TEST_CASE("a young child's exit alone is watched, and its output is read with it
   int exits = 0;
   for (const auto& record : records) {
     CHECK(record.id == 2);
-    if (record.kind == RecordKind::process_output) (record.code == 1 ? out : err) += record.data;
-    exits += record.kind == RecordKind::process_exit;
+    if (record.kind == test::kOutputKind) (record.code == 1 ? out : err) += record.data;
+    exits += record.kind == test::kExitKind;
   }
   CHECK(out == "abc");
   CHECK(err == "def\n");
@@ -841,10 +729,8 @@ TEST_CASE("a young child's exit alone is watched, and its output is read with it
   CHECK(is_gone(pid));
 }
 
-TEST_CASE(
-    "process table gives up a child whose output it cannot read with an error record "
-    "before its exit",
-    "[process]") {
+TEST_CASE("process table gives up a child whose output it cannot read, ending it with the reason",
+          "[process]") {
   EngineHarness harness;
   harness.with_table([](ProcessTable& table) {
     ProcessTable::Options failing;
@@ -852,12 +738,12 @@ TEST_CASE(
     table.start(1, shell("echo lost; exec sleep 1000"), failing);
   });
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
-  REQUIRE(harness.records().front().kind == RecordKind::process_error);
-  CHECK(harness.records().front().id == 1);
   // The child was killed: its output could no longer be delivered whole.
-  const Record* exit = harness.exit_of(1);
-  CHECK(exit->data == "signaled");
-  CHECK(exit->code == SIGKILL);
+  // Its end says why, and nothing follows it.
+  const Record* end = harness.exit_of(1);
+  CHECK(end->kind == test::kErrorKind);
+  CHECK(end->data.find("out of memory") != std::string::npos);
+  CHECK(harness.exits_of(1) == 1);
   CHECK(harness.output_of(1, 1).empty());
   // The engine thread lives on and serves the next child.
   harness.with_table([](ProcessTable& table) { table.start(2, shell("echo fine"), {}); });
@@ -874,11 +760,11 @@ TEST_CASE("process table reads a child whatever first read size it is given", "[
     table.start(1, shell("head -c 300000 /dev/zero"), huge);
   });
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
-  for (const auto& record : harness.records()) CHECK(record.kind != RecordKind::process_error);
+  for (const auto& record : harness.records()) CHECK(record.kind != test::kErrorKind);
   CHECK(harness.output_of(1, 1) == std::string(300000, '\0'));
 }
 
-TEST_CASE("a table without a loop turns a failed read into an error record and not an exception",
+TEST_CASE("a table without a loop turns a failed read into the child's end and not an exception",
           "[process]") {
   EngineHarness harness;
   ProcessTable near(harness.engine(), nullptr, Engine::Wake::no);
@@ -887,68 +773,93 @@ TEST_CASE("a table without a loop turns a failed read into an error record and n
   near.start(1, shell("echo lost"), failing);
   std::vector<Record> records;
   REQUIRE(serve_until(near, [&] {
-    for (auto& record : harness.engine().drain()) records.push_back(std::move(record));
+    harness.take(records);
     for (const auto& record : records)
-      if (record.kind == RecordKind::process_exit) return true;
+      if (record.kind == test::kErrorKind) return true;
     return false;
   }));
-  REQUIRE(records.size() >= 2);
-  CHECK(records.front().kind == RecordKind::process_error);
-  CHECK(records.back().kind == RecordKind::process_exit);
+  CHECK(records.back().kind == test::kErrorKind);
+  for (const auto& record : records) CHECK(record.kind != test::kExitKind);
 }
 
-TEST_CASE("a child that outruns Emacs waits on its pipe and its undrained output stays bounded",
+TEST_CASE("a child that outruns Emacs waits on its pipe, its output within its backlog",
           "[process]") {
   EngineHarness harness;
   const std::size_t total = std::size_t{96} << 20;
+  auto framing = GENERATE(Framing::none, Framing::lines);
+  auto to_memfd = GENERATE(false, true);
+  ProcessTable::Options options;
+  options.framing = framing;
+  options.stdout_to_memfd = to_memfd && framing == Framing::none;
+  std::uint64_t backlog = std::uint64_t{8} << 20;
+  ProcessOutput::Config config;
+  config.backlog = backlog;
+  options.output = std::make_shared<ProcessOutput>(config);
+  std::shared_ptr<ProcessOutput> output = options.output;
+  INFO("framing " << static_cast<int>(framing) << ", memfd " << options.stdout_to_memfd);
   harness.with_table([&](ProcessTable& table) {
-    table.start(1, shell("head -c " + std::to_string(total) + " /dev/zero"), {});
+    // Lines of 100 bytes, so that framing cuts them.
+    table.start(1,
+                shell("yes " + std::string(98, 'y') + " | head -c " + std::to_string(total)),
+                options);
   });
-  Engine& engine = harness.engine();
-  // Nobody drains: the engine reads up to its limit and stops there.
+  // Nobody delivers: the engine reads up to the backlog and stops there,
+  // having read one read beyond it at most.
   auto deadline = Clock::now() + std::chrono::seconds(20);
-  while (engine.undrained_bytes() < (std::size_t{16} << 20) && Clock::now() < deadline) {
+  while (output->waiting() < backlog && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
-  REQUIRE(engine.undrained_bytes() >= (std::size_t{16} << 20));
-  // Without the limit the whole output would pile up within a second.
-  deadline = Clock::now() + std::chrono::seconds(2);
-  while (engine.undrained_bytes() <= (std::size_t{24} << 20) && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  CHECK(engine.undrained_bytes() <= (std::size_t{24} << 20));
-  // Taking the output lets the child finish, every byte in order.
+  REQUIRE(output->waiting() >= backlog);
+  // Without the bound the whole output would pile up within a second.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  std::uint64_t one_read = kDefaultMaxReadSize;
+  CHECK(output->waiting() <= backlog + one_read);
+  CHECK(output->overrun() <= one_read);
+  // Delivering lets the child finish, every byte in order.
   std::size_t received = 0;
-  bool zeros = true;
+  bool intact = true;
   harness.on_record = [&](Record& record) {
-    if (record.kind == RecordKind::process_output && record.id == 1) {
+    if (record.kind == test::kOutputKind && record.id == 1) {
+      // Lines of 98 "y" and a newline.
+      for (std::size_t at = 0; at < record.data.size(); ++at) {
+        char want = (received + at) % 99 == 98 ? '\n' : 'y';
+        if (record.data[at] != want) intact = false;
+      }
       received += record.data.size();
-      zeros = zeros && record.data.find_first_not_of('\0') == std::string::npos;
-    } else if (record.kind == RecordKind::process_exit) {
+    } else if (record.kind == test::kExitKind) {
       harness.records().push_back(std::move(record));
     }
   };
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }, std::chrono::seconds(60)));
   CHECK(received == total);
-  CHECK(zeros);
+  CHECK(intact);
+  CHECK(output->overrun() <= one_read);
 }
 
-TEST_CASE("a drain callback runs on the engine thread once the outbox is taken down", "[engine]") {
+TEST_CASE("a line longer than the backlog goes on in pieces and holds nothing up", "[process]") {
   EngineHarness harness;
-  Engine& engine = harness.engine();
-  std::atomic<int> called{0};
-  harness.with_table([&](ProcessTable&) {
-    engine.emit(Record{RecordKind::echo, 1, 0, std::string(1000, 'x')});
-    engine.when_drained(10, [&called](Engine&) { called.fetch_add(1); });
-  });
-  CHECK(called.load() == 0);
-  Record record;
-  REQUIRE(engine.take(record, engine.begin_drain()));
-  auto deadline = Clock::now() + std::chrono::seconds(10);
-  while (called.load() == 0 && Clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  CHECK(called.load() == 1);
+  ProcessTable::Options options;
+  options.framing = GENERATE(Framing::lines, Framing::lsp);
+  ProcessOutput::Config config;
+  config.backlog = std::uint64_t{1} << 20;
+  options.output = std::make_shared<ProcessOutput>(config);
+  std::shared_ptr<ProcessOutput> output = options.output;
+  std::string body(std::size_t{6} << 20, 'x');
+  std::string unit = options.framing == Framing::lines
+                         ? body + "\n"
+                         : "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  TempDir dir;
+  std::string file = dir / "unit";
+  write_file(file, unit + unit);
+  harness.with_table([&](ProcessTable& table) { table.start(1, shell("cat " + file), options); });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }, std::chrono::seconds(60)));
+  CHECK(harness.output_of(1, 1) == unit + unit);
+  CHECK(output->overrun() <= kDefaultMaxReadSize);
+  // The pieces of the first unit joined up to it: the second came whole
+  // or in pieces after it, never mixed into it.
+  std::size_t pieces = 0;
+  for (const Record& record : harness.records()) pieces += record.kind == test::kOutputKind;
+  CHECK(pieces > 2);
 }
 
 TEST_CASE("a child the engine cannot adopt is reported lost, with code -1, and reaped",

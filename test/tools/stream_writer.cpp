@@ -3,6 +3,9 @@
 //
 //   fastrevert-test-writer dump SEED LENGTH
 //       prints the stream of SEED and exits.
+//   fastrevert-test-writer chunks SEED LENGTH SIZE PAUSE_US
+//       prints it in writes of SIZE bytes, PAUSE_US microseconds apart, as
+//       a build log or a search streams, and exits.
 //   fastrevert-test-writer write SEED LENGTH PACE QUIT_AT MARKER [close]
 //       prints it at PACE (flood, trickle, stall or mixed, seeded too),
 //       creates the file MARKER, holding its pid, once QUIT_AT bytes are
@@ -13,6 +16,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -51,6 +55,7 @@ bool write_all(const char* bytes, std::size_t size) {
 int usage() {
   std::fprintf(stderr,
                "usage: fastrevert-test-writer dump SEED LENGTH\n"
+               "       fastrevert-test-writer chunks SEED LENGTH SIZE PAUSE_US\n"
                "       fastrevert-test-writer write SEED LENGTH PACE QUIT_AT MARKER [close]\n");
   return 2;
 }
@@ -64,6 +69,16 @@ int main(int argc, char** argv) {
   std::size_t length = std::strtoull(argv[3], nullptr, 10);
   std::string bytes = fastrevert::test::seeded_stream(seed, length).bytes;
   if (command == "dump") return write_all(bytes.data(), bytes.size()) ? 0 : 1;
+  if (command == "chunks") {
+    if (argc < 6) return usage();
+    std::size_t size = std::max<std::size_t>(1, std::strtoull(argv[4], nullptr, 10));
+    std::uint64_t pause_us = std::strtoull(argv[5], nullptr, 10);
+    for (std::size_t offset = 0; offset < bytes.size(); offset += size) {
+      if (!write_all(bytes.data() + offset, std::min(size, bytes.size() - offset))) return 1;
+      if (pause_us > 0) sleep_us(pause_us);
+    }
+    return 0;
+  }
   if (command != "write" || argc < 7) return usage();
   std::string pace_name = argv[4];
   std::uint64_t quit_at = std::strtoull(argv[5], nullptr, 10);
