@@ -813,9 +813,9 @@ buffers.  Into a buffer: the default filter.  To a filter: it counts what it get
 By lines and LSP: stock's filter splits the stream as clients do (jsonrpc.el's way for
 LSP), fastrevert's gets complete lines or messages from `:framing'.
 
-%s  \"main ms\" is the main thread's own processor time a call (its schedstat), at
-the median round; \"main f/s\" is fastrevert's over stock's (below 1, fastrevert takes
-less).\n\n"
+%s  \"main ms\" is the main thread's own processor
+time a call (its schedstat), at the median round; \"main f/s\" is fastrevert's over
+stock's (below 1, fastrevert takes less).\n\n"
    read-process-output-max fastrevert-bench-workload--timing-text)
   (fastrevert-bench--print-table
    (append (cons "workload" fastrevert-bench-workload--timing-columns)

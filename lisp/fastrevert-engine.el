@@ -485,7 +485,8 @@ happens in slices of `fastrevert--wait-slice' seconds; at least that
 often, Emacs runs what JUST-THIS-ONE allows (see `fastrevert--yield'),
 however busy the engine."
   (let ((got nil)
-        (done nil))
+        (done nil)
+        (drained nil))
     (while (not done)
       ;; One call drains what is ready, or waits up to a slice for it and
       ;; drains it then.  A quit ends the wait, and is taken as the
@@ -496,17 +497,35 @@ however busy the engine."
                             (max 0 (min fastrevert--wait-slice (- deadline (float-time))))
                           fastrevert--wait-slice)
                         #'fastrevert--dispatch))))
+        (when (> handled 0) (setq drained t))
         (setq got (funcall predicate))
         (cond ((or got (and deadline (<= deadline (float-time))))
                (setq done t))
               ((zerop handled)
-               (fastrevert--yield just-this-one))))
+               (fastrevert--yield just-this-one)
+               (setq drained nil))))
       ;; An engine that keeps results ready, call after call, must not
       ;; keep timers from running: they get their turn at least once a
       ;; slice.
       (when (>= (- (float-time) fastrevert--last-yield) fastrevert--wait-slice)
-        (fastrevert--yield just-this-one)))
+        (fastrevert--yield just-this-one)
+        (setq drained nil)))
+    (when drained (fastrevert--take-wake))
     got))
+
+(defun fastrevert--take-wake ()
+  "Read the wake byte the engine wrote for results this wait took itself.
+Left in the pipe, it would be input pending that nothing reads: Emacs
+runs a process's sentinel only when no input is pending, and
+`accept-process-output' on a process that has exited returns without
+reading any, so a loop waiting that way for a stock process's sentinel
+would wait forever.  Runs no timer and no other process's filter."
+  (let ((wake fastrevert--wake-process))
+    (when (process-live-p wake)
+      (fastrevert--mod-hold-wakes t)
+      (unwind-protect
+          (accept-process-output wake 0 nil 1)
+        (fastrevert--mod-hold-wakes nil)))))
 
 (defun fastrevert--yield (just-this-one)
   "Let Emacs run what a wait may run meanwhile, without waiting.

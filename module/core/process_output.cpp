@@ -243,7 +243,7 @@ bool ProcessOutput::claim_locked(int index, Piece& piece, std::size_t max_text) 
       borrow = false;
     }
   }
-  if (size > max_text) {
+  if (size > max_text && !config_.whole_units) {
     std::size_t cut = config_.decode == Decode::utf8
                           ? character_cut(text.substr(0, size), max_text)
                           : max_text;

@@ -63,6 +63,9 @@ class ProcessOutput {
   struct Config {
     std::uint64_t backlog = kDefaultBacklog;
     Decode decode = Decode::bytes;
+    // The producer appends whole units (framed lines or LSP messages): a
+    // piece of text is never cut inside one, whatever the cap.
+    bool whole_units = false;
   };
 
   // The streams, as the consumer numbers them for Lisp.
@@ -151,7 +154,8 @@ class ProcessOutput {
   // ---- The consumer ----
 
   // Claims the next piece into PIECE, text of at most MAX_TEXT bytes
-  // (where the bytes allow a cut), and returns true; false when nothing is
+  // (where the bytes allow a cut: never inside a character, nor inside a
+  // unit under Config::whole_units), and returns true; false when nothing is
   // ready (the end already delivered, or bytes still to come).  Each claim
   // is followed by commit() or release() before the next.
   bool claim(Piece& piece, std::size_t max_text);

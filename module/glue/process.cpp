@@ -348,6 +348,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
   ProcessOutput::Config config;
   config.decode =
       decoding == Decoding::utf8 ? ProcessOutput::Decode::utf8 : ProcessOutput::Decode::bytes;
+  config.whole_units = options.framing != Framing::none;
   if (env.truthy(args[12])) {
     std::int64_t backlog = env.to_integer(args[12]);
     if (backlog <= 0) env.signal("args-out-of-range", env.list({args[12]}));

@@ -116,6 +116,27 @@ is a chunk boundary somewhere."
       (should (string-match-p
                "\\`\\(Content-Length: [0-9]+\r\n\r\n{[^}]*}\\)+\\'" chunk)))))
 
+(ert-deftest fastrevert-process-lsp-framing-delivers-large-messages-whole ()
+  "Messages of megabytes, as a language server's replies are, come whole."
+  (fastrevert-test-with-temp-dir dir
+    (let* ((sizes '(1000000 300000 3000000 10))
+           (file (expand-file-name "stream" dir))
+           (text (mapconcat (lambda (size)
+                              (let ((body (concat "{\"items\":\"" (make-string size ?x) "\"}")))
+                                (format "Content-Length: %d\r\n\r\n%s" (length body) body)))
+                            sizes "")))
+      (let ((coding-system-for-write 'binary))
+        (write-region text nil file nil 'silent))
+      (let ((state (fastrevert-process-test--finish
+                    (fastrevert-process-test--run
+                     :name "lsp-large" :framing 'lsp :coding 'binary
+                     :command (list "cat" file)))))
+        (should (equal (fastrevert-process-test--output state) text))
+        (dolist (chunk (plist-get state :chunks))
+          ;; Every chunk is a whole number of complete messages.
+          (should (string-match-p "\\`\\(Content-Length: [0-9]+\r\n\r\n{[^}]*}\\)+\\'"
+                                  chunk)))))))
+
 (ert-deftest fastrevert-process-decodes-characters-split-across-chunks ()
   (let ((state (fastrevert-process-test--finish
                 (fastrevert-process-test--run
@@ -728,6 +749,36 @@ starts a child that reports the failure and exits with 126."
                 :type 'wrong-type-argument)
   (should-error (fastrevert-process-send-string 'not-a-process "x") :type 'wrong-type-argument)
   (should-error (fastrevert-process-live-p nil) :type 'wrong-type-argument))
+
+(ert-deftest fastrevert-process-wait-leaves-no-wake-byte-to-starve-stock-sentinels ()
+  "A wait that takes the engine's results itself also takes their wake byte.
+Left unread, the byte is pending input, and Emacs runs no sentinel
+while input is pending: a loop of `accept-process-output' on a stock
+process that has exited would never see its sentinel."
+  (fastrevert--engine-ensure)
+  (let* ((got nil)
+         (wakes (plist-get (fastrevert-stats) :wakes))
+         (process (fastrevert-make-process :name "wake" :command '("echo" "hi") :noquery t
+                                           :filter (lambda (_process text) (setq got text)))))
+    ;; Busy, as a command is, until the engine has written its wake byte.
+    (let ((deadline (+ (float-time) 30)))
+      (while (and (<= (plist-get (fastrevert-stats) :wakes) wakes)
+                  (< (float-time) deadline))))
+    (should (> (plist-get (fastrevert-stats) :wakes) wakes))
+    ;; As if timers had just had their turn: the wait takes the result
+    ;; natively and returns at once.
+    (setq fastrevert--last-yield (float-time))
+    (should (fastrevert-accept-process-output process 5))
+    (should (equal got "hi\n"))
+    (let* ((done nil)
+           (stock (make-process :name "stock" :command '("true") :noquery t
+                                :sentinel (lambda (_process _event) (setq done t))))
+           (deadline (+ (float-time) 30)))
+      ;; Busy until it has exited, before its first wait.
+      (while (and (process-live-p stock) (< (float-time) deadline)))
+      (while (and (not done) (< (float-time) deadline))
+        (accept-process-output stock 0.1))
+      (should done))))
 
 (ert-deftest fastrevert-process-accept-process-output-waits-for-output ()
   (let* ((state (fastrevert-process-test--run :name "apo" :command '("sh" "-c" "read x; echo got $x")))

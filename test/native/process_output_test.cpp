@@ -95,6 +95,24 @@ TEST_CASE("process output: a piece given back comes again, first, and whole",
   CHECK(output.waiting() == 0);
 }
 
+TEST_CASE("process output: framed units longer than the cap come whole", "[process_output]") {
+  ProcessOutput::Config config = utf8_config();
+  config.whole_units = true;
+  ProcessOutput output(config);
+  std::string message = "Content-Length: 300000\r\n\r\n" + std::string(300000, 'x');
+  output.append(ProcessOutput::kStdout, message);
+  Piece piece;
+  REQUIRE(output.claim(piece, 1000));
+  CHECK(piece.bytes == message);
+  output.commit();
+  CHECK(output.waiting() == 0);
+  // Unframed, the same bytes come in pieces of the cap.
+  ProcessOutput plain(utf8_config());
+  plain.append(ProcessOutput::kStdout, message);
+  REQUIRE(plain.claim(piece, 1000));
+  CHECK(piece.bytes.size() == 1000);
+}
+
 TEST_CASE("process output: the end comes after every byte of both streams, once",
           "[process_output]") {
   ProcessOutput output(ProcessOutput::Config{});
