@@ -29,6 +29,8 @@
       (error "FASTREVERT_TEST_WRITER names no writer program (ctest sets it)"))
   "The program that prints a seeded stream at a chosen pace.")
 
+(define-error 'fastrevert-process-quit-test-crash "The terminal Emacs died of a signal")
+
 (defconst fastrevert-process-quit-test--length (* 3000 3600)
   "The bytes the child writes.")
 
@@ -114,9 +116,16 @@ caught to result, and exits."
                    (unless ready
                      (setq ready t)
                      (write-region "" nil ,(expand-file-name "ready" dir) nil 'silent))
-                   (if (eq make 'make-process)
-                       (accept-process-output process 0.05)
-                     (fastrevert-accept-process-output process 0.05)))
+                   (cond ((not (eq make 'make-process))
+                          (fastrevert-accept-process-output process 0.05))
+                         ((process-live-p process)
+                          (accept-process-output process 0.05))
+                         ;; Exited: a wait on it reads what is left.  Its
+                         ;; sentinel is not waited for, as stock runs
+                         ;; sentinels only when no input is pending, and
+                         ;; a terminal's replies can be.
+                         (t (accept-process-output process 0)
+                            (setq done t))))
                (quit (funcall count-quit))))
            ;; A quit typed now would leave the results unwritten.
            (let ((inhibit-quit t))
@@ -154,7 +163,7 @@ reached the destination, as bytes, and what the form wrote of itself."
                                  (insert-file-contents file)
                                  (string-to-number (buffer-string)))
                              0))))
-              (while (and (< typed 80) (not (file-exists-p result)))
+              (while (and (< typed 80) (process-live-p emacs) (not (file-exists-p result)))
                 (process-send-string emacs "\C-g")
                 (setq typed (1+ typed))
                 ;; Emacs takes a quit within moments, even on a busy
@@ -165,10 +174,14 @@ reached the destination, as bytes, and what the form wrote of itself."
                                       (max (point-min) (- (point-max) 2000)) (point-max)))))
                   (should (fastrevert-test-wait-for
                            (lambda () (or (>= (funcall taken quits-file) typed)
-                                          (file-exists-p result)))
+                                          (file-exists-p result)
+                                          (not (process-live-p emacs))))
                            20)))
                 ;; This paces the keys; it waits for nothing.
                 (sleep-for 0.03)))
+            (when (eq (process-status emacs) 'signal)
+              (signal 'fastrevert-process-quit-test-crash
+                      (list (process-exit-status emacs))))
             (ert-info ((format "the terminal showed, last: %S"
                                (with-current-buffer screen
                                  (buffer-substring-no-properties
@@ -202,7 +215,16 @@ fastrevert first, then stock with the same seed."
          (stream (fastrevert-process-quit-test--stream seed)))
     (dolist (make '(fastrevert-make-process make-process))
       (ert-info ((format "FASTREVERT_TEST_SEED=%d, %s, %s" seed make shape))
-        (let* ((run (fastrevert-process-quit-test--run make seed shape))
+        (let* ((run (condition-case crash
+                        (fastrevert-process-quit-test--run make seed shape)
+                      (fastrevert-process-quit-test-crash
+                       ;; The terminal Emacs has died of SIGSEGV now and
+                       ;; then in the command-loop shape, stock Emacs
+                       ;; 30.1 with `make-process' as well: that run is
+                       ;; made once more, and must then keep every byte.
+                       (message "%s %s: the terminal Emacs died of signal %S; once more"
+                                make shape (cadr crash))
+                       (fastrevert-process-quit-test--run make seed shape))))
                (out (car run)))
           (message "%s %s: %d bytes of %d, %S" make shape (length out) (length stream) (cdr run))
           ;; Compared outside `should', whose explanation of a difference
