@@ -243,6 +243,19 @@ call's time is up to the end, which is when a user sees it.")
     (funcall thunk)
     (- (float-time) start)))
 
+(defun fastrevert-bench-workload--measure (thunk)
+  "Call THUNK; return (SIZE SECONDS MAIN).
+SIZE is what THUNK returned, SECONDS the time it took up to its
+process's end (see `fastrevert-bench-workload--finished-at'), MAIN the
+main thread's processor time meanwhile."
+  (let ((start (float-time))
+        (main (fastrevert-bench-workload--main-thread-seconds))
+        (fastrevert-bench-workload--finished-at nil))
+    (let ((size (funcall thunk)))
+      (list size
+            (- (or fastrevert-bench-workload--finished-at (float-time)) start)
+            (- (fastrevert-bench-workload--main-thread-seconds) main)))))
+
 (defun fastrevert-bench-workload--rounds (round-seconds)
   "Return the number of rounds for a row whose rounds take ROUND-SECONDS."
   (max (fastrevert-bench-workload--size :min-rounds)
@@ -281,40 +294,18 @@ differed)."
       (let ((stock-seconds 0.0) (native-seconds 0.0)
             (stock-main 0.0) (native-main 0.0))
         (dotimes (call calls)
-          (let (stock-size native-size)
-            (let ((run-stock (lambda ()
-                               (let ((start (float-time))
-                                     (main (fastrevert-bench-workload--main-thread-seconds))
-                                     (fastrevert-bench-workload--finished-at nil))
-                                 (setq stock-size (funcall stock))
-                                 (setq stock-seconds
-                                       (+ stock-seconds
-                                          (- (or fastrevert-bench-workload--finished-at
-                                                 (float-time))
-                                             start))
-                                       stock-main
-                                       (+ stock-main
-                                          (- (fastrevert-bench-workload--main-thread-seconds)
-                                             main))))))
-                  (run-native (lambda ()
-                                (let ((start (float-time))
-                                      (main (fastrevert-bench-workload--main-thread-seconds))
-                                      (fastrevert-bench-workload--finished-at nil))
-                                  (setq native-size (funcall native))
-                                  (setq native-seconds
-                                        (+ native-seconds
-                                           (- (or fastrevert-bench-workload--finished-at
-                                                  (float-time))
-                                              start))
-                                        native-main
-                                        (+ native-main
-                                           (- (fastrevert-bench-workload--main-thread-seconds)
-                                              main)))))))
-              (if (cl-evenp (+ round call))
-                  (progn (funcall run-stock) (funcall run-native))
-                (funcall run-native) (funcall run-stock)))
-            (unless (and (equal stock-size native-size)
-                         (or allow-empty (not (member stock-size '(0 nil)))))
+          ;; The first of each pair alternates.
+          (let* ((stock-first (cl-evenp (+ round call)))
+                 (first (fastrevert-bench-workload--measure (if stock-first stock native)))
+                 (second (fastrevert-bench-workload--measure (if stock-first native stock)))
+                 (stock-run (if stock-first first second))
+                 (native-run (if stock-first second first)))
+            (setq stock-seconds (+ stock-seconds (nth 1 stock-run))
+                  stock-main (+ stock-main (nth 2 stock-run))
+                  native-seconds (+ native-seconds (nth 1 native-run))
+                  native-main (+ native-main (nth 2 native-run)))
+            (unless (and (equal (car stock-run) (car native-run))
+                         (or allow-empty (not (member (car stock-run) '(0 nil)))))
               (setq bad (1+ bad)))))
         (push (/ stock-seconds calls) stock-times)
         (push (/ native-seconds calls) native-times)
