@@ -12,8 +12,10 @@ FUZZ_SECONDS ?= 60
 # ccache lets the package tests' module builds share their compiling.  The
 # remote-file tests run an sshd of their own on loopback, on a "remote" host
 # that has inotifywait, and fswatch for the tests of a host without it.
+# The LSP tests run Debian's clangd under eglot (elpa-eglot on Debian 12;
+# Emacs 30 has eglot built in, so its root goes without) and lsp-mode.
 DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit mercurial ccache \
-  openssh-server openssh-client inotify-tools fswatch
+  openssh-server openssh-client inotify-tools fswatch clangd elpa-eglot elpa-lsp-mode
 
 # The package manager `make deps' speaks to: apt-get where it exists (Debian,
 # Ubuntu), else the first of these found.
@@ -53,7 +55,7 @@ FASTREVERT_BENCH_PROCESS_PLOT ?= $(CURDIR)/bench/fastrevert-bench-process.png
 EMACS30_ROOT     ?= $(HOME)/.cache/fastrevert/trixie-root
 EMACS30_BUILD    ?= build-emacs30
 DEBIAN_MIRROR    ?= http://deb.debian.org/debian
-EMACS30_PACKAGES := $(sort $(DEPS_PACKAGES) make)
+EMACS30_PACKAGES := $(sort $(filter-out elpa-eglot,$(DEPS_PACKAGES)) make)
 # Where the module and compiled Lisp go; empty means lisp/, next to the sources.
 MODULE_DIR       ?=
 

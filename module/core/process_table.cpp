@@ -161,6 +161,13 @@ std::unique_ptr<ProcessTable::Process> ProcessTable::process_from_child(Child& c
   process->err.fd = std::exchange(child.stderr_fd, -1);
   process->stdin_fd = std::exchange(child.stdin_fd, -1);
   process->exit_fd = std::exchange(child.pidfd, -1);
+  // Descriptors with no child of ours behind them (a server that Emacs
+  // started, talking through named pipes): there is nobody to wait for, and
+  // waitpid must never be called on it.  The end comes with end of file.
+  if (process->pid <= 0) {
+    process->reaped = true;
+    process->wait_status = 0;
+  }
   process->out.memfd_wanted = options.stdout_to_memfd;
   process->out.splice_failed = options.memfd_without_splice;
   process->output = options.output ? options.output

@@ -164,7 +164,10 @@ class ProcessTable : public Service {
   // that a spawn error reaches Lisp synchronously; post it in a shared_ptr,
   // since a Command must be copyable), as ID.  Throws std::invalid_argument
   // when ID is in use, or std::logic_error after shutdown(), having killed
-  // and reaped CHILD, so that nothing leaks.
+  // and reaped CHILD, so that nothing leaks.  A CHILD whose pid is -1 is
+  // descriptors alone, with no process of ours behind them (named pipes to
+  // a process someone else started): it is never waited for or signalled,
+  // and it ends, as exited with code 0, once its output reached end of file.
   void adopt(std::uint64_t id, Child child, const Options& options);
 
   // Takes over the child in HANDOVER as ID, going on from where its last

@@ -17,7 +17,9 @@
 
 #include "core/child.h"
 #include "core/engine.h"
+#include "core/fd.h"
 #include "core/framing.h"
+#include "core/named_pipes.h"
 #include "core/pipe.h"
 #include "core/process_output.h"
 #include "core/process_table.h"
@@ -51,6 +53,10 @@ struct LispProcess {
   // Its output is being delivered further up this stack: a filter waits for
   // more there.  That delivery goes on with what comes meanwhile.
   bool delivering = false;
+  // For a process attached to named pipes, the write end that keeps its
+  // output from ending before Lisp says the process has (see
+  // core/named_pipes.h).
+  UniqueFd output_keeper;
 };
 
 std::unordered_map<std::uint64_t, LispProcess>& lisp_processes() {
@@ -378,12 +384,74 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
     return failure;
   }
   pid_t pid = child->pid;
-  if (heard) lisp_processes()[key] = LispProcess{options.output, object, decoding, false};
+  if (heard) {
+    LispProcess& process = lisp_processes()[key];
+    process.output = options.output;
+    process.object = object;
+    process.decoding = decoding;
+  }
   Runtime::Posted posted =
       runtime.adopt(key, std::make_unique<ProcessHandover>(std::move(*child), options));
   if (posted != Runtime::Posted::yes) forget(env, key);
   check_posted(env, posted);
   return env.integer(pid);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 5,
+                 "Make named pipes in DIRECTORY for the engine to run as process ID.\n"
+                 "DIRECTORY is an encoded name of an empty private directory.  The\n"
+                 "engine reads DIRECTORY/out, framed as FRAMING says (nil, `lines' or\n"
+                 "`lsp'), and writes what `fastrevert--mod-process-send' queues to\n"
+                 "DIRECTORY/in; whoever starts the process connects its standard output\n"
+                 "and input to them.  The output goes to PROCESS, a `fastrevert-process',\n"
+                 "as raw bytes; BACKLOG is as for `fastrevert--mod-process-start'.  The\n"
+                 "output does not end before `fastrevert--mod-process-ended' says the\n"
+                 "process has; it ends, as exited with code 0, once the pipe is closed.\n\n"
+                 "(fn ID DIRECTORY FRAMING PROCESS BACKLOG)") {
+  auto key = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  std::string directory = env.to_bytes(args[1]);
+  ProcessTable::Options options;
+  options.framing = framing_arg(env, args[2]);
+  if (!env.truthy(env.call("fastrevert-process-p", {args[3]}))) {
+    env.wrong_type("fastrevert-process-p", args[3]);
+  }
+  ProcessOutput::Config config;
+  config.decode = ProcessOutput::Decode::bytes;
+  config.whole_units = options.framing != Framing::none;
+  if (env.truthy(args[4])) {
+    std::int64_t backlog = env.to_integer(args[4]);
+    if (backlog <= 0) env.signal("args-out-of-range", env.list({args[4]}));
+    config.backlog = static_cast<std::uint64_t>(backlog);
+  }
+  options.output = std::make_shared<ProcessOutput>(config);
+  if (lisp_processes().count(key)) env.signal("args-out-of-range", env.list({args[0]}));
+  check_posted(env, runtime.can_post());
+  NamedPipes pipes = open_named_pipes(directory);
+  Child ends;
+  ends.stdout_fd = pipes.output.release();
+  ends.stdin_fd = pipes.input.release();
+  auto handover = std::make_unique<ProcessHandover>(std::move(ends), options);
+  emacs_value object = env.global(args[3]);
+  LispProcess& process = lisp_processes()[key];
+  process.output = options.output;
+  process.object = object;
+  process.decoding = Decoding::raw;
+  process.output_keeper = std::move(pipes.output_keeper);
+  Runtime::Posted posted = runtime.adopt(key, std::move(handover));
+  if (posted != Runtime::Posted::yes) forget(env, key);
+  check_posted(env, posted);
+  return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-process-ended", mod_process_ended, 1, 1,
+                 "Say that the process behind engine process ID, attached to named pipes\n"
+                 "by `fastrevert--mod-process-attach', has ended: its output ends once\n"
+                 "its own ends of the pipe are closed.\n\n"
+                 "(fn ID)") {
+  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  auto found = lisp_processes().find(id);
+  if (found != lisp_processes().end()) found->second.output_keeper.reset();
+  return env.nil();
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-process-send", mod_process_send, 2, 2,

@@ -1,0 +1,377 @@
+;;; fastrevert-lsp.el --- Language servers on fastrevert's engine -*- lexical-binding: t; -*-
+
+;; This file is part of fastrevert.
+
+;; Keywords: processes, languages
+
+;; This program is free software; you can redistribute it and/or modify
+;; it under the terms of the GNU General Public License as published by
+;; the Free Software Foundation, either version 3 of the License, or
+;; (at your option) any later version.
+
+;;; Commentary:
+
+;; `fastrevert-lsp-mode' runs the connections of eglot (through
+;; jsonrpc) and lsp-mode on fastrevert's engine, with no wrapper program
+;; and no change to the user's server settings.
+;;
+;; The server stays a real Emacs process: Emacs starts it, so
+;; `process-id', `kill-process', `delete-process', `list-processes', its
+;; status and its sentinel are stock.  Only its standard input and
+;; output change hands: they are named pipes in a private directory,
+;; which the engine thread holds.  The engine reads the server's output
+;; as it comes, so the server never waits on a full pipe while Emacs is
+;; busy (up to `fastrevert-lsp-backlog'), frames it into whole
+;; Content-Length messages, and hands the client's filter as many whole
+;; messages at once as have arrived, never a piece of one.  What the
+;; client sends is queued in order and written by the engine, so that a
+;; send never blocks Emacs.  The client's sentinel is told of the
+;; server's end once all its output was delivered, as stock tells it.
+;;
+;; A server is started through /bin/sh, which connects the pipes and
+;; then replaces itself with the server (exec), so the pid is the
+;; server's.  `process-command' still gives the command the client
+;; asked for.
+
+;;; Code:
+
+(require 'cl-lib)
+(require 'fastrevert-process)
+
+(declare-function fastrevert--mod-process-attach "fastrevert-module"
+                  (id directory framing process backlog))
+(declare-function fastrevert--mod-process-ended "fastrevert-module" (id))
+
+(defvar fastrevert-lsp-mode)
+
+(defcustom fastrevert-lsp-backlog (* 128 1024 1024)
+  "The most bytes of a language server's output that may wait for Emacs.
+The engine reads a server's output while Emacs is busy, up to this
+many bytes; past them the server waits on its full pipe, as it waits
+at once with stock Emacs.  A message longer than this reaches the
+client in pieces."
+  :type 'natnum
+  :group 'fastrevert)
+
+(cl-defstruct (fastrevert-lsp--link
+               (:constructor fastrevert-lsp--link-create)
+               (:copier nil))
+  "How a server process that `fastrevert-lsp-mode' carries is wired."
+  (record nil :documentation "The `fastrevert-process' that reads its output.")
+  (command nil :documentation "The command the client started, a list of strings.")
+  (directory nil :documentation "The private directory of its named pipes.")
+  (sentinel nil :documentation "The client's sentinel.")
+  (event nil :documentation "The event of its end, once Emacs has reported it.")
+  (drained nil :documentation "Non-nil once all its output was delivered.")
+  (timer nil :documentation "Ends the wait for output still held by a descendant."))
+
+(defvar fastrevert-lsp--carrying nil
+  "Non-nil while a client starts a server that `fastrevert-lsp-mode' carries.
+A list whose car is the symbol `carrying': the processes started
+meanwhile are pushed onto its cdr.")
+
+(defvar fastrevert-lsp--links 0
+  "How many server processes are carried now.")
+
+(defvar fastrevert-lsp--started 0
+  "How many server processes were carried since Emacs started.")
+
+(defconst fastrevert-lsp--script
+  "exec <\"$1/in\" >\"$1/out\"%s || exit 126; rm -rf -- \"$1\"; shift; exec \"$@\""
+  "The shell script that connects a server to its named pipes.
+Its arguments are the directory of the pipes, the server's program
+and the server's arguments.  %s is where standard error goes, when it
+goes with standard output.")
+
+(defconst fastrevert-lsp--drain-timeout 2
+  "Seconds to wait, after a server ended, for its output to end.
+A server whose descendants keep its standard output open ends this
+long after it was reported, as stock reports it at once.")
+
+(defun fastrevert-lsp--link (process)
+  "Return the link of PROCESS if `fastrevert-lsp-mode' carries it, else nil."
+  (and (processp process) (process-get process 'fastrevert-lsp)))
+
+(defun fastrevert-lsp--carry-p (args)
+  "Return the server's program file if the `make-process' ARGS are carried."
+  (let ((command (plist-get args :command)))
+    (and fastrevert-lsp--carrying
+         (consp command)
+         (cl-every #'stringp command)
+         (if (plist-member args :connection-type)
+             (eq (plist-get args :connection-type) 'pipe)
+           (not process-connection-type))
+         (not (and (plist-get args :file-handler)
+                   (file-remote-p default-directory)))
+         (file-executable-p "/bin/sh")
+         (condition-case nil
+             (progn (fastrevert--engine-ensure) t)
+           (error nil))
+         (executable-find (car command)))))
+
+(defun fastrevert-lsp--forward (process bytes)
+  "Hand BYTES, whole messages from the server of PROCESS, to its filter.
+They are decoded as PROCESS's coding system says, as stock decodes
+output for a filter."
+  (when (memq process (process-list))
+    (let ((coding (car (process-coding-system process))))
+      (funcall (or (process-filter process) #'internal-default-process-filter)
+               process
+               (if (or (null coding) (eq (coding-system-type coding) 'raw-text))
+                   bytes
+                 (decode-coding-string bytes coding t))))))
+
+(defun fastrevert-lsp--finish (process link)
+  "Tell the client's sentinel of PROCESS the end recorded in LINK."
+  (when (timerp (fastrevert-lsp--link-timer link))
+    (cancel-timer (fastrevert-lsp--link-timer link)))
+  (setf (fastrevert-lsp--link-timer link) nil)
+  (when (process-get process 'fastrevert-lsp)
+    (process-put process 'fastrevert-lsp nil)
+    (setq fastrevert-lsp--links (max 0 (1- fastrevert-lsp--links)))
+    (ignore-errors (delete-directory (fastrevert-lsp--link-directory link) t))
+    (fastrevert-lsp--maybe-unadvise)
+    (let ((sentinel (fastrevert-lsp--link-sentinel link)))
+      (when sentinel
+        (fastrevert--process-call "sentinel" sentinel process
+                                  (fastrevert-lsp--link-event link))))))
+
+(defun fastrevert-lsp--output-ended (process link)
+  "Note that all of PROCESS's output was delivered, as LINK records."
+  (setf (fastrevert-lsp--link-drained link) t)
+  (if (fastrevert-lsp--link-event link)
+      (fastrevert-lsp--finish process link)
+    ;; The engine lost the server's output (it was stopped, or gave
+    ;; the stream up): the server cannot go on, and its end is told
+    ;; when Emacs reports it.
+    (when (process-live-p process)
+      (kill-process process))))
+
+(defun fastrevert-lsp--sentinel (process event)
+  "Pass EVENT about PROCESS to the client, once its output is delivered."
+  (let ((link (fastrevert-lsp--link process)))
+    (cond ((not link))
+          ((process-live-p process)
+           (let ((sentinel (fastrevert-lsp--link-sentinel link)))
+             (when sentinel (funcall sentinel process event))))
+          ((fastrevert-lsp--link-event link))
+          (t
+           (setf (fastrevert-lsp--link-event link) event)
+           (if (fastrevert-lsp--link-drained link)
+               (fastrevert-lsp--finish process link)
+             (fastrevert--mod-process-ended
+              (fastrevert--process-id (fastrevert-lsp--link-record link)))
+             (setf (fastrevert-lsp--link-timer link)
+                   (run-at-time fastrevert-lsp--drain-timeout nil
+                                #'fastrevert-lsp--give-up process link)))))))
+
+(defun fastrevert-lsp--give-up (process link)
+  "End the wait for the output of PROCESS (see LINK) and tell its end."
+  (let ((record (fastrevert-lsp--link-record link)))
+    (when (eq (fastrevert--process-status record) 'run)
+      (fastrevert--process-forget record)
+      (setf (fastrevert--process-status record) 'signal)
+      (fastrevert--mod-process-remove (fastrevert--process-id record))))
+  (setf (fastrevert-lsp--link-timer link) nil)
+  (fastrevert-lsp--finish process link))
+
+(defun fastrevert-lsp--take-sentinel (process)
+  "Put the sentinel of PROCESS behind `fastrevert-lsp--sentinel'."
+  (let ((link (fastrevert-lsp--link process))
+        (sentinel (process-sentinel process)))
+    (when (and link (not (eq sentinel #'fastrevert-lsp--sentinel)))
+      (setf (fastrevert-lsp--link-sentinel link) sentinel)
+      (set-process-sentinel process #'fastrevert-lsp--sentinel))))
+
+(defun fastrevert-lsp--start (make-process args program)
+  "Start the server as MAKE-PROCESS would with ARGS, on named pipes.
+PROGRAM is the server's program file."
+  (let* ((command (plist-get args :command))
+         (directory (make-temp-file "fastrevert-lsp" t))
+         (id (fastrevert--process-new-id))
+         (link (fastrevert-lsp--link-create :command command :directory directory))
+         (name (plist-get args :name))
+         process record)
+    (condition-case err
+        (progn
+          (setq record (fastrevert--process-start-record
+                        id (fastrevert--process-unique-name (format "%s" name)) command
+                        nil nil nil nil
+                        (lambda (_record bytes)
+                          (when process (fastrevert-lsp--forward process bytes)))
+                        (lambda (_record _event)
+                          (when process (fastrevert-lsp--output-ended process link)))
+                        'binary 'binary nil fastrevert--engine-generation))
+          (setf (fastrevert-lsp--link-record link) record)
+          (fastrevert--mod-process-attach id (fastrevert--process-encode-file directory)
+                                          'lsp record (max 1 fastrevert-lsp-backlog))
+          (puthash id record fastrevert--processes)
+          (puthash (fastrevert--process-name record) record fastrevert--process-names)
+          (let ((args (copy-sequence args)))
+            (setq args (plist-put
+                        args :command
+                        (append (list "/bin/sh" "-c"
+                                      (format fastrevert-lsp--script
+                                              (if (plist-get args :stderr) "" " 2>&1"))
+                                      "fastrevert-lsp" directory program)
+                                (cdr command))))
+            (setq process (apply make-process args))))
+      ((debug error)
+       (when record
+         (fastrevert--process-forget record)
+         (fastrevert--mod-process-remove id))
+       (ignore-errors (delete-directory directory t))
+       (signal (car err) (cdr err))))
+    (process-put process 'fastrevert-lsp link)
+    (setq fastrevert-lsp--links (1+ fastrevert-lsp--links)
+          fastrevert-lsp--started (1+ fastrevert-lsp--started))
+    (fastrevert-lsp--take-sentinel process)
+    (setcdr fastrevert-lsp--carrying (cons process (cdr fastrevert-lsp--carrying)))
+    process))
+
+;;;; Where the processes are reached
+
+(defun fastrevert-lsp--make-process (make-process &rest args)
+  "Start a carried server if a client asks for one, else call MAKE-PROCESS.
+ARGS are those of `make-process'."
+  (let ((program (fastrevert-lsp--carry-p args)))
+    (if program
+        (fastrevert-lsp--start make-process args program)
+      (apply make-process args))))
+
+(defun fastrevert-lsp--encode (process string)
+  "Return STRING as the bytes that PROCESS is sent, as stock encodes them."
+  (if (multibyte-string-p string)
+      (encode-coding-string string (or (cdr (process-coding-system process)) 'binary) t)
+    string))
+
+(defun fastrevert-lsp--send (process bytes)
+  "Queue BYTES for the server of carried PROCESS."
+  (unless (process-live-p process)
+    (error "Process %s not running" (process-name process)))
+  (fastrevert--mod-process-send
+   (fastrevert--process-id (fastrevert-lsp--link-record (fastrevert-lsp--link process)))
+   bytes))
+
+(defun fastrevert-lsp--send-string (send-string process string)
+  "Queue STRING for the server if PROCESS is carried, else call SEND-STRING."
+  (if (fastrevert-lsp--link process)
+      (progn (fastrevert-lsp--send process (fastrevert-lsp--encode process string)) nil)
+    (funcall send-string process string)))
+
+(defun fastrevert-lsp--send-region (send-region process start end)
+  "Queue START to END for the server if PROCESS is carried, else call SEND-REGION."
+  (if (fastrevert-lsp--link process)
+      (progn (fastrevert-lsp--send process (fastrevert-lsp--encode
+                                            process (buffer-substring-no-properties start end)))
+             nil)
+    (funcall send-region process start end)))
+
+(defun fastrevert-lsp--send-eof (send-eof &optional process)
+  "Close the server's input once sent if PROCESS is carried, else call SEND-EOF."
+  (let ((link (fastrevert-lsp--link process)))
+    (if (not link)
+        (funcall send-eof process)
+      (unless (process-live-p process)
+        (error "Process %s not running" (process-name process)))
+      (fastrevert--mod-process-eof (fastrevert--process-id (fastrevert-lsp--link-record link)))
+      process)))
+
+(defun fastrevert-lsp--command (process-command process)
+  "Return the command the client started if PROCESS is carried.
+Otherwise call PROCESS-COMMAND."
+  (let ((link (fastrevert-lsp--link process)))
+    (if link (fastrevert-lsp--link-command link) (funcall process-command process))))
+
+(defconst fastrevert-lsp--process-advice
+  '((process-send-string . fastrevert-lsp--send-string)
+    (process-send-region . fastrevert-lsp--send-region)
+    (process-send-eof . fastrevert-lsp--send-eof)
+    (process-command . fastrevert-lsp--command))
+  "What a carried process is reached through, besides its start.
+Each advises the stock function, for carried processes only.")
+
+(defun fastrevert-lsp--carry-workspace (start-workspace &rest args)
+  "Call START-WORKSPACE with ARGS, carrying the server started there.
+lsp-mode starts a workspace's server there, through the connect
+function of the client's connection."
+  (fastrevert-lsp--carry (lambda () (apply start-workspace args))))
+
+(defun fastrevert-lsp--advise ()
+  "Reach carried processes through the stock process functions."
+  (advice-add 'make-process :around #'fastrevert-lsp--make-process)
+  (advice-add 'lsp--start-workspace :around #'fastrevert-lsp--carry-workspace)
+  (pcase-dolist (`(,function . ,advice) fastrevert-lsp--process-advice)
+    (advice-add function :around advice)))
+
+(defun fastrevert-lsp--maybe-unadvise ()
+  "Remove the advice that only carried processes need, once none is left.
+The start of new ones is advised only while the mode is on."
+  (unless fastrevert-lsp-mode
+    (advice-remove 'make-process #'fastrevert-lsp--make-process)
+    (advice-remove 'lsp--start-workspace #'fastrevert-lsp--carry-workspace)
+    (when (zerop fastrevert-lsp--links)
+      (pcase-dolist (`(,function . ,advice) fastrevert-lsp--process-advice)
+        (advice-remove function advice)))))
+
+(defun fastrevert-lsp--carry (start)
+  "Call START, carrying the local stdio servers started there; return its value.
+Each carried process gets its sentinel put behind the mode's, once
+the client has set it."
+  (if (not fastrevert-lsp-mode)
+      (funcall start)
+    (let* ((fastrevert-lsp--carrying (list 'carrying))
+           (carried fastrevert-lsp--carrying))
+      (prog1 (funcall start)
+        (mapc #'fastrevert-lsp--take-sentinel (cdr carried))))))
+
+;;;; The clients
+
+(with-eval-after-load 'jsonrpc
+  ;; jsonrpc starts its process from the connection's initialization
+  ;; (its :process initarg may be a function that starts it), and sets
+  ;; the filter and sentinel there.
+  (cl-defmethod initialize-instance :extra "fastrevert-lsp" :around
+    ((_connection jsonrpc-process-connection) &optional _slots)
+    "Carry the server that a jsonrpc connection starts, with `fastrevert-lsp-mode'."
+    (fastrevert-lsp--carry #'cl-call-next-method)))
+
+;;;###autoload
+(define-minor-mode fastrevert-lsp-mode
+  "Toggle running language servers on fastrevert's engine.
+With this global mode on, the eglot and lsp-mode connections that
+start afterwards run on the engine: their server is a process that
+Emacs starts, as stock starts it, but the engine thread reads and
+writes its pipes.  The server never waits on Emacs while Emacs is
+busy, up to `fastrevert-lsp-backlog' bytes of output; the client's
+filter gets whole messages, as many at once as have come; and sends
+never block Emacs.  The client's settings (`eglot-server-programs',
+lsp-mode's clients) do not change.
+
+Servers on remote hosts (through Tramp), servers reached over TCP,
+and servers started on a pseudo-terminal are not carried: they stay
+stock.  Turning the mode off stops carrying new servers; those that
+run go on as they are until they end."
+  :global t
+  :group 'fastrevert
+  (if fastrevert-lsp-mode
+      (condition-case err
+          (progn (fastrevert--engine-ensure)
+                 (fastrevert-lsp--advise))
+        (error (setq fastrevert-lsp-mode nil)
+               (signal (car err) (cdr err))))
+    (fastrevert-lsp--maybe-unadvise)))
+
+(defun fastrevert-lsp-unload-function ()
+  "Turn `fastrevert-lsp-mode' off and remove its advice, for `unload-feature'.
+Carried servers are killed first."
+  (setq fastrevert-lsp-mode nil)
+  (dolist (process (process-list))
+    (when (fastrevert-lsp--link process) (delete-process process)))
+  (setq fastrevert-lsp--links 0)
+  (fastrevert-lsp--maybe-unadvise)
+  nil)
+
+(provide 'fastrevert-lsp)
+
+;;; fastrevert-lsp.el ends here
