@@ -13,9 +13,10 @@ FUZZ_SECONDS ?= 60
 # remote-file tests run an sshd of their own on loopback, on a "remote" host
 # that has inotifywait, and fswatch for the tests of a host without it.
 # The LSP tests run Debian's clangd under eglot (elpa-eglot on Debian 12;
-# Emacs 30 has eglot built in, so its root goes without) and lsp-mode.
+# Emacs 30 has eglot built in, so its root goes without) and lsp-mode;
+# xz-utils unpacks the Emacs source that Emacs's own eglot-tests.el comes from.
 DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit mercurial ccache \
-  openssh-server openssh-client inotify-tools fswatch clangd elpa-eglot elpa-lsp-mode
+  openssh-server openssh-client inotify-tools fswatch clangd elpa-eglot elpa-lsp-mode xz-utils
 
 # The package manager `make deps' speaks to: apt-get where it exists (Debian,
 # Ubuntu), else the first of these found.

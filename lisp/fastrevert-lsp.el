@@ -62,8 +62,7 @@ client in pieces."
   (directory nil :documentation "The private directory of its named pipes.")
   (sentinel nil :documentation "The client's sentinel.")
   (event nil :documentation "The event of its end, once Emacs has reported it.")
-  (drained nil :documentation "Non-nil once all its output was delivered.")
-  (timer nil :documentation "Ends the wait for output still held by a descendant."))
+  (drained nil :documentation "Non-nil once all its output was delivered."))
 
 (defvar fastrevert-lsp--carrying nil
   "Non-nil while a client starts a server that `fastrevert-lsp-mode' carries.
@@ -83,10 +82,11 @@ Its arguments are the directory of the pipes, the server's program
 and the server's arguments.  %s is where standard error goes, when it
 goes with standard output.")
 
-(defconst fastrevert-lsp--drain-timeout 2
+(defconst fastrevert-lsp--drain-timeout 1
   "Seconds to wait, after a server ended, for its output to end.
-A server whose descendants keep its standard output open ends this
-long after it was reported, as stock reports it at once.")
+The output of a server ends as it exits, unless descendants of it
+keep its standard output open: then the wait ends after this long,
+and what they write later is dropped.")
 
 (defun fastrevert-lsp--link (process)
   "Return the link of PROCESS if `fastrevert-lsp-mode' carries it, else nil."
@@ -112,8 +112,10 @@ long after it was reported, as stock reports it at once.")
 (defun fastrevert-lsp--forward (process bytes)
   "Hand BYTES, whole messages from the server of PROCESS, to its filter.
 They are decoded as PROCESS's coding system says, as stock decodes
-output for a filter."
-  (when (memq process (process-list))
+output for a filter.  Output goes on after Emacs reported the end of
+PROCESS (which may have removed it from the process list), until the
+client's sentinel is told, as stock reads what is left first."
+  (when (fastrevert-lsp--link process)
     (let ((coding (car (process-coding-system process))))
       (funcall (or (process-filter process) #'internal-default-process-filter)
                process
@@ -123,9 +125,6 @@ output for a filter."
 
 (defun fastrevert-lsp--finish (process link)
   "Tell the client's sentinel of PROCESS the end recorded in LINK."
-  (when (timerp (fastrevert-lsp--link-timer link))
-    (cancel-timer (fastrevert-lsp--link-timer link)))
-  (setf (fastrevert-lsp--link-timer link) nil)
   (when (process-get process 'fastrevert-lsp)
     (process-put process 'fastrevert-lsp nil)
     (setq fastrevert-lsp--links (max 0 (1- fastrevert-lsp--links)))
@@ -139,16 +138,21 @@ output for a filter."
 (defun fastrevert-lsp--output-ended (process link)
   "Note that all of PROCESS's output was delivered, as LINK records."
   (setf (fastrevert-lsp--link-drained link) t)
-  (if (fastrevert-lsp--link-event link)
-      (fastrevert-lsp--finish process link)
-    ;; The engine lost the server's output (it was stopped, or gave
-    ;; the stream up): the server cannot go on, and its end is told
-    ;; when Emacs reports it.
-    (when (process-live-p process)
-      (kill-process process))))
+  ;; Its end is told by `fastrevert-lsp--sentinel', which waits for
+  ;; this.  Output that ends while the server runs was lost by the
+  ;; engine (it was stopped, or gave the stream up): the server cannot
+  ;; go on.
+  (when (and (not (fastrevert-lsp--link-event link)) (process-live-p process))
+    (kill-process process)))
 
 (defun fastrevert-lsp--sentinel (process event)
-  "Pass EVENT about PROCESS to the client, once its output is delivered."
+  "Pass EVENT about PROCESS to the client, once its output is delivered.
+As stock reads what a process left before it tells the sentinel of
+its end, the output the server wrote before it ended is delivered
+first: this waits for it (see `fastrevert-lsp--drain-timeout').  A
+server killed with SIGKILL, as `delete-process' and `kill-process'
+kill it, is told at once, and what it left is dropped, as stock
+drops the output of a deleted process."
   (let ((link (fastrevert-lsp--link process)))
     (cond ((not link))
           ((process-live-p process)
@@ -157,22 +161,25 @@ output for a filter."
           ((fastrevert-lsp--link-event link))
           (t
            (setf (fastrevert-lsp--link-event link) event)
-           (if (fastrevert-lsp--link-drained link)
-               (fastrevert-lsp--finish process link)
-             (fastrevert--mod-process-ended
-              (fastrevert--process-id (fastrevert-lsp--link-record link)))
-             (setf (fastrevert-lsp--link-timer link)
-                   (run-at-time fastrevert-lsp--drain-timeout nil
-                                #'fastrevert-lsp--give-up process link)))))))
+           (let ((record (fastrevert-lsp--link-record link))
+                 (deadline (+ (float-time) fastrevert-lsp--drain-timeout)))
+             (fastrevert--mod-process-ended (fastrevert--process-id record))
+             (unless (and (eq (process-status process) 'signal)
+                          (eql (process-exit-status process) 9))
+               (while (and (not (fastrevert-lsp--link-drained link))
+                           (< (float-time) deadline))
+                 (fastrevert-accept-process-output record 0.05 nil t)))
+             (if (fastrevert-lsp--link-drained link)
+                 (fastrevert-lsp--finish process link)
+               (fastrevert-lsp--give-up process link)))))))
 
 (defun fastrevert-lsp--give-up (process link)
-  "End the wait for the output of PROCESS (see LINK) and tell its end."
+  "Drop what is left of the output of PROCESS (see LINK) and tell its end."
   (let ((record (fastrevert-lsp--link-record link)))
     (when (eq (fastrevert--process-status record) 'run)
       (fastrevert--process-forget record)
       (setf (fastrevert--process-status record) 'signal)
       (fastrevert--mod-process-remove (fastrevert--process-id record))))
-  (setf (fastrevert-lsp--link-timer link) nil)
   (fastrevert-lsp--finish process link))
 
 (defun fastrevert-lsp--take-sentinel (process)

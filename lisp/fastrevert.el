@@ -831,7 +831,6 @@ runs `fastrevert--poll-stock-buffers'."
     (auto-revert-buffers)))
 
 (defvar fastrevert-module--buffer-name)
-
 (defun fastrevert--enable-after-build ()
   "Turn `fastrevert-mode' on, now that its module has been built."
   (fastrevert-mode 1)
@@ -883,10 +882,10 @@ that `unload-feature' goes on to remove the rest."
   (when fastrevert-mode (fastrevert-mode -1))
   ;; Each library goes before the ones it needs; the engine's goes last,
   ;; once no process is left to tell of its end.
-  (dolist (feature '(fastrevert-report fastrevert-remote fastrevert-remote-revert
-                     fastrevert-remote-watcher fastrevert-call fastrevert-process
-                     fastrevert-child fastrevert-decode fastrevert-compile fastrevert-watch
-                     fastrevert-batch fastrevert-engine))
+  (dolist (feature '(fastrevert-lsp fastrevert-report fastrevert-remote
+                     fastrevert-remote-revert fastrevert-remote-watcher fastrevert-call
+                     fastrevert-process fastrevert-child fastrevert-decode fastrevert-compile
+                     fastrevert-watch fastrevert-batch fastrevert-engine))
     (when (featurep feature) (unload-feature feature t)))
   nil)
 
@@ -896,5 +895,6 @@ that `unload-feature' goes on to remove the rest."
 (require 'fastrevert-process)
 (require 'fastrevert-call)
 (autoload 'fastrevert-report "fastrevert-report" "Show fastrevert's counters." t)
+(autoload 'fastrevert-lsp-mode "fastrevert-lsp" "Toggle language servers on the engine." t)
 
 ;;; fastrevert.el ends here

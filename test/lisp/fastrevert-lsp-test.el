@@ -1,0 +1,377 @@
+;;; fastrevert-lsp-test.el --- eglot and lsp-mode on the engine -*- lexical-binding: t; -*-
+
+;;; Commentary:
+
+;; `fastrevert-lsp-mode' against the real clients and server: eglot (as
+;; Debian's elpa-eglot installs it on Emacs 28, built in on Emacs 30) and
+;; lsp-mode (Debian's elpa-lsp-mode) with Debian's clangd, each session
+;; run stock and then with the mode on, with equal answers.  A stand-in
+;; server (test/tools/lsp-stand-in.sh) under jsonrpc covers what clangd
+;; does not do on demand: an end after output, a crash, a 100 MB reply.
+
+;;; Code:
+
+(require 'fastrevert-test-helpers)
+(require 'fastrevert-lsp)
+(require 'jsonrpc)
+(require 'package)
+
+(defconst fastrevert-lsp-test--elpa "/usr/share/emacs/site-lisp/elpa"
+  "Where Debian's elpa-* packages install their Lisp.")
+
+(defconst fastrevert-lsp-test--stand-in
+  (expand-file-name "../tools/lsp-stand-in.sh"
+                    (file-name-directory (or load-file-name buffer-file-name)))
+  "The stand-in server.")
+
+(defun fastrevert-lsp-test--load (feature)
+  "Load FEATURE, built in or from Debian's packages, or fail saying how."
+  (unless (require feature nil t)
+    (let ((package-directory-list (list fastrevert-lsp-test--elpa))
+          (package-user-dir (expand-file-name "no-user-packages" temporary-file-directory)))
+      (package-initialize)
+      (unless (require feature nil t)
+        (error "%s is not installed; `make deps' installs it from Debian" feature)))))
+
+(defconst fastrevert-lsp-test--source
+  "#include <stdio.h>
+
+int add_numbers(int a, int b) { return a + b; }
+int add_more(int a, int b, int c) { return add_numbers(a, b) + c; }
+
+int main(void) {
+  int x = add_numbers(1, 2);
+  printf(\"%d\\n\", x + add_more(1, 2, 3));
+  return ad
+}
+"
+  "The C file the clangd sessions work on.")
+
+(defmacro fastrevert-lsp-test--with-project (var &rest body)
+  "Bind VAR to a new Git project holding main.c, and run BODY there."
+  (declare (indent 1))
+  `(fastrevert-test-with-temp-dir ,var
+     (let ((default-directory ,var))
+       (should (eql 0 (call-process "git" nil nil nil "init" "-q" ".")))
+       (with-temp-file (expand-file-name "main.c" ,var)
+         (insert fastrevert-lsp-test--source))
+       ,@body)))
+
+(defun fastrevert-lsp-test--goto (text &optional offset)
+  "Move point to the first TEXT in the buffer, plus OFFSET characters."
+  (goto-char (point-min))
+  (search-forward text)
+  (goto-char (+ (match-beginning 0) (or offset 0))))
+
+(defun fastrevert-lsp-test--both (session)
+  "Run SESSION stock, then with the mode on; return both results.
+SESSION is called with no argument and returns a plist whose
+:carried says whether its server processes were carried."
+  (let ((stock (progn (fastrevert-lsp-mode -1) (funcall session)))
+        (carried (unwind-protect (progn (fastrevert-lsp-mode 1) (funcall session))
+                   (fastrevert-lsp-mode -1))))
+    (list stock carried)))
+
+(defun fastrevert-lsp-test--without (key plist)
+  "Return PLIST without KEY."
+  (cl-loop for (k v) on plist by #'cddr unless (eq k key) append (list k v)))
+
+;;;; eglot with clangd
+
+(defun fastrevert-lsp-test--eglot-session (dir)
+  "Work with clangd through eglot on DIR's main.c; return what it answered.
+Connect, hover, complete, list the document's symbols, rename,
+reconnect and shut down."
+  (fastrevert-lsp-test--load 'eglot)
+  (let ((buffer (find-file-noselect (expand-file-name "main.c" dir)))
+        (eglot-server-programs '((c-mode . ("clangd"))))
+        (eglot-events-buffer-size 0)
+        (eglot-autoreconnect nil)
+        result)
+    (unwind-protect
+        (with-current-buffer buffer
+          (c-mode)
+          (let* ((server (apply #'eglot--connect (eglot--guess-contact)))
+                 (process (jsonrpc--process server))
+                 (carried (and (fastrevert-lsp--link process) t)))
+            (fastrevert-lsp-test--goto "add_numbers(1" 3)
+            (setq result
+                  (list :hover (jsonrpc-request server :textDocument/hover
+                                                (eglot--TextDocumentPositionParams))
+                        :symbols (jsonrpc-request server :textDocument/documentSymbol
+                                                  `(:textDocument ,(eglot--TextDocumentIdentifier)))))
+            (fastrevert-lsp-test--goto "return ad" 9)
+            (let ((completion (jsonrpc-request server :textDocument/completion
+                                               (eglot--TextDocumentPositionParams))))
+              (setq result (append result
+                                   (list :completion
+                                         (sort (mapcar (lambda (item) (plist-get item :label))
+                                                       (plist-get completion :items))
+                                               #'string<)))))
+            (fastrevert-lsp-test--goto "add_more(int" 2)
+            (setq result (append result
+                                 (list :rename
+                                       (jsonrpc-request server :textDocument/rename
+                                                        `(,@(eglot--TextDocumentPositionParams)
+                                                          :newName "sum_more")))))
+            (eglot-reconnect server)
+            (let* ((again (eglot-current-server))
+                   (again-process (jsonrpc--process again)))
+              (should (not (eq again server)))
+              (should (not (process-live-p process)))
+              (should (process-live-p again-process))
+              (setq result (append result
+                                   (list :carried (list carried
+                                                        (and (fastrevert-lsp--link again-process) t))
+                                         :command (process-command again-process)
+                                         :type (process-type again-process))))
+              (fastrevert-lsp-test--goto "add_numbers(1" 3)
+              (setq result (append result
+                                   (list :hover-again
+                                         (jsonrpc-request again :textDocument/hover
+                                                          (eglot--TextDocumentPositionParams)))))
+              (eglot-shutdown again)
+              (should (fastrevert-test-wait-for (lambda () (not (process-live-p again-process)))))
+              (setq result (append result
+                                   (list :after-shutdown (list (process-status again-process)
+                                                               (process-exit-status again-process))))))))
+      (with-current-buffer buffer (set-buffer-modified-p nil))
+      (kill-buffer buffer))
+    result))
+
+(ert-deftest fastrevert-lsp-eglot-clangd-answers-as-stock ()
+  "An eglot session with clangd answers the same with the mode on.
+Hover, completion, document symbols, rename, reconnect and shutdown;
+the carried servers are real processes that show the client's command."
+  (should (executable-find "clangd"))
+  (fastrevert-lsp-test--with-project dir
+    (pcase-let ((`(,stock ,carried)
+                 (fastrevert-lsp-test--both
+                  (lambda () (fastrevert-lsp-test--eglot-session dir)))))
+      (should (equal (plist-get stock :carried) '(nil nil)))
+      (should (equal (plist-get carried :carried) '(t t)))
+      (should (equal (plist-get carried :command) '("clangd")))
+      (should (eq (plist-get carried :type) 'real))
+      (should (cl-some (lambda (label) (string-match-p "add_numbers" label))
+                       (plist-get stock :completion)))
+      (should (plist-get stock :rename))
+      (should (equal (fastrevert-lsp-test--without :carried carried)
+                     (fastrevert-lsp-test--without :carried stock))))))
+
+;;;; lsp-mode with clangd
+
+(defvar lsp-session-file)
+(defvar lsp-auto-guess-root)
+(defvar lsp-enable-snippet)
+(defvar lsp-keep-workspace-alive)
+(defvar lsp-restart)
+(defvar lsp--buffer-workspaces)
+(defvar lsp-clients-clangd-args)
+(declare-function lsp "lsp-mode" (&optional arg))
+(declare-function lsp-request "lsp-mode" (method params &rest args))
+(declare-function lsp--workspace-status "lsp-mode" (workspace))
+(declare-function lsp--workspace-proc "lsp-mode" (workspace))
+(declare-function lsp--text-document-position-params "lsp-mode" (&optional identifier position))
+(declare-function lsp--text-document-identifier "lsp-mode" ())
+(declare-function lsp-workspace-restart "lsp-mode" (workspace))
+(declare-function lsp-workspace-shutdown "lsp-mode" (workspace))
+
+(defun fastrevert-lsp-test--lsp-ready ()
+  "Return the buffer's lsp-mode workspace once it is initialized."
+  (let ((workspace (car lsp--buffer-workspaces)))
+    (and workspace (eq (lsp--workspace-status workspace) 'initialized) workspace)))
+
+(defun fastrevert-lsp-test--lsp-mode-session (dir)
+  "Work with clangd through lsp-mode on DIR's main.c; return what it answered.
+Connect, hover, complete, list the document's symbols, restart the
+workspace and shut it down.  Answers are given as JSON text, since
+lsp-mode gives hash tables."
+  (fastrevert-lsp-test--load 'lsp-mode)
+  (require 'lsp-clangd)
+  (let ((lsp-session-file (make-temp-file "fastrevert-lsp-session"))
+        (lsp-auto-guess-root t)
+        (lsp-enable-snippet nil)
+        (lsp-keep-workspace-alive nil)
+        (lsp-restart 'ignore)
+        (buffer (find-file-noselect (expand-file-name "main.c" dir)))
+        result)
+    (unwind-protect
+        (with-current-buffer buffer
+          (c-mode)
+          (lsp)
+          (let* ((workspace (fastrevert-test-wait-for #'fastrevert-lsp-test--lsp-ready 30))
+                 (process (lsp--workspace-proc workspace))
+                 (carried (and (fastrevert-lsp--link process) t)))
+            (fastrevert-lsp-test--goto "add_numbers(1" 3)
+            (setq result
+                  (list :hover (json-encode (lsp-request "textDocument/hover"
+                                                         (lsp--text-document-position-params)))
+                        :symbols (json-encode
+                                  (lsp-request "textDocument/documentSymbol"
+                                               `(:textDocument ,(lsp--text-document-identifier))))))
+            (fastrevert-lsp-test--goto "return ad" 9)
+            (let ((completion (lsp-request "textDocument/completion"
+                                           (lsp--text-document-position-params))))
+              (setq result
+                    (append result
+                            (list :completion
+                                  (sort (mapcar (lambda (item) (gethash "label" item))
+                                                (gethash "items" completion))
+                                        #'string<)))))
+            (lsp-workspace-restart workspace)
+            (should (fastrevert-test-wait-for (lambda () (not (process-live-p process))) 10))
+            (let* ((again (fastrevert-test-wait-for
+                           (lambda ()
+                             (let ((ready (fastrevert-lsp-test--lsp-ready)))
+                               (and ready (not (eq ready workspace)) ready)))
+                           30))
+                   (again-process (lsp--workspace-proc again)))
+              (fastrevert-lsp-test--goto "add_numbers(1" 3)
+              (setq result
+                    (append result
+                            (list :hover-again
+                                  (json-encode (lsp-request "textDocument/hover"
+                                                            (lsp--text-document-position-params)))
+                                  :carried (list carried
+                                                 (and (fastrevert-lsp--link again-process) t))
+                                  :command (process-command again-process))))
+              (lsp-workspace-shutdown again)
+              (should (fastrevert-test-wait-for (lambda () (not (process-live-p again-process)))
+                                                10)))))
+      (with-current-buffer buffer (set-buffer-modified-p nil))
+      (kill-buffer buffer)
+      (delete-file lsp-session-file))
+    result))
+
+(ert-deftest fastrevert-lsp-lsp-mode-clangd-answers-as-stock ()
+  "An lsp-mode session with clangd answers the same with the mode on.
+Hover, completion, document symbols, workspace restart and shutdown."
+  (should (executable-find "clangd"))
+  (fastrevert-lsp-test--with-project dir
+    (pcase-let ((`(,stock ,carried)
+                 (fastrevert-lsp-test--both
+                  (lambda () (fastrevert-lsp-test--lsp-mode-session dir)))))
+      (should (equal (plist-get stock :carried) '(nil nil)))
+      (should (equal (plist-get carried :carried) '(t t)))
+      (should (equal (car (plist-get carried :command)) "clangd"))
+      (should (cl-some (lambda (label) (string-match-p "add_numbers" label))
+                       (plist-get stock :completion)))
+      (should (equal (fastrevert-lsp-test--without :carried carried)
+                     (fastrevert-lsp-test--without :carried stock))))))
+
+;;;; A stand-in server under jsonrpc
+
+(defun fastrevert-lsp-test--connect (name &rest arguments)
+  "Start the stand-in server with ARGUMENTS under a jsonrpc connection NAME.
+Return (CONNECTION . STATE), STATE a plist that gathers :notes, the
+notification methods received, and :end, once the connection shut
+down: the notes then received, the process status and exit status."
+  (let* ((state (list :notes nil :end nil))
+         (connection
+          (make-instance
+           'jsonrpc-process-connection
+           :name name
+           :process (lambda ()
+                      (make-process
+                       :name name
+                       :command (cons "sh" (cons fastrevert-lsp-test--stand-in arguments))
+                       :connection-type 'pipe
+                       :coding 'utf-8-emacs-unix
+                       :noquery t
+                       :stderr (get-buffer-create (format "*%s stderr*" name))))
+           :notification-dispatcher
+           (lambda (_connection method _params)
+             (plist-put state :notes (cons method (plist-get state :notes))))
+           :on-shutdown
+           (lambda (connection)
+             (let ((process (jsonrpc--process connection)))
+               (plist-put state :end (list (plist-get state :notes)
+                                           (process-status process)
+                                           (process-exit-status process))))))))
+    (cons connection state)))
+
+(defun fastrevert-lsp-test--end (how &rest arguments)
+  "Run the stand-in that ends as HOW says with ARGUMENTS; return what was seen.
+The value is the :end of `fastrevert-lsp-test--connect', and whether
+the process was carried."
+  (pcase-let* ((`(,connection . ,state)
+                (apply #'fastrevert-lsp-test--connect "fastrevert-stand-in" "end" how arguments))
+               (carried (and (fastrevert-lsp--link (jsonrpc--process connection)) t)))
+    (should (fastrevert-test-wait-for (lambda () (plist-get state :end)) 10))
+    (list (plist-get state :end) carried)))
+
+(ert-deftest fastrevert-lsp-server-end-reaches-the-sentinel-after-its-output ()
+  "A server that writes and ends is told to the client as stock tells it.
+Its last message is handled before the client hears of the end, with
+stock's status, whether it exits with a code or dies of a signal."
+  (dolist (end '(("exit" "3") ("exit" "0") ("signal" "TERM")))
+    (pcase-let ((`(,stock ,carried)
+                 (fastrevert-lsp-test--both (lambda () (apply #'fastrevert-lsp-test--end end)))))
+      (should (equal (cadr stock) nil))
+      (should (equal (cadr carried) t))
+      (should (equal (car (car stock)) '(stand-in/ending)))
+      (should (equal (car carried) (car stock))))))
+
+(ert-deftest fastrevert-lsp-delivers-a-100-mb-reply-whole ()
+  "A 100 MB reply reaches the client's filter whole, in one call."
+  (fastrevert-lsp-mode 1)
+  (unwind-protect
+      (pcase-let* ((size 100000000)
+                   (`(,connection . ,_state)
+                    (fastrevert-lsp-test--connect "fastrevert-big" "reply" (number-to-string size)))
+                   (process (jsonrpc--process connection))
+                   (calls 0)
+                   (count (lambda (&rest _) (setq calls (1+ calls)))))
+        (should (fastrevert-lsp--link process))
+        (add-function :before (process-filter process) count)
+        (let ((reply (jsonrpc-request connection :big nil :timeout 120)))
+          (should (stringp reply))
+          (should (eql (length reply) size))
+          (should (eql (string-match-p "[^a]" reply) nil))
+          (should (eql calls 1)))
+        (jsonrpc-shutdown connection))
+    (fastrevert-lsp-mode -1)))
+
+(ert-deftest fastrevert-lsp-killing-the-process-buffer-leaves-no-server ()
+  "Killing a carried server's process buffer ends the server, as stock."
+  (fastrevert-lsp-mode 1)
+  (unwind-protect
+      (pcase-let* ((`(,connection . ,state) (fastrevert-lsp-test--connect "fastrevert-wait" "wait"))
+                   (process (jsonrpc--process connection))
+                   (pid (process-id process)))
+        (should (fastrevert-lsp--link process))
+        (should (eql 0 (signal-process pid 0)))
+        (kill-buffer (process-buffer process))
+        (should (fastrevert-test-wait-for (lambda () (plist-get state :end))))
+        (should (fastrevert-test-wait-for (lambda () (not (eql 0 (signal-process pid 0)))))))
+    (fastrevert-lsp-mode -1)))
+
+(ert-deftest fastrevert-lsp-carries-only-local-pipe-servers ()
+  "Servers on a pseudo-terminal or a remote host, and any start outside a
+client's connection, stay stock."
+  (let ((fastrevert-lsp--carrying (list 'carrying)))
+    (should (fastrevert-lsp--carry-p '(:command ("sh") :connection-type pipe)))
+    (should-not (fastrevert-lsp--carry-p '(:command ("sh") :connection-type pty)))
+    (should-not (fastrevert-lsp--carry-p '(:command ("fastrevert-no-such-program")
+                                           :connection-type pipe)))
+    (let ((default-directory "/ssh:fastrevert-nowhere:/tmp/"))
+      (should-not (fastrevert-lsp--carry-p '(:command ("sh") :connection-type pipe
+                                             :file-handler t)))))
+  (should-not (fastrevert-lsp--carry-p '(:command ("sh") :connection-type pipe))))
+
+(ert-deftest fastrevert-lsp-mode-off-starts-servers-stock ()
+  "With the mode off, a jsonrpc connection's server is stock and nothing is advised."
+  (fastrevert-lsp-mode 1)
+  (fastrevert-lsp-mode -1)
+  (should-not (advice-member-p #'fastrevert-lsp--make-process 'make-process))
+  (should-not (advice-member-p #'fastrevert-lsp--send-string 'process-send-string))
+  (pcase-let* ((`(,connection . ,state) (fastrevert-lsp-test--connect "fastrevert-off" "wait"))
+               (process (jsonrpc--process connection)))
+    (should-not (fastrevert-lsp--link process))
+    (should (eq (process-sentinel process) #'jsonrpc--process-sentinel))
+    (delete-process process)
+    (should (fastrevert-test-wait-for (lambda () (plist-get state :end))))))
+
+(provide 'fastrevert-lsp-test)
+
+;;; fastrevert-lsp-test.el ends here

@@ -1,0 +1,46 @@
+#!/bin/sh
+# A language server stand-in for the LSP tests: it speaks just enough of
+# the protocol's framing to test how its output reaches a client.
+#
+#   lsp-stand-in.sh reply BYTES    answers every request with a result
+#                                  string of BYTES letters "a"
+#   lsp-stand-in.sh end exit CODE  says one notification, then exits CODE
+#   lsp-stand-in.sh end signal SIG says one notification, then dies of SIG
+#   lsp-stand-in.sh wait           reads its input until end of file
+set -eu
+
+# Writes one message whose body is $1.
+say() {
+  printf 'Content-Length: %d\r\n\r\n%s' "${#1}" "$1"
+}
+
+case "$1" in
+  reply)
+    size=$2
+    length=
+    while IFS= read -r line; do
+      line=$(printf '%s' "$line" | tr -d '\r')
+      case "$line" in
+        Content-Length:*) length=${line#Content-Length: } ;;
+        '')
+          body=$(dd bs=1 count="$length" 2>/dev/null)
+          id=$(printf '%s' "$body" | sed -n 's/.*"id":\([0-9]*\).*/\1/p')
+          prefix='{"jsonrpc":"2.0","id":'"$id"',"result":"'
+          printf 'Content-Length: %d\r\n\r\n%s' $((${#prefix} + size + 2)) "$prefix"
+          head -c "$size" /dev/zero | tr '\0' a
+          printf '"}'
+          ;;
+      esac
+    done
+    ;;
+  end)
+    say '{"jsonrpc":"2.0","method":"stand-in/ending","params":{"how":"'"$2"'"}}'
+    case "$2" in
+      exit) exit "$3" ;;
+      signal) kill -s "$3" $$ ;;
+    esac
+    ;;
+  wait)
+    cat >/dev/null
+    ;;
+esac
