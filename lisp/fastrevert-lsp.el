@@ -76,11 +76,14 @@ meanwhile are pushed onto its cdr.")
   "How many server processes were carried since Emacs started.")
 
 (defconst fastrevert-lsp--script
-  "exec <\"$1/in\" >\"$1/out\"%s || exit 126; rm -rf -- \"$1\"; shift; exec \"$@\""
+  "exec 9>&1 <\"$1/in\" >\"$1/out\"%s || exit 126; rm -rf -- \"$1\"; shift; exec \"$@\""
   "The shell script that connects a server to its named pipes.
 Its arguments are the directory of the pipes, the server's program
 and the server's arguments.  %s is where standard error goes, when it
-goes with standard output.")
+goes with standard output.  The server keeps the pipe that Emacs
+made for its output open, as descriptor 9, and writes nothing to it:
+Emacs would take that pipe's end of file while the server runs for a
+pipe to read again at once, and spin.")
 
 (defconst fastrevert-lsp--drain-timeout 1
   "Seconds to wait, after a server ended, for its output to end.

@@ -346,6 +346,25 @@ stock's status, whether it exits with a code or dies of a signal."
         (should (fastrevert-test-wait-for (lambda () (not (eql 0 (signal-process pid 0)))))))
     (fastrevert-lsp-mode -1)))
 
+(ert-deftest fastrevert-lsp-an-idle-carried-server-costs-emacs-nothing ()
+  "While a carried server runs and says nothing, Emacs's waits sleep.
+A server whose standard output Emacs sees closed while it runs would
+make every wait of Emacs's spin until the server exits."
+  (fastrevert-lsp-mode 1)
+  (unwind-protect
+      (pcase-let* ((`(,connection . ,_state) (fastrevert-lsp-test--connect "fastrevert-idle" "wait"))
+                   (process (jsonrpc--process connection))
+                   (main (fastrevert-test-main-thread-seconds))
+                   (deadline (+ (float-time) 1.0)))
+        (should (fastrevert-lsp--link process))
+        (while (< (float-time) deadline)
+          (accept-process-output nil 0.1))
+        ;; A spinning wait would take the whole second.
+        (should (< (- (fastrevert-test-main-thread-seconds) main) 0.25))
+        (should (process-live-p process))
+        (jsonrpc-shutdown connection))
+    (fastrevert-lsp-mode -1)))
+
 (ert-deftest fastrevert-lsp-carries-only-local-pipe-servers ()
   "Servers on a pseudo-terminal or a remote host, and any start outside a
 client's connection, stay stock."
