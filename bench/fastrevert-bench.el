@@ -929,6 +929,7 @@ module built for another Emacs) only leave its columns out."
             (require 'fastrevert-bench-memory)
             (require 'fastrevert-bench-workload)
             (require 'fastrevert-bench-remote)
+            (require 'fastrevert-bench-lsp)
             (fastrevert-bench--place-vc-sections)
             (format "loaded from %s" (or (locate-library "fastrevert") "?")))
         "not found; stock columns only")

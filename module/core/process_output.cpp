@@ -396,7 +396,7 @@ ProcessOutput::Notify ProcessOutput::notify_decision(Clock::time_point now,
     untold_ = true;
     untold_since_ = now;
   }
-  if (at_end || ended || !streaming || pending >= kBatchBytes ||
+  if (at_end || ended || !streaming || config_.prompt || pending >= kBatchBytes ||
       waiting_.load(std::memory_order_relaxed) >= config_.backlog ||
       now >= untold_since_ + kBatchDelay) {
     notified_ = true;

@@ -66,6 +66,10 @@ class ProcessOutput {
     // The producer appends whole units (framed lines or LSP messages): a
     // piece of text is never cut inside one, whatever the cap.
     bool whole_units = false;
+    // The consumer is told as soon as anything waits, even while the
+    // stream streams: for requests and replies (LSP), where a batch's
+    // delay would be added to every round trip.
+    bool prompt = false;
   };
 
   // The streams, as the consumer numbers them for Lisp.

@@ -355,6 +355,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
   config.decode =
       decoding == Decoding::utf8 ? ProcessOutput::Decode::utf8 : ProcessOutput::Decode::bytes;
   config.whole_units = options.framing != Framing::none;
+  config.prompt = options.framing == Framing::lsp;
   if (env.truthy(args[12])) {
     std::int64_t backlog = env.to_integer(args[12]);
     if (backlog <= 0) env.signal("args-out-of-range", env.list({args[12]}));
@@ -418,6 +419,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 5,
   ProcessOutput::Config config;
   config.decode = ProcessOutput::Decode::bytes;
   config.whole_units = options.framing != Framing::none;
+  config.prompt = options.framing == Framing::lsp;
   if (env.truthy(args[4])) {
     std::int64_t backlog = env.to_integer(args[4]);
     if (backlog <= 0) env.signal("args-out-of-range", env.list({args[4]}));

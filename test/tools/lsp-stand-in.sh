@@ -7,6 +7,10 @@
 #   lsp-stand-in.sh end exit CODE  says one notification, then exits CODE
 #   lsp-stand-in.sh end signal SIG says one notification, then dies of SIG
 #   lsp-stand-in.sh wait           reads its input until end of file
+#   lsp-stand-in.sh flood N SIZE FILE
+#                                  once its first message came, writes N
+#                                  notifications of SIZE letters, then
+#                                  the nanoseconds that took into FILE
 set -eu
 
 # Writes one message whose body is $1.
@@ -41,6 +45,19 @@ case "$1" in
     esac
     ;;
   wait)
+    cat >/dev/null
+    ;;
+  flood)
+    IFS= read -r _
+    body='{"jsonrpc":"2.0","method":"stand-in/flood","params":"'$(head -c "$3" /dev/zero | tr '\0' a)'"}'
+    start=$(date +%s%N)
+    i=0
+    while [ "$i" -lt "$2" ]; do
+      say "$body"
+      i=$((i + 1))
+    done
+    end=$(date +%s%N)
+    echo $((end - start)) >"$4"
     cat >/dev/null
     ;;
 esac
