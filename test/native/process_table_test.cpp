@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +32,7 @@
 #include "core/engine.h"
 #include "core/errors.h"
 #include "core/handoff.h"
+#include "core/named_pipes.h"
 #include "engine_harness.h"
 #include "support.h"
 
@@ -878,4 +880,39 @@ TEST_CASE("a child the engine cannot adopt is reported lost, with code -1, and r
   CHECK(harness.exit_of(1)->code == -1);
   CHECK(is_gone(second_pid));
   harness.with_table([](ProcessTable& table) { CHECK(table.remove(1)); });
+}
+
+TEST_CASE("process table runs a process it did not start through named pipes", "[process]") {
+  TempDir dir;
+  NamedPipes pipes = open_named_pipes(dir.path());
+  // The server, started elsewhere as Emacs starts a language server: it
+  // connects itself to the pipes, answers one line as an LSP message, and
+  // exits.
+  Child server = spawn(shell("exec <'" + dir.path() + "/in' >'" + dir.path() +
+                             "/out'; read -r line; "
+                             "printf 'Content-Length: %d\\r\\n\\r\\n%s' ${#line} \"$line\""));
+  EngineHarness harness;
+  ProcessTable::Options options;
+  options.framing = Framing::lsp;
+  auto ends = std::make_shared<Child>();
+  ends->stdout_fd = pipes.output.release();
+  ends->stdin_fd = pipes.input.release();
+  harness.with_table([ends, options](ProcessTable& table) {
+    table.adopt(1, std::move(*ends), options);
+    CHECK(table.pid(1) == -1);
+    CHECK(table.write_stdin(1, "hello\n"));
+  });
+  REQUIRE(harness.wait_until([&] { return harness.output_of(1, 1) == "Content-Length: 5\r\n\r\nhello"; }));
+  int status = 0;
+  REQUIRE(waitpid(server.pid, &status, 0) == server.pid);
+  server.pid = -1;
+  // The server is gone, but the keeper holds the output open: no end yet.
+  CHECK_FALSE(harness.wait_until([&] { return harness.exits_of(1) > 0; },
+                                 std::chrono::milliseconds(100)));
+  pipes.output_keeper.reset();
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }));
+  const Record& last = harness.records().back();
+  CHECK(last.kind == test::kExitKind);
+  CHECK(last.data == "exited");
+  CHECK(last.code == 0);
 }
