@@ -209,7 +209,7 @@ longest seconds between two runs of a 10 ms timer."
                                       found))))
                     (< (float-time) deadline))
           (accept-process-output nil 0.05))))
-    (unless workspace (error "lsp-mode did not connect to clangd"))
+    (unless workspace (error "The lsp-mode client did not connect to clangd"))
     (with-current-buffer complete (c++-mode) (lsp))
     (list :process (lsp--workspace-proc workspace)
           :symbols (lambda ()
@@ -245,7 +245,7 @@ longest seconds between two runs of a 10 ms timer."
 ;;;; Rows
 
 (defun fastrevert-bench-lsp--pairs (stock carried key rounds)
-  "Make the request KEY of sessions STOCK and CARRIED ROUNDS times each, in turns.
+  "Make request KEY of sessions STOCK and CARRIED, ROUNDS times each, alternating.
 Return (STOCK-COSTS . CARRIED-COSTS), lists of the plists of
 `fastrevert-bench-lsp--measure'.  A first call of each warms its
 server and is not counted."

@@ -32,7 +32,7 @@
         (string-trim (car (last (split-string (buffer-string) "\n" t))))))))
 
 (defun fastrevert-lsp-eglot-suite-test--run (tests-file carried)
-  "Run TESTS-FILE's eglot tests in a batch Emacs; return their results.
+  "Run the eglot suite of TESTS-FILE in a batch Emacs; return the results.
 With CARRIED, `fastrevert-lsp-mode' is on there.  The value is a plist:
 :results, an alist of (TEST . RESULT-TYPE), and :carried, how many
 servers the mode carried."

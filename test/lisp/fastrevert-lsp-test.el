@@ -291,7 +291,7 @@ down: the notes then received, the process status and exit status."
     (cons connection state)))
 
 (defun fastrevert-lsp-test--end (how &rest arguments)
-  "Run the stand-in that ends as HOW says with ARGUMENTS; return what was seen.
+  "Run the stand-in that ends as HOW and ARGUMENTS ask; return what was seen.
 The value is the :end of `fastrevert-lsp-test--connect', and whether
 the process was carried."
   (pcase-let* ((`(,connection . ,state)
@@ -366,8 +366,8 @@ make every wait of Emacs's spin until the server exits."
     (fastrevert-lsp-mode -1)))
 
 (ert-deftest fastrevert-lsp-carries-only-local-pipe-servers ()
-  "Servers on a pseudo-terminal or a remote host, and any start outside a
-client's connection, stay stock."
+  "Only local servers on pipes, started by a client's connection, are carried.
+Servers on a pseudo-terminal or a remote host stay stock."
   (let ((fastrevert-lsp--carrying (list 'carrying)))
     (should (fastrevert-lsp--carry-p '(:command ("sh") :connection-type pipe)))
     (should-not (fastrevert-lsp--carry-p '(:command ("sh") :connection-type pty)))
