@@ -34,6 +34,7 @@
 (require 'subr-x)
 (require 'package)
 (require 'fastrevert-bench)
+(require 'fastrevert-bench-workload)
 
 (declare-function fastrevert-lsp-mode "fastrevert-lsp" (&optional arg))
 (declare-function fastrevert-lsp--link "fastrevert-lsp" (process))
@@ -107,20 +108,6 @@
     (with-temp-file "complete.cpp"
       (insert "#include <bits/stdc++.h>\n\n\nint main() { return 0; }\n"))))
 
-(defconst fastrevert-bench-lsp--schedstat
-  (format "/proc/self/task/%d/schedstat" (emacs-pid))
-  "Linux's account of the main thread's time on a processor, in nanoseconds.")
-
-(defun fastrevert-bench-lsp--main-seconds ()
-  "Return the processor time Emacs's main thread has used, in seconds."
-  (if (file-readable-p fastrevert-bench-lsp--schedstat)
-      (with-temp-buffer
-        (insert-file-contents fastrevert-bench-lsp--schedstat)
-        (/ (string-to-number (buffer-substring (point-min) (progn (skip-chars-forward "0-9")
-                                                                   (point))))
-           1e9))
-    (float-time (get-internal-run-time))))
-
 (defun fastrevert-bench-lsp--measure (process thunk)
   "Call THUNK, which waits for a reply from PROCESS's server; return its costs.
 The value is a plist: :wall seconds, :main the main thread's
@@ -136,7 +123,7 @@ longest seconds between two runs of a 10 ms timer."
                                  (setq gap (max gap (- now last))
                                        last now)))))
          (start (float-time))
-         (main (fastrevert-bench-lsp--main-seconds)))
+         (main (fastrevert-bench-workload--main-thread-seconds)))
     (add-function :before (process-filter process) count)
     (unwind-protect
         (progn
@@ -145,7 +132,7 @@ longest seconds between two runs of a 10 ms timer."
           (let ((now (float-time)))
             (setq gap (max gap (- now last))))
           (list :wall (- (float-time) start)
-                :main (- (fastrevert-bench-lsp--main-seconds) main)
+                :main (- (fastrevert-bench-workload--main-thread-seconds) main)
                 :bytes bytes
                 :gap gap))
       (cancel-timer timer)

@@ -210,6 +210,23 @@ Decoding decoding_arg(Env& env, emacs_value value) {
   env.wrong_type("fastrevert-decoding-p", value);
 }
 
+// The output of a process framed as FRAMING, handed to Lisp as DECODING
+// says, whose backlog is BACKLOG bytes (nil for the default).
+std::shared_ptr<ProcessOutput> make_output(Env& env, Framing framing, Decoding decoding,
+                                           emacs_value backlog) {
+  ProcessOutput::Config config;
+  config.decode =
+      decoding == Decoding::utf8 ? ProcessOutput::Decode::utf8 : ProcessOutput::Decode::bytes;
+  config.whole_units = framing != Framing::none;
+  config.prompt = framing == Framing::lsp;
+  if (env.truthy(backlog)) {
+    std::int64_t bytes = env.to_integer(backlog);
+    if (bytes <= 0) env.signal("args-out-of-range", env.list({backlog}));
+    config.backlog = static_cast<std::uint64_t>(bytes);
+  }
+  return std::make_shared<ProcessOutput>(config);
+}
+
 }  // namespace
 
 namespace fastrevert::glue {
@@ -351,17 +368,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
   options.stdout_to_memfd = env.eq(args[6], env.intern("memfd"));
   options.memfd_threshold = kMemfdThreshold;
   Decoding decoding = decoding_arg(env, args[11]);
-  ProcessOutput::Config config;
-  config.decode =
-      decoding == Decoding::utf8 ? ProcessOutput::Decode::utf8 : ProcessOutput::Decode::bytes;
-  config.whole_units = options.framing != Framing::none;
-  config.prompt = options.framing == Framing::lsp;
-  if (env.truthy(args[12])) {
-    std::int64_t backlog = env.to_integer(args[12]);
-    if (backlog <= 0) env.signal("args-out-of-range", env.list({args[12]}));
-    config.backlog = static_cast<std::uint64_t>(backlog);
-  }
-  options.output = std::make_shared<ProcessOutput>(config);
+  options.output = make_output(env, options.framing, decoding, args[12]);
   auto key = static_cast<std::uint64_t>(id);
   if (lisp_processes().count(key)) env.signal("args-out-of-range", env.list({args[0]}));
 
@@ -416,16 +423,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 5,
   if (!env.truthy(env.call("fastrevert-process-p", {args[3]}))) {
     env.wrong_type("fastrevert-process-p", args[3]);
   }
-  ProcessOutput::Config config;
-  config.decode = ProcessOutput::Decode::bytes;
-  config.whole_units = options.framing != Framing::none;
-  config.prompt = options.framing == Framing::lsp;
-  if (env.truthy(args[4])) {
-    std::int64_t backlog = env.to_integer(args[4]);
-    if (backlog <= 0) env.signal("args-out-of-range", env.list({args[4]}));
-    config.backlog = static_cast<std::uint64_t>(backlog);
-  }
-  options.output = std::make_shared<ProcessOutput>(config);
+  options.output = make_output(env, options.framing, Decoding::raw, args[4]);
   if (lisp_processes().count(key)) env.signal("args-out-of-range", env.list({args[0]}));
   check_posted(env, runtime.can_post());
   NamedPipes pipes = open_named_pipes(directory);
