@@ -132,9 +132,13 @@ reconnect and shut down."
                                                           (eglot--TextDocumentPositionParams)))))
               (eglot-shutdown again)
               (should (fastrevert-test-wait-for (lambda () (not (process-live-p again-process)))))
+              ;; Whether the server exits of itself or is killed depends
+              ;; on whether it read eglot's exit notification before eglot
+              ;; deletes it, a race stock has too.
               (setq result (append result
-                                   (list :after-shutdown (list (process-status again-process)
-                                                               (process-exit-status again-process))))))))
+                                   (list :after-shutdown
+                                         (and (memq (process-status again-process) '(exit signal))
+                                              t)))))))
       (with-current-buffer buffer (set-buffer-modified-p nil))
       (kill-buffer buffer))
     result))
@@ -264,8 +268,9 @@ Hover, completion, document symbols, workspace restart and shutdown."
 (defun fastrevert-lsp-test--connect (name &rest arguments)
   "Start the stand-in server with ARGUMENTS under a jsonrpc connection NAME.
 Return (CONNECTION . STATE), STATE a plist that gathers :notes, the
-notification methods received, and :end, once the connection shut
-down: the notes then received, the process status and exit status."
+notification methods received; :end, once the connection shut down:
+the process status and exit status; and :order, newest first, `output'
+for each run of calls of the process's filter and `end' for the end."
   (let* ((state (list :notes nil :end nil))
          (connection
           (make-instance
@@ -285,9 +290,15 @@ down: the notes then received, the process status and exit status."
            :on-shutdown
            (lambda (connection)
              (let ((process (jsonrpc--process connection)))
-               (plist-put state :end (list (plist-get state :notes)
-                                           (process-status process)
+               (plist-put state :order (cons 'end (plist-get state :order)))
+               (plist-put state :end (list (process-status process)
                                            (process-exit-status process))))))))
+    ;; What reached the process's filter, and when against its end: jsonrpc
+    ;; may dispatch a message later (Emacs 30's does, from a timer).
+    (add-function :before (process-filter (jsonrpc--process connection))
+                  (lambda (&rest _)
+                    (unless (eq (car (plist-get state :order)) 'output)
+                      (plist-put state :order (cons 'output (plist-get state :order))))))
     (cons connection state)))
 
 (defun fastrevert-lsp-test--end (how &rest arguments)
@@ -298,7 +309,10 @@ the process was carried."
                 (apply #'fastrevert-lsp-test--connect "fastrevert-stand-in" "end" how arguments))
                (carried (and (fastrevert-lsp--link (jsonrpc--process connection)) t)))
     (should (fastrevert-test-wait-for (lambda () (plist-get state :end)) 10))
-    (list (plist-get state :end) carried)))
+    (should (fastrevert-test-wait-for (lambda () (plist-get state :notes)) 10))
+    (list (list (plist-get state :end) (reverse (plist-get state :order))
+                (plist-get state :notes))
+          carried)))
 
 (ert-deftest fastrevert-lsp-server-end-reaches-the-sentinel-after-its-output ()
   "A server that writes and ends is told to the client as stock tells it.
@@ -309,7 +323,7 @@ stock's status, whether it exits with a code or dies of a signal."
                  (fastrevert-lsp-test--both (lambda () (apply #'fastrevert-lsp-test--end end)))))
       (should (equal (cadr stock) nil))
       (should (equal (cadr carried) t))
-      (should (equal (car (car stock)) '(stand-in/ending)))
+      (should (equal (cadr (car stock)) '(output end)))
       (should (equal (car carried) (car stock))))))
 
 (ert-deftest fastrevert-lsp-delivers-a-100-mb-reply-whole ()

@@ -111,6 +111,9 @@ place, newest first."
   "Return a fresh id for a hostile call."
   (setq fastrevert-robust-test--next-id (1+ fastrevert-robust-test--next-id)))
 
+(defvar fastrevert-robust-test--pipes nil
+  "The directory of the named pipes the hostile calls make, or nil.")
+
 (defun fastrevert-robust-test--valid-arguments (primitive)
   "Return arguments PRIMITIVE accepts, to make hostile one at a time.
 Return `separate' for a primitive tested on its own below."
@@ -122,6 +125,15 @@ Return `separate' for a primitive tested on its own below."
     ('fastrevert--mod-first-executable (list "/bin/true\0"))
     ('fastrevert--mod-process-backlog (list (fastrevert-robust-test--next-id)))
     ('fastrevert--mod-process-eof (list (fastrevert-robust-test--next-id)))
+    ('fastrevert--mod-process-ended (list (fastrevert-robust-test--next-id)))
+    ('fastrevert--mod-process-attach
+     (let ((id (fastrevert-robust-test--next-id)))
+       (unless fastrevert-robust-test--pipes
+         (setq fastrevert-robust-test--pipes (make-temp-file "fastrevert-robust-pipes" t)))
+       (list id (make-temp-file (expand-file-name "p" fastrevert-robust-test--pipes) t) 'lsp
+             (fastrevert--process-start-record id "robust" '("x") nil nil nil nil nil nil
+                                               'binary 'binary nil fastrevert--engine-generation)
+             nil)))
     ('fastrevert--mod-process-remove (list (fastrevert-robust-test--next-id)))
     ('fastrevert--mod-process-send (list (fastrevert-robust-test--next-id) "x"))
     ('fastrevert--mod-process-signal (list (fastrevert-robust-test--next-id) 0))
@@ -180,6 +192,9 @@ sound, as (PRIMITIVE ARGUMENTS OUTCOME)."
                        (unless (equal error '(error "Hostile handler"))
                          (push (list primitive arguments error) problems))))
                     (fastrevert--mod-test-watch-fault 'stat-delay-ms 0))))))))
+      (when fastrevert-robust-test--pipes
+        (delete-directory fastrevert-robust-test--pipes t)
+        (setq fastrevert-robust-test--pipes nil))
       (fastrevert--mod-test-watch-fault 'add-watch-errno 0)
       (fastrevert--mod-test-watch-fault 'init-errno 0)
       (fastrevert--mod-test-watch-fault 'stat-delay-ms 0)
