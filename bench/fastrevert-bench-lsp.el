@@ -32,7 +32,6 @@
 
 (require 'cl-lib)
 (require 'subr-x)
-(require 'package)
 (require 'fastrevert-bench)
 (require 'fastrevert-bench-workload)
 
@@ -84,14 +83,6 @@
   (expand-file-name "../test/tools/lsp-stand-in.sh"
                     (file-name-directory (or load-file-name buffer-file-name)))
   "The stand-in server of the flood row.")
-
-(defun fastrevert-bench-lsp--load (feature)
-  "Load FEATURE, built in or from Debian's packages; return nil if it is missing."
-  (or (require feature nil t)
-      (let ((package-directory-list (list "/usr/share/emacs/site-lisp/elpa"))
-            (package-user-dir (expand-file-name "no-user-packages" temporary-file-directory)))
-        (package-initialize)
-        (require feature nil t))))
 
 ;;;; The project
 
@@ -381,11 +372,11 @@ Each request is made ROUNDS times by each side."
            rows)
       (dolist (side '("stock" "carried"))
         (fastrevert-bench-lsp--write-project (expand-file-name side dir) functions))
-      (if (fastrevert-bench-lsp--load 'eglot)
+      (if (fastrevert-bench-require-debian-package 'eglot)
           (setq rows (append rows (fastrevert-bench-lsp--client-rows
                                    "eglot" #'fastrevert-bench-lsp--eglot dir rounds)))
         (fastrevert-bench--out "eglot is not installed; its rows are left out.\n"))
-      (if (and (fastrevert-bench-lsp--load 'lsp-mode) (require 'lsp-clangd nil t))
+      (if (and (fastrevert-bench-require-debian-package 'lsp-mode) (require 'lsp-clangd nil t))
           (setq rows (append rows (fastrevert-bench-lsp--client-rows
                                    "lsp-mode" #'fastrevert-bench-lsp--lsp-mode dir rounds)))
         (fastrevert-bench--out "lsp-mode is not installed; its rows are left out.\n"))

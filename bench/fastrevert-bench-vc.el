@@ -32,7 +32,6 @@
 (require 'autorevert)
 (require 'vc-git)
 (require 'json)
-(require 'package)
 (require 'fastrevert-bench)
 
 (declare-function fastrevert-mode "fastrevert" (&optional arg))
@@ -452,13 +451,7 @@ ended, or for a Magit checkout until Magit's own refresh after it did),
   "Load Magit from Debian's elpa-magit if possible; return non-nil if loaded.
 Loading it turns `magit-auto-revert-mode' on; it is turned off again,
 for the rows that do not use Magit."
-  (when (or (featurep 'magit)
-            (let ((package-directory-list '("/usr/share/emacs/site-lisp/elpa"))
-                  (package-user-dir (make-temp-file "fastrevert-bench-no-packages-" t)))
-              (unwind-protect
-                  (progn (package-initialize)
-                         (require 'magit nil t))
-                (delete-directory package-user-dir t))))
+  (when (fastrevert-bench-require-debian-package 'magit)
     (when (bound-and-true-p magit-auto-revert-mode) (magit-auto-revert-mode -1))
     t))
 

@@ -91,6 +91,7 @@
 (require 'benchmark)
 (require 'cl-lib)
 (require 'elp)
+(require 'package)
 (require 'subr-x)
 
 (defvar vc-handled-backends)
@@ -119,6 +120,18 @@ QUICK applies when FASTREVERT_BENCH_QUICK is set.")
   "Return non-nil when FASTREVERT_BENCH_QUICK asks for a smoke run."
   (let ((value (getenv "FASTREVERT_BENCH_QUICK")))
     (and value (not (member value '("" "0" "no" "false"))))))
+
+(defun fastrevert-bench-require-debian-package (feature)
+  "Load FEATURE, built into Emacs or from Debian's elpa-* packages.
+Return non-nil if it is loaded; nil, loading nothing, when it is not
+installed."
+  (or (require feature nil t)
+      (let ((package-directory-list '("/usr/share/emacs/site-lisp/elpa"))
+            (package-user-dir (make-temp-file "fastrevert-bench-no-packages-" t)))
+        (unwind-protect
+            (progn (package-initialize)
+                   (require feature nil t))
+          (delete-directory package-user-dir t)))))
 
 (defun fastrevert-bench-size (key &optional table)
   "Return the workload size KEY for this run (default or quick).

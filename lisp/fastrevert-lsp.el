@@ -120,7 +120,7 @@ PROCESS (which may have removed it from the process list), until the
 client's sentinel is told, as stock reads what is left first."
   (when (fastrevert-lsp--link process)
     (let ((coding (car (process-coding-system process))))
-      (funcall (or (process-filter process) #'internal-default-process-filter)
+      (funcall (process-filter process)
                process
                (if (or (null coding) (eq (coding-system-type coding) 'raw-text))
                    bytes
@@ -255,13 +255,16 @@ ARGS are those of `make-process'."
       (encode-coding-string string (or (cdr (process-coding-system process)) 'binary) t)
     string))
 
-(defun fastrevert-lsp--send (process bytes)
-  "Queue BYTES for the server of carried PROCESS."
+(defun fastrevert-lsp--input-id (process)
+  "Return the engine's id for the input of carried PROCESS.
+Signal the error stock signals when PROCESS no longer runs."
   (unless (process-live-p process)
     (error "Process %s not running" (process-name process)))
-  (fastrevert--mod-process-send
-   (fastrevert--process-id (fastrevert-lsp--link-record (fastrevert-lsp--link process)))
-   bytes))
+  (fastrevert--process-id (fastrevert-lsp--link-record (fastrevert-lsp--link process))))
+
+(defun fastrevert-lsp--send (process bytes)
+  "Queue BYTES for the server of carried PROCESS."
+  (fastrevert--mod-process-send (fastrevert-lsp--input-id process) bytes))
 
 (defun fastrevert-lsp--send-string (send-string process string)
   "Queue STRING for the server if PROCESS is carried, else call SEND-STRING."
@@ -279,13 +282,10 @@ ARGS are those of `make-process'."
 
 (defun fastrevert-lsp--send-eof (send-eof &optional process)
   "Close the server's input once sent if PROCESS is carried, else call SEND-EOF."
-  (let ((link (fastrevert-lsp--link process)))
-    (if (not link)
-        (funcall send-eof process)
-      (unless (process-live-p process)
-        (error "Process %s not running" (process-name process)))
-      (fastrevert--mod-process-eof (fastrevert--process-id (fastrevert-lsp--link-record link)))
-      process)))
+  (if (not (fastrevert-lsp--link process))
+      (funcall send-eof process)
+    (fastrevert--mod-process-eof (fastrevert-lsp--input-id process))
+    process))
 
 (defun fastrevert-lsp--command (process-command process)
   "Return the command the client started if PROCESS is carried.

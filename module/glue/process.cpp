@@ -227,6 +227,32 @@ std::shared_ptr<ProcessOutput> make_output(Env& env, Framing framing, Decoding d
   return std::make_shared<ProcessOutput>(config);
 }
 
+// Signals wrong-type-argument unless VALUE is a `fastrevert-process'.
+void check_process_object(Env& env, emacs_value value) {
+  if (!env.truthy(env.call("fastrevert-process-p", {value}))) {
+    env.wrong_type("fastrevert-process-p", value);
+  }
+}
+
+// Records that OUTPUT of process KEY goes to OBJECT (a global reference
+// this takes over), handed to Lisp as DECODING says.
+LispProcess& remember(std::uint64_t key, std::shared_ptr<ProcessOutput> output,
+                      emacs_value object, Decoding decoding) {
+  LispProcess& process = lisp_processes()[key];
+  process.output = std::move(output);
+  process.object = object;
+  process.decoding = decoding;
+  return process;
+}
+
+// Gives HANDOVER to the engine to run as process KEY; when the engine
+// cannot take it, forgets KEY and signals why.
+void run_on_engine(Env& env, std::uint64_t key, std::unique_ptr<ProcessHandover> handover) {
+  Runtime::Posted posted = runtime.adopt(key, std::move(handover));
+  if (posted != Runtime::Posted::yes) forget(env, key);
+  check_posted(env, posted);
+}
+
 }  // namespace
 
 namespace fastrevert::glue {
@@ -375,9 +401,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
   // Checked before spawning, so that no child is started that nobody runs.
   check_posted(env, runtime.can_post());
   bool heard = env.truthy(args[10]);
-  if (heard && !env.truthy(env.call("fastrevert-process-p", {args[10]}))) {
-    env.wrong_type("fastrevert-process-p", args[10]);
-  }
+  if (heard) check_process_object(env, args[10]);
   emacs_value object = heard ? env.global(args[10]) : nullptr;
   emacs_value failure = nullptr;
   std::optional<Child> child;
@@ -392,16 +416,8 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
     return failure;
   }
   pid_t pid = child->pid;
-  if (heard) {
-    LispProcess& process = lisp_processes()[key];
-    process.output = options.output;
-    process.object = object;
-    process.decoding = decoding;
-  }
-  Runtime::Posted posted =
-      runtime.adopt(key, std::make_unique<ProcessHandover>(std::move(*child), options));
-  if (posted != Runtime::Posted::yes) forget(env, key);
-  check_posted(env, posted);
+  if (heard) remember(key, options.output, object, decoding);
+  run_on_engine(env, key, std::make_unique<ProcessHandover>(std::move(*child), options));
   return env.integer(pid);
 }
 
@@ -420,9 +436,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 5,
   std::string directory = env.to_bytes(args[1]);
   ProcessTable::Options options;
   options.framing = framing_arg(env, args[2]);
-  if (!env.truthy(env.call("fastrevert-process-p", {args[3]}))) {
-    env.wrong_type("fastrevert-process-p", args[3]);
-  }
+  check_process_object(env, args[3]);
   options.output = make_output(env, options.framing, Decoding::raw, args[4]);
   if (lisp_processes().count(key)) env.signal("args-out-of-range", env.list({args[0]}));
   check_posted(env, runtime.can_post());
@@ -431,15 +445,9 @@ FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 5,
   ends.stdout_fd = pipes.output.release();
   ends.stdin_fd = pipes.input.release();
   auto handover = std::make_unique<ProcessHandover>(std::move(ends), options);
-  emacs_value object = env.global(args[3]);
-  LispProcess& process = lisp_processes()[key];
-  process.output = options.output;
-  process.object = object;
-  process.decoding = Decoding::raw;
-  process.output_keeper = std::move(pipes.output_keeper);
-  Runtime::Posted posted = runtime.adopt(key, std::move(handover));
-  if (posted != Runtime::Posted::yes) forget(env, key);
-  check_posted(env, posted);
+  remember(key, options.output, env.global(args[3]), Decoding::raw).output_keeper =
+      std::move(pipes.output_keeper);
+  run_on_engine(env, key, std::move(handover));
   return env.nil();
 }
 

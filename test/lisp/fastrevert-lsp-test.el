@@ -14,24 +14,11 @@
 (require 'fastrevert-test-helpers)
 (require 'fastrevert-lsp)
 (require 'jsonrpc)
-(require 'package)
-
-(defconst fastrevert-lsp-test--elpa "/usr/share/emacs/site-lisp/elpa"
-  "Where Debian's elpa-* packages install their Lisp.")
 
 (defconst fastrevert-lsp-test--stand-in
   (expand-file-name "../tools/lsp-stand-in.sh"
                     (file-name-directory (or load-file-name buffer-file-name)))
   "The stand-in server.")
-
-(defun fastrevert-lsp-test--load (feature)
-  "Load FEATURE, built in or from Debian's packages, or fail saying how."
-  (unless (require feature nil t)
-    (let ((package-directory-list (list fastrevert-lsp-test--elpa))
-          (package-user-dir (expand-file-name "no-user-packages" temporary-file-directory)))
-      (package-initialize)
-      (unless (require feature nil t)
-        (error "%s is not installed; `make deps' installs it from Debian" feature)))))
 
 (defconst fastrevert-lsp-test--source
   "#include <stdio.h>
@@ -82,7 +69,7 @@ SESSION is called with no argument and returns a plist whose
   "Work with clangd through eglot on DIR's main.c; return what it answered.
 Connect, hover, complete, list the document's symbols, rename,
 reconnect and shut down."
-  (fastrevert-lsp-test--load 'eglot)
+  (fastrevert-test-require-debian-package 'eglot)
   (let ((buffer (find-file-noselect (expand-file-name "main.c" dir)))
         (eglot-server-programs '((c-mode . ("clangd"))))
         (eglot-events-buffer-size 0)
@@ -190,7 +177,7 @@ the carried servers are real processes that show the client's command."
 Connect, hover, complete, list the document's symbols, restart the
 workspace and shut it down.  Answers are given as JSON text, since
 lsp-mode gives hash tables."
-  (fastrevert-lsp-test--load 'lsp-mode)
+  (fastrevert-test-require-debian-package 'lsp-mode)
   (require 'lsp-clangd)
   (let ((lsp-session-file (make-temp-file "fastrevert-lsp-session"))
         (lsp-auto-guess-root t)

@@ -15,19 +15,6 @@
 
 (require 'fastrevert-test-helpers)
 (require 'fastrevert)
-(require 'package)
-
-(defconst fastrevert-magit-test--elpa "/usr/share/emacs/site-lisp/elpa"
-  "Where Debian's elpa-* packages install their Lisp.")
-
-(defun fastrevert-magit-test--load-magit ()
-  "Load Magit from Debian's packages, or fail saying how to install it."
-  (unless (featurep 'magit)
-    (let ((package-directory-list (list fastrevert-magit-test--elpa))
-          (package-user-dir (expand-file-name "no-user-packages" temporary-file-directory)))
-      (package-initialize)
-      (unless (require 'magit nil t)
-        (error "Magit is not installed; install Debian's elpa-magit (make deps does)")))))
 
 (defun fastrevert-magit-test--git (dir &rest args)
   "Run git with ARGS in DIR; fail with its output unless it succeeds."
@@ -125,7 +112,7 @@ TEST gets the buffers and the names of their files (see
 `fastrevert-magit-test--repository'); `main' is checked out.  Magit
 and `fastrevert-mode' run with `auto-revert-use-notify' set to
 USE-NOTIFY."
-  (fastrevert-magit-test--load-magit)
+  (fastrevert-test-require-debian-package 'magit)
   (fastrevert-test-with-temp-dir repo
     (let* ((process-environment
             (append '("GIT_CONFIG_NOSYSTEM=1" "GIT_CONFIG_GLOBAL=/dev/null"

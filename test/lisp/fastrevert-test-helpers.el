@@ -9,6 +9,7 @@
 
 (require 'ert)
 (require 'cl-lib)
+(require 'package)
 
 (defconst fastrevert-test-root
   (expand-file-name "../../" (file-name-directory (or load-file-name buffer-file-name)))
@@ -31,6 +32,16 @@ it send itself.  An Emacs a test starts gets it back with
 
 (when fastrevert-test-sanitizer-preload
   (setenv "LD_PRELOAD"))
+
+(defun fastrevert-test-require-debian-package (feature)
+  "Load FEATURE, built into Emacs or from Debian's elpa-* packages.
+Fail saying how to install it when it is neither."
+  (unless (require feature nil t)
+    (let ((package-directory-list (list "/usr/share/emacs/site-lisp/elpa"))
+          (package-user-dir (expand-file-name "no-user-packages" temporary-file-directory)))
+      (package-initialize)
+      (unless (require feature nil t)
+        (error "%s is not installed; `make deps' installs it from Debian" feature)))))
 
 (defun fastrevert-test-emacs-environment ()
   "Return the `process-environment' for an Emacs a test starts."
