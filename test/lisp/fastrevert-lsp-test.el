@@ -228,7 +228,13 @@ lsp-mode gives hash tables."
                                   :command (process-command again-process))))
               (lsp-workspace-shutdown again)
               (should (fastrevert-test-wait-for (lambda () (not (process-live-p again-process)))
-                                                10)))))
+                                                10))
+              ;; lsp-mode forgets the workspace in its sentinel, which may
+              ;; run after the process is seen dead; a session started
+              ;; before then would join the dead workspace.
+              (should (fastrevert-test-wait-for
+                       (lambda () (not (memq again lsp--buffer-workspaces)))
+                       10)))))
       (with-current-buffer buffer (set-buffer-modified-p nil))
       (kill-buffer buffer)
       (delete-file lsp-session-file))
