@@ -758,8 +758,14 @@ process that has exited would never see its sentinel."
   (fastrevert--engine-ensure)
   (let* ((got nil)
          (wakes (plist-get (fastrevert-stats) :wakes))
-         (process (fastrevert-make-process :name "wake" :command '("echo" "hi") :noquery t
-                                           :filter (lambda (_process text) (setq got text)))))
+         (process (progn
+                    ;; A result of an earlier test, still waiting with its
+                    ;; wake byte, would keep the engine from writing one for
+                    ;; this child's (one byte stands for all that wait).
+                    (fastrevert--drain)
+                    (fastrevert--take-wake)
+                    (fastrevert-make-process :name "wake" :command '("echo" "hi") :noquery t
+                                             :filter (lambda (_process text) (setq got text))))))
     ;; Busy, as a command is, until the engine has written its wake byte.
     (let ((deadline (+ (float-time) 30)))
       (while (and (<= (plist-get (fastrevert-stats) :wakes) wakes)
