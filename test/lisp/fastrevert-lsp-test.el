@@ -65,6 +65,20 @@ SESSION is called with no argument and returns a plist whose
 
 ;;;; eglot with clangd
 
+(defvar eglot--managed-mode)
+
+(defun fastrevert-lsp-test--eglot-managing (&optional other-than)
+  "Wait until eglot manages the current buffer; return its server.
+A server `eq' to OTHER-THAN does not count.  eglot 1.9's connect may
+return before the server has answered `initialize' (it stops waiting at
+the first output of any process, such as the server's stderr) and then
+finishes in the background, so its return is no sign of a managed
+buffer."
+  (should (fastrevert-test-wait-for
+           (lambda ()
+             (let ((server (and eglot--managed-mode (eglot-current-server))))
+               (and server (not (eq server other-than)) server))))))
+
 (defun fastrevert-lsp-test--eglot-session (dir)
   "Work with clangd through eglot on DIR's main.c; return what it answered.
 Connect, hover, complete, list the document's symbols, rename,
@@ -78,7 +92,8 @@ reconnect and shut down."
     (unwind-protect
         (with-current-buffer buffer
           (c-mode)
-          (let* ((server (apply #'eglot--connect (eglot--guess-contact)))
+          (apply #'eglot--connect (eglot--guess-contact))
+          (let* ((server (fastrevert-lsp-test--eglot-managing))
                  (process (jsonrpc--process server))
                  (carried (and (fastrevert-lsp--link process) t)))
             (fastrevert-lsp-test--goto "add_numbers(1" 3)
@@ -102,7 +117,7 @@ reconnect and shut down."
                                                         `(,@(eglot--TextDocumentPositionParams)
                                                           :newName "sum_more")))))
             (eglot-reconnect server)
-            (let* ((again (eglot-current-server))
+            (let* ((again (fastrevert-lsp-test--eglot-managing server))
                    (again-process (jsonrpc--process again)))
               (should (not (eq again server)))
               (should (not (process-live-p process)))
