@@ -16,7 +16,8 @@ FUZZ_SECONDS ?= 60
 # Emacs 30 has eglot built in, so its root goes without) and lsp-mode;
 # xz-utils unpacks the Emacs source that Emacs's own eglot-tests.el comes from.
 DEPS_PACKAGES := emacs-nox cmake g++ pkg-config libuv1-dev catch2 git elpa-magit mercurial ccache \
-  openssh-server openssh-client inotify-tools fswatch clangd elpa-eglot elpa-lsp-mode xz-utils
+  openssh-server openssh-client inotify-tools fswatch clangd elpa-eglot elpa-lsp-mode xz-utils \
+  rapidjson-dev
 
 # The package manager `make deps' speaks to: apt-get where it exists (Debian,
 # Ubuntu), else the first of these found.
@@ -25,14 +26,14 @@ PKG_MANAGER ?= $(firstword $(foreach manager,apt-get brew port pkg apk dnf pacma
 # What the others call the build's and the tests' packages.  Magit, which
 # the Magit tests load as Debian's elpa-magit installs it, is left out; the
 # compiler is Xcode's on macOS and the base system's on FreeBSD.
-DEPS_brew   := emacs cmake pkgconf libuv catch2 git mercurial fswatch
-DEPS_port   := emacs cmake pkgconfig libuv catch2 git mercurial fswatch
-DEPS_pkg    := emacs-nox cmake pkgconf libuv catch2 git mercurial gmake
-DEPS_apk    := emacs-nox cmake g++ make pkgconf libuv-dev catch2 git mercurial \
+DEPS_brew   := emacs cmake pkgconf libuv catch2 rapidjson git mercurial fswatch
+DEPS_port   := emacs cmake pkgconfig libuv catch2 rapidjson git mercurial fswatch
+DEPS_pkg    := emacs-nox cmake pkgconf libuv catch2 rapidjson git mercurial gmake
+DEPS_apk    := emacs-nox cmake g++ make pkgconf libuv-dev catch2 rapidjson-dev git mercurial \
   openssh-server openssh-client inotify-tools
 DEPS_dnf    := emacs-nox emacs-devel cmake gcc-c++ make pkgconf-pkg-config libuv-devel \
-  catch2-devel git mercurial openssh-server openssh-clients inotify-tools
-DEPS_pacman := emacs-nox cmake gcc make pkgconf libuv catch2 git mercurial openssh inotify-tools
+  catch2-devel rapidjson-devel git mercurial openssh-server openssh-clients inotify-tools
+DEPS_pacman := emacs-nox cmake gcc make pkgconf libuv catch2 rapidjson git mercurial openssh inotify-tools
 INSTALL_brew   := brew install
 INSTALL_port   := port install
 INSTALL_pkg    := pkg install -y

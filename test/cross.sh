@@ -77,6 +77,10 @@ libuv_tree=$libuv_source/tree
 emacs_include=$cache/emacs-include
 mkdir -p "$emacs_include"
 cp /usr/include/emacs-module.h "$emacs_include/"
+# RapidJSON is headers only: this machine's serve every target.
+rapidjson_include=$cache/rapidjson-include
+mkdir -p "$rapidjson_include"
+cp -r /usr/include/rapidjson "$rapidjson_include/"
 
 failed=()
 summary=()
@@ -133,6 +137,7 @@ EOF
   mkdir -p "$dir"
   if ! PKG_CONFIG_LIBDIR=$libuv/pkgconfig cmake -S "$source" -B "$dir/build" "${toolchain[@]}" \
          -DFASTREVERT_BUILD_TESTS=OFF -DEMACS_MODULE_INCLUDE_DIR="$emacs_include" \
+         -DRAPIDJSON_INCLUDE_DIR="$rapidjson_include" \
          -DFASTREVERT_MODULE_DIR="$dir/module" >"$dir/configure.log" 2>&1; then
     failed+=("$target")
     summary+=("$target: does not configure (see $dir/configure.log)")

@@ -8,8 +8,6 @@ namespace fastrevert {
 
 namespace {
 
-constexpr std::string_view kHeaderEnd = "\r\n\r\n";
-
 bool equals_ignoring_ascii_case(std::string_view a, std::string_view b) {
   if (a.size() != b.size()) return false;
   for (std::size_t i = 0; i < a.size(); ++i) {
@@ -104,10 +102,10 @@ void LspFramer::scan() {
       // Resume the search a few bytes back, in case the terminator straddles
       // the previous append.
       std::size_t from = complete_end_;
-      if (header_scanned_ > from + kHeaderEnd.size() - 1) {
-        from = header_scanned_ - (kHeaderEnd.size() - 1);
+      if (header_scanned_ > from + kLspHeaderEnd.size() - 1) {
+        from = header_scanned_ - (kLspHeaderEnd.size() - 1);
       }
-      std::size_t terminator = std::string_view(buffer_).find(kHeaderEnd, from);
+      std::size_t terminator = std::string_view(buffer_).find(kLspHeaderEnd, from);
       if (terminator == std::string_view::npos) {
         header_scanned_ = buffer_.size();
         if (buffer_.size() - complete_end_ > kMaxHeaderBlock) {
@@ -115,7 +113,7 @@ void LspFramer::scan() {
         }
         return;
       }
-      if (terminator + kHeaderEnd.size() - complete_end_ > kMaxHeaderBlock) {
+      if (terminator + kLspHeaderEnd.size() - complete_end_ > kMaxHeaderBlock) {
         mark_broken("LSP header block longer than 64 KiB");
         return;
       }
@@ -130,9 +128,7 @@ void LspFramer::scan() {
   }
 }
 
-void LspFramer::parse_headers(std::size_t header_block_end) {
-  std::string_view block =
-      std::string_view(buffer_).substr(complete_end_, header_block_end - complete_end_);
+std::optional<std::size_t> lsp_content_length(std::string_view block, std::string& why) {
   bool have_length = false;
   std::size_t content_length = 0;
   while (true) {
@@ -140,31 +136,31 @@ void LspFramer::parse_headers(std::size_t header_block_end) {
     std::string_view line = block.substr(0, line_end);
     std::size_t colon = line.find(':');
     if (colon == std::string_view::npos || colon == 0) {
-      mark_broken("malformed LSP header line");
-      return;
+      why = "malformed LSP header line";
+      return std::nullopt;
     }
     std::string_view name = line.substr(0, colon);
     if (equals_ignoring_ascii_case(name, "Content-Length")) {
       std::string_view value = trim_blanks(line.substr(colon + 1));
       if (value.empty()) {
-        mark_broken("empty LSP Content-Length");
-        return;
+        why = "empty LSP Content-Length";
+        return std::nullopt;
       }
       std::size_t parsed = 0;
       for (char digit : value) {
         if (digit < '0' || digit > '9') {
-          mark_broken("non-numeric LSP Content-Length");
-          return;
+          why = "non-numeric LSP Content-Length";
+          return std::nullopt;
         }
         parsed = parsed * 10 + static_cast<std::size_t>(digit - '0');
-        if (parsed > kMaxContentLength) {
-          mark_broken("LSP Content-Length above 1 GiB");
-          return;
+        if (parsed > LspFramer::kMaxContentLength) {
+          why = "LSP Content-Length above 1 GiB";
+          return std::nullopt;
         }
       }
       if (have_length && parsed != content_length) {
-        mark_broken("conflicting LSP Content-Length headers");
-        return;
+        why = "conflicting LSP Content-Length headers";
+        return std::nullopt;
       }
       have_length = true;
       content_length = parsed;
@@ -173,11 +169,22 @@ void LspFramer::parse_headers(std::size_t header_block_end) {
     block.remove_prefix(line_end + 2);
   }
   if (!have_length) {
-    mark_broken("LSP message without Content-Length");
+    why = "LSP message without Content-Length";
+    return std::nullopt;
+  }
+  return content_length;
+}
+
+void LspFramer::parse_headers(std::size_t header_block_end) {
+  std::string why;
+  std::optional<std::size_t> content_length = lsp_content_length(
+      std::string_view(buffer_).substr(complete_end_, header_block_end - complete_end_), why);
+  if (!content_length) {
+    mark_broken(std::move(why));
     return;
   }
   have_headers_ = true;
-  body_end_ = header_block_end + kHeaderEnd.size() + content_length;
+  body_end_ = header_block_end + kLspHeaderEnd.size() + *content_length;
 }
 
 void LspFramer::shift(std::size_t count) {

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -53,6 +54,10 @@ class Framer {
   // Returns nothing while the unit cannot be cut yet (an LSP message whose
   // header block has not ended).
   std::string take_unfinished();
+
+  // Right after take_unfinished(): how many more bytes the unit that was
+  // cut has (0 where the framer cannot tell, or the unit has no set size).
+  virtual std::size_t unit_rest() const { return 0; }
 
   // Whether the input stopped making sense.  A broken framer passes every
   // byte through as soon as it arrives, so the consumer sees the raw stream
@@ -123,6 +128,10 @@ class LspFramer final : public Framer {
   static constexpr std::size_t kMaxContentLength = std::size_t{1} << 30;
   static constexpr std::size_t kMaxHeaderBlock = std::size_t{64} << 10;
 
+  std::size_t unit_rest() const override {
+    return have_headers_ && body_end_ > buffer_.size() ? body_end_ - buffer_.size() : 0;
+  }
+
  protected:
   void scan() override;
   void shift(std::size_t count) override;
@@ -143,6 +152,14 @@ class LspFramer final : public Framer {
   bool have_headers_ = false;
   std::size_t body_end_ = 0;
 };
+
+// What ends an LSP header block.
+inline constexpr std::string_view kLspHeaderEnd = "\r\n\r\n";
+
+// The Content-Length that the LSP header block BLOCK (without the blank
+// line that ends it) gives, or nothing, with WHY set, where it gives none
+// that the LSP framer would take.
+std::optional<std::size_t> lsp_content_length(std::string_view block, std::string& why);
 
 // Returns a fresh framer for FRAMING.
 std::unique_ptr<Framer> make_framer(Framing framing);

@@ -54,6 +54,9 @@ struct ProcessTable::Stream {
   bool broken_framing_reported = false;
   // The framer's unfinished unit as the output counts it.
   std::uint64_t partial_told = 0;
+  // How much of a unit that went on in pieces is still to come: the head
+  // of what the framer hands over next, which is no whole unit.
+  std::uint64_t cut_rest = 0;
   // Bytes read during the current callback, not yet emitted or framed.  Its
   // capacity is reused between callbacks when a framer takes the bytes, or
   // when they go to the memfd.
@@ -323,6 +326,7 @@ void ProcessTable::move_state(Process& from, Process& to) noexcept {
     target.framer = std::move(source.framer);
     target.broken_framing_reported = source.broken_framing_reported;
     target.partial_told = source.partial_told;
+    target.cut_rest = source.cut_rest;
     target.raw = std::move(source.raw);
     source.raw.clear();
     target.memfd_wanted = source.memfd_wanted;
@@ -802,6 +806,17 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
   notify(process);
 }
 
+std::string ProcessTable::lisp_replies(const JsonLisp& style, Stream& stream, std::string units) {
+  if (units.empty() || stream.framer->broken()) return units;
+  // The rest of a unit that went on in pieces stays as it is.
+  std::size_t rest = static_cast<std::size_t>(std::min<std::uint64_t>(stream.cut_rest, units.size()));
+  stream.cut_rest -= rest;
+  if (rest == 0) return lsp_bodies_to_lisp(units, style);
+  std::string converted = units.substr(0, rest);
+  converted += lsp_bodies_to_lisp(std::string_view(units).substr(rest), style);
+  return converted;
+}
+
 void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
   std::string chunk;
   if (!stream.framer) {
@@ -810,6 +825,9 @@ void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
     stream.framer->append(stream.raw);
     stream.raw.clear();
     chunk = stream.framer->take();
+    if (process.options.lisp_replies && stream.index == ProcessOutput::kStdout) {
+      chunk = lisp_replies(*process.options.lisp_replies, stream, std::move(chunk));
+    }
     std::uint64_t unfinished = stream.framer->pending_size();
     std::uint64_t backlog = process.output->config().backlog;
     // What will wait once CHUNK is appended, this unit included.
@@ -823,7 +841,9 @@ void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
       // pieces, which the units after it follow as usual.  So does one
       // that holds more than half a full backlog: Emacs, taking the rest,
       // could not bring it down to where reading resumes.
-      chunk += stream.framer->take_unfinished();
+      std::string piece = stream.framer->take_unfinished();
+      if (!piece.empty()) stream.cut_rest = stream.framer->unit_rest();
+      chunk += piece;
     }
     if (stream.framer->broken() && !stream.broken_framing_reported && !process.removed) {
       stream.broken_framing_reported = true;

@@ -68,6 +68,7 @@
 #include "core/child.h"
 #include "core/engine.h"
 #include "core/framing.h"
+#include "core/json_lisp.h"
 #include "core/pipe.h"
 #include "core/process_output.h"
 
@@ -100,6 +101,9 @@ class ProcessTable : public Service {
     // never used.
     bool stdout_to_memfd = false;
     std::size_t memfd_threshold = 0;
+    // With Framing::lsp on stdout: each message's JSON body is turned into
+    // printed Lisp as this says, where it converts (see core/json_lisp.h).
+    std::shared_ptr<const JsonLisp> lisp_replies;
     // Where the output goes; a table makes one with the default backlog
     // when this is null.
     std::shared_ptr<ProcessOutput> output;
@@ -269,6 +273,9 @@ class ProcessTable : public Service {
   // Hands what STREAM read to the output, framed; AT_EOF flushes the
   // framer.
   void deliver(Process& process, Stream& stream, bool at_eof);
+  // UNITS, whole LSP messages that STREAM's framer handed over, with their
+  // bodies printed as Lisp in STYLE.
+  static std::string lisp_replies(const JsonLisp& style, Stream& stream, std::string units);
   // Makes STREAM's memfd once more than the threshold was read, gives the
   // output a descriptor of it and moves there what this wake-up has read.
   // Returns whether the stream now writes to a memfd.

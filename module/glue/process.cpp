@@ -19,6 +19,7 @@
 #include "core/engine.h"
 #include "core/fd.h"
 #include "core/framing.h"
+#include "core/json_lisp.h"
 #include "core/named_pipes.h"
 #include "core/pipe.h"
 #include "core/process_output.h"
@@ -208,6 +209,45 @@ Decoding decoding_arg(Env& env, emacs_value value) {
   if (env.eq(value, env.intern("raw"))) return Decoding::raw;
   if (env.eq(value, env.intern("lisp"))) return Decoding::lisp;
   env.wrong_type("fastrevert-decoding-p", value);
+}
+
+// How the printed Lisp of a JSON value is to look, from the list
+// (OBJECT-TYPE NULL-OBJECT FALSE-OBJECT) that `json-parse-buffer' takes as
+// keywords: OBJECT-TYPE is `plist' or `hash-table', the others nil or a
+// keyword.
+std::shared_ptr<const JsonLisp> json_style_arg(Env& env, emacs_value value) {
+  auto style = std::make_shared<JsonLisp>();
+  emacs_value rest = value;
+  auto next = [&env, &rest, value]() {
+    if (!env.is_a(rest, "cons")) env.wrong_type("fastrevert-json-style-p", value);
+    emacs_value item = env.call("car", {rest});
+    rest = env.call("cdr", {rest});
+    return item;
+  };
+  emacs_value objects = next();
+  if (env.eq(objects, env.intern("plist"))) {
+    style->objects = JsonLisp::Objects::plist;
+  } else if (env.eq(objects, env.intern("hash-table"))) {
+    style->objects = JsonLisp::Objects::hash_table;
+  } else {
+    env.wrong_type("fastrevert-json-style-p", value);
+  }
+  for (std::string* form : {&style->null_form, &style->false_form}) {
+    emacs_value object = next();
+    if (!env.truthy(object)) {
+      *form = "nil";
+      continue;
+    }
+    if (!env.truthy(env.call("keywordp", {object}))) env.wrong_type("fastrevert-json-style-p", value);
+    *form = env.to_bytes(env.call("symbol-name", {object}));
+    for (char c : form->substr(1)) {
+      bool plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                   c == '-' || c == '_';
+      if (!plain) env.wrong_type("fastrevert-json-style-p", value);
+    }
+  }
+  if (env.truthy(rest)) env.wrong_type("fastrevert-json-style-p", value);
+  return style;
 }
 
 // The output of a process framed as FRAMING, handed to Lisp as DECODING
@@ -421,7 +461,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
   return env.integer(pid);
 }
 
-FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 5,
+FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 6,
                  "Make named pipes in DIRECTORY for the engine to run as process ID.\n"
                  "DIRECTORY is an encoded name of an empty private directory.  The\n"
                  "engine reads DIRECTORY/out, framed as FRAMING says (nil, `lines' or\n"
@@ -431,11 +471,19 @@ FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 5,
                  "as raw bytes; BACKLOG is as for `fastrevert--mod-process-start'.  The\n"
                  "output does not end before `fastrevert--mod-process-ended' says the\n"
                  "process has; it ends, as exited with code 0, once the pipe is closed.\n\n"
-                 "(fn ID DIRECTORY FRAMING PROCESS BACKLOG)") {
+                 "With FRAMING `lsp' and JSON-STYLE non-nil, each message's JSON body\n"
+                 "is rewritten as printed Lisp, as `fastrevert--mod-json-to-lisp' makes\n"
+                 "it for JSON-STYLE, behind the comment line \";;fastrevert-lisp\", under\n"
+                 "a Content-Length of its own; a body that does not convert stays.\n\n"
+                 "(fn ID DIRECTORY FRAMING PROCESS BACKLOG &optional JSON-STYLE)") {
   auto key = static_cast<std::uint64_t>(env.to_integer(args[0]));
   std::string directory = env.to_bytes(args[1]);
   ProcessTable::Options options;
   options.framing = framing_arg(env, args[2]);
+  if (nargs > 5 && env.truthy(args[5])) {
+    std::shared_ptr<const JsonLisp> style = json_style_arg(env, args[5]);
+    if (options.framing == Framing::lsp && json_lisp_available()) options.lisp_replies = style;
+  }
   check_process_object(env, args[3]);
   options.output = make_output(env, options.framing, Decoding::raw, args[4]);
   if (lisp_processes().count(key)) env.signal("args-out-of-range", env.list({args[0]}));
@@ -449,6 +497,27 @@ FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 5,
       std::move(pipes.output_keeper);
   run_on_engine(env, key, std::move(handover));
   return env.nil();
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-json-to-lisp", mod_json_to_lisp, 2, 2,
+                 "Return the JSON text JSON as printed Lisp, or nil.\n"
+                 "STYLE is a list (OBJECT-TYPE NULL-OBJECT FALSE-OBJECT), as\n"
+                 "`json-parse-buffer' takes them: OBJECT-TYPE `plist' or `hash-table',\n"
+                 "the others nil or a keyword.  `read' of the text gives what\n"
+                 "`json-parse-string' gives for JSON with those settings.  The value is\n"
+                 "nil where it would not be the same: JSON that is not one value,\n"
+                 "a key twice in an object, a NUL in a string, a plist key that is not\n"
+                 "printable ASCII, an integer beyond 64 bits, a float beyond the double\n"
+                 "range, nesting deeper than 500.  With JSON nil, return whether this\n"
+                 "module has the converter (it needs RapidJSON where it is built).\n\n"
+                 "(fn JSON STYLE)") {
+  if (!env.truthy(args[0])) return env.boolean(json_lisp_available());
+  if (!env.is_string(args[0])) env.wrong_type("stringp", args[0]);
+  std::shared_ptr<const JsonLisp> style = json_style_arg(env, args[1]);
+  std::string json = env.to_bytes(args[0]);
+  std::string lisp;
+  if (!json_to_lisp(json, *style, lisp)) return env.nil();
+  return env.unibyte(lisp);
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-process-ended", mod_process_ended, 1, 1,

@@ -59,6 +59,29 @@ SESSION is called with no argument and returns a plist whose
                    (fastrevert-lsp-mode -1))))
     (list stock carried)))
 
+(defun fastrevert-lsp-test--carried (session lisp-replies)
+  "Run SESSION with the mode on and `fastrevert-lsp-lisp-replies' LISP-REPLIES.
+Return (RESULT . READ), READ how many messages it read as Lisp."
+  (let ((fastrevert-lsp-lisp-replies lisp-replies)
+        (before fastrevert-lsp--lisp-read))
+    (unwind-protect
+        (progn (fastrevert-lsp-mode 1)
+               (let ((result (funcall session)))
+                 (cons result (- fastrevert-lsp--lisp-read before))))
+      (fastrevert-lsp-mode -1))))
+
+(defun fastrevert-lsp-test--three (session)
+  "Run SESSION stock, carried as JSON, and carried as Lisp; return the results.
+SESSION is as for `fastrevert-lsp-test--both'.  Only the last reads
+messages as Lisp, and it reads some."
+  (should (fastrevert--mod-json-to-lisp nil nil))
+  (let* ((stock (progn (fastrevert-lsp-mode -1) (funcall session)))
+         (json (fastrevert-lsp-test--carried session nil))
+         (lisp (fastrevert-lsp-test--carried session t)))
+    (should (zerop (cdr json)))
+    (should (> (cdr lisp) 0))
+    (list stock (car json) (car lisp))))
+
 (defun fastrevert-lsp-test--without (key plist)
   "Return PLIST without KEY."
   (cl-loop for (k v) on plist by #'cddr unless (eq k key) append (list k v)))
@@ -147,22 +170,24 @@ reconnect and shut down."
 
 (ert-deftest fastrevert-lsp-eglot-clangd-answers-as-stock ()
   "An eglot session with clangd answers the same with the mode on.
-Hover, completion, document symbols, rename, reconnect and shutdown;
-the carried servers are real processes that show the client's command."
+Hover, completion, document symbols, rename, reconnect and shutdown,
+with the server's messages handed over as JSON and as Lisp; the
+carried servers are real processes that show the client's command."
   (should (executable-find "clangd"))
   (fastrevert-lsp-test--with-project dir
-    (pcase-let ((`(,stock ,carried)
-                 (fastrevert-lsp-test--both
+    (pcase-let ((`(,stock . ,carried-runs)
+                 (fastrevert-lsp-test--three
                   (lambda () (fastrevert-lsp-test--eglot-session dir)))))
       (should (equal (plist-get stock :carried) '(nil nil)))
-      (should (equal (plist-get carried :carried) '(t t)))
-      (should (equal (plist-get carried :command) '("clangd")))
-      (should (eq (plist-get carried :type) 'real))
       (should (cl-some (lambda (label) (string-match-p "add_numbers" label))
                        (plist-get stock :completion)))
       (should (plist-get stock :rename))
-      (should (equal (fastrevert-lsp-test--without :carried carried)
-                     (fastrevert-lsp-test--without :carried stock))))))
+      (dolist (carried carried-runs)
+        (should (equal (plist-get carried :carried) '(t t)))
+        (should (equal (plist-get carried :command) '("clangd")))
+        (should (eq (plist-get carried :type) 'real))
+        (should (equal (fastrevert-lsp-test--without :carried carried)
+                       (fastrevert-lsp-test--without :carried stock)))))))
 
 ;;;; lsp-mode with clangd
 
@@ -257,19 +282,21 @@ lsp-mode gives hash tables."
 
 (ert-deftest fastrevert-lsp-lsp-mode-clangd-answers-as-stock ()
   "An lsp-mode session with clangd answers the same with the mode on.
-Hover, completion, document symbols, workspace restart and shutdown."
+Hover, completion, document symbols, workspace restart and shutdown,
+with the server's messages handed over as JSON and as Lisp."
   (should (executable-find "clangd"))
   (fastrevert-lsp-test--with-project dir
-    (pcase-let ((`(,stock ,carried)
-                 (fastrevert-lsp-test--both
+    (pcase-let ((`(,stock . ,carried-runs)
+                 (fastrevert-lsp-test--three
                   (lambda () (fastrevert-lsp-test--lsp-mode-session dir)))))
       (should (equal (plist-get stock :carried) '(nil nil)))
-      (should (equal (plist-get carried :carried) '(t t)))
-      (should (equal (car (plist-get carried :command)) "clangd"))
       (should (cl-some (lambda (label) (string-match-p "add_numbers" label))
                        (plist-get stock :completion)))
-      (should (equal (fastrevert-lsp-test--without :carried carried)
-                     (fastrevert-lsp-test--without :carried stock))))))
+      (dolist (carried carried-runs)
+        (should (equal (plist-get carried :carried) '(t t)))
+        (should (equal (car (plist-get carried :command)) "clangd"))
+        (should (equal (fastrevert-lsp-test--without :carried carried)
+                       (fastrevert-lsp-test--without :carried stock)))))))
 
 ;;;; A stand-in server under jsonrpc
 

@@ -1,0 +1,65 @@
+// JSON to printed Emacs Lisp, off Emacs's main thread.
+//
+// Emacs 28 and 29 parse JSON (`json-parse-buffer', through the jansson
+// library) at about twice the cost of `read' on the same data printed as
+// Lisp.  A language server's reply can be several megabytes, parsed on the
+// main thread while the user waits.  So the engine, which frames the
+// server's messages on its own thread anyway, can rewrite each body as the
+// Lisp text of the object `json-parse-buffer' would return, for the client's
+// parse to be a `read'.
+//
+// The text is exactly that object, for the settings in JsonLisp:
+// - an object is a plist of keywords (`:key value ...') or a hash table
+//   with `equal' test and string keys, its members in document order;
+// - an array is a vector, true is t, null and false are printed as given;
+// - a string is a string with the same characters; ASCII strings come out
+//   unibyte, where `json-parse-buffer' makes them multibyte (they are
+//   `equal');
+// - an integer is an integer, a number with a fraction or an exponent a
+//   float of the same value.
+// The text is ASCII: other characters are written as \uXXXX or \UXXXXXXXX.
+//
+// Where the object would not be the same, nothing is converted, and the
+// client parses the JSON as it would have: text that is not exactly one
+// JSON value (with blanks around it), invalid UTF-8 or escapes, a NUL in a
+// string, an object with a key twice, a plist key with a character that is
+// not printable ASCII, an integer outside 64 bits or a float outside the
+// double range (jansson refuses both).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace fastrevert {
+
+// Whether this build has the converter (RapidJSON was found).
+bool json_lisp_available() noexcept;
+
+struct JsonLisp {
+  enum class Objects : std::uint8_t { plist, hash_table };
+  Objects objects = Objects::plist;
+  // How null and false are printed: `nil', or a keyword such as
+  // `:json-false'.
+  std::string null_form = "nil";
+  std::string false_form = ":json-false";
+};
+
+// What begins each converted LSP body: a comment line, which `read' skips
+// and no JSON text can begin with.
+inline constexpr std::string_view kLispBodyMarker = ";;fastrevert-lisp\n";
+
+// Appends to OUT the printed Lisp of the JSON value TEXT, as STYLE says,
+// and returns true; returns false, with OUT as it was, where the value
+// would not be the same (see above).
+bool json_to_lisp(std::string_view text, const JsonLisp& style, std::string& out);
+
+// UNITS is a run of whole LSP messages, as the LSP framer cuts them (header
+// block, blank line, Content-Length bytes of body).  Returns them with each
+// body that converts replaced by kLispBodyMarker and its Lisp, under a
+// Content-Length header of the new size; the other headers go, and a body
+// that does not convert stays as it was, with its own headers.  Returns
+// UNITS unchanged if they are not such a run.
+std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style);
+
+}  // namespace fastrevert
