@@ -32,6 +32,7 @@
 #include "core/engine.h"
 #include "core/errors.h"
 #include "core/handoff.h"
+#include "core/json_lisp.h"
 #include "core/named_pipes.h"
 #include "engine_harness.h"
 #include "support.h"
@@ -862,6 +863,36 @@ TEST_CASE("a line longer than the backlog goes on in pieces and holds nothing up
   std::size_t pieces = 0;
   for (const Record& record : harness.records()) pieces += record.kind == test::kOutputKind;
   CHECK(pieces > 2);
+}
+
+TEST_CASE("process table prints LSP bodies as Lisp and leaves a message cut in pieces as JSON",
+          "[process][json]") {
+  EngineHarness harness;
+  ProcessTable::Options options;
+  options.framing = Framing::lsp;
+  auto style = std::make_shared<JsonLisp>();
+  options.lisp_replies = style;
+  ProcessOutput::Config config;
+  config.backlog = std::uint64_t{1} << 20;
+  options.output = std::make_shared<ProcessOutput>(config);
+  auto message = [](const std::string& body) {
+    return "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  auto lisp = [](const std::string& text) {
+    std::string body = std::string(kLispBodyMarker) + text;
+    return "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  // The second message is longer than the backlog: it goes on in pieces,
+  // as JSON, and the messages after it are whole again.
+  std::string big = "[\"" + std::string(std::size_t{3} << 20, 'x') + "\"]";
+  TempDir dir;
+  std::string file = dir / "messages";
+  write_file(file, message("{\"id\":1}") + message(big) + message("{\"id\":2,\"ok\":true}") +
+                       message("{\"id\":3,\"id\":3}"));
+  harness.with_table([&](ProcessTable& table) { table.start(1, shell("cat " + file), options); });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }, std::chrono::seconds(60)));
+  CHECK(harness.output_of(1, 1) == lisp("(:id 1)") + message(big) + lisp("(:id 2 :ok t)") +
+                                       message("{\"id\":3,\"id\":3}"));
 }
 
 TEST_CASE("a child the engine cannot adopt is reported lost, with code -1, and reaped",
