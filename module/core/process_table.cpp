@@ -362,6 +362,7 @@ void ProcessTable::discard(Process& process) noexcept {
                   &process.stdin_fd, &process.exit_fd}) {
     close_fd(*fd);
   }
+  if (process.options.direct_input) process.options.direct_input->close();
 }
 
 std::unique_ptr<ProcessHandover> ProcessTable::hand_over(std::uint64_t id) {
@@ -983,6 +984,9 @@ void ProcessTable::write_queued_stdin(Process& process) {
     }
     process.stdin_front_offset += static_cast<std::size_t>(written);
     process.stdin_queued_bytes -= static_cast<std::size_t>(written);
+    if (process.options.direct_input) {
+      process.options.direct_input->wrote(static_cast<std::size_t>(written));
+    }
     if (process.stdin_front_offset == front.size()) {
       process.stdin_queue.pop_front();
       process.stdin_front_offset = 0;
@@ -1026,6 +1030,7 @@ void ProcessTable::close_stdin_now(Process& process) {
     close_handle(process, reinterpret_cast<uv_handle_t*>(&process.stdin_poll));
   }
   close_fd(process.stdin_fd);
+  if (process.options.direct_input) process.options.direct_input->close();
   process.stdin_queue.clear();
   process.stdin_front_offset = 0;
   process.stdin_queued_bytes = 0;

@@ -67,6 +67,7 @@
 
 #include "core/child.h"
 #include "core/engine.h"
+#include "core/direct_input.h"
 #include "core/framing.h"
 #include "core/json_lisp.h"
 #include "core/pipe.h"
@@ -104,6 +105,10 @@ class ProcessTable : public Service {
     // With Framing::lsp on stdout: each message's JSON body is turned into
     // printed Lisp as this says, where it converts (see core/json_lisp.h).
     std::shared_ptr<const JsonLisp> lisp_replies;
+    // Where Lisp writes the child's input itself while the engine has none
+    // of it left to write (see core/direct_input.h); the table tells it what
+    // it wrote of what it was handed, and when the input closes.
+    std::shared_ptr<DirectInput> direct_input;
     // Where the output goes; a table makes one with the default backlog
     // when this is null.
     std::shared_ptr<ProcessOutput> output;

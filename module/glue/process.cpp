@@ -16,6 +16,7 @@
 #include <utility>
 
 #include "core/child.h"
+#include "core/direct_input.h"
 #include "core/engine.h"
 #include "core/fd.h"
 #include "core/framing.h"
@@ -58,6 +59,9 @@ struct LispProcess {
   // output from ending before Lisp says the process has (see
   // core/named_pipes.h).
   UniqueFd output_keeper;
+  // Where sends are written at once while the engine has none left to
+  // write (see core/direct_input.h), or null.
+  std::shared_ptr<DirectInput> direct_input;
 };
 
 std::unordered_map<std::uint64_t, LispProcess>& lisp_processes() {
@@ -489,12 +493,15 @@ FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 6,
   if (lisp_processes().count(key)) env.signal("args-out-of-range", env.list({args[0]}));
   check_posted(env, runtime.can_post());
   NamedPipes pipes = open_named_pipes(directory);
+  // A server answers requests: its input is written at once where it can be.
+  options.direct_input = std::make_shared<DirectInput>(pipes.input.get());
   Child ends;
   ends.stdout_fd = pipes.output.release();
   ends.stdin_fd = pipes.input.release();
   auto handover = std::make_unique<ProcessHandover>(std::move(ends), options);
-  remember(key, options.output, env.global(args[3]), Decoding::raw).output_keeper =
-      std::move(pipes.output_keeper);
+  LispProcess& remembered = remember(key, options.output, env.global(args[3]), Decoding::raw);
+  remembered.output_keeper = std::move(pipes.output_keeper);
+  remembered.direct_input = options.direct_input;
   run_on_engine(env, key, std::move(handover));
   return env.nil();
 }
@@ -533,10 +540,18 @@ FASTREVERT_DEFUN("fastrevert--mod-process-ended", mod_process_ended, 1, 1,
 
 FASTREVERT_DEFUN("fastrevert--mod-process-send", mod_process_send, 2, 2,
                  "Queue the unibyte STRING for the stdin of engine process ID.\n"
-                 "Never blocks: what the pipe does not take now is written later.\n\n"
+                 "Never blocks: what the pipe does not take now is written later.\n"
+                 "For a process attached to named pipes, what the pipe takes is written\n"
+                 "here and now while no earlier send waits.\n\n"
                  "(fn ID STRING)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
   std::string data = env.to_bytes(args[1]);
+  auto found = lisp_processes().find(id);
+  if (found != lisp_processes().end() && found->second.direct_input) {
+    std::size_t written = found->second.direct_input->try_write(data);
+    if (written == data.size() && !data.empty()) return env.nil();
+    data.erase(0, written);
+  }
   check_posted(env, runtime.post_for_process(id, [id, data = std::move(data)](Engine& e) mutable {
     if (!e.service<ProcessTable>().write_stdin(id, std::move(data))) {
       e.emit(Record{RecordKind::notice, id, 0,
@@ -550,6 +565,10 @@ FASTREVERT_DEFUN("fastrevert--mod-process-eof", mod_process_eof, 1, 1,
                  "Close the stdin of engine process ID once its queued input is written.\n\n"
                  "(fn ID)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  auto found = lisp_processes().find(id);
+  if (found != lisp_processes().end() && found->second.direct_input) {
+    found->second.direct_input->end();
+  }
   check_posted(env, runtime.post_for_process(
                         id, [id](Engine& e) { e.service<ProcessTable>().close_stdin(id); }));
   return env.nil();

@@ -29,6 +29,7 @@
 
 #include "catch_compat.h"
 #include "core/child_exit.h"
+#include "core/direct_input.h"
 #include "core/engine.h"
 #include "core/errors.h"
 #include "core/handoff.h"
@@ -149,6 +150,62 @@ TEST_CASE("process table carries 100 MB of stdin through cat byte for byte", "[p
   CHECK(intact);
   CHECK(how == "exited");
   CHECK(status == 0);
+}
+
+TEST_CASE("input written at once and input handed to the engine arrive in the order sent",
+          "[process]") {
+  // A child that reads slowly, so that the pipe fills now and then and
+  // sends go to the engine, and then straight again once it has caught up.
+  EngineHarness harness;
+  SpawnSpec spec = shell(
+      "exec perl -e 'while (sysread(STDIN, $b, 16384)) "
+      "{ syswrite(STDOUT, $b); select(undef, undef, undef, 0.0005) }'");
+  spec.stdin_mode = SpawnSpec::Stdin::pipe;
+  Child child = spawn(spec);
+  ProcessTable::Options options;
+  auto direct = std::make_shared<DirectInput>(child.stdin_fd);
+  options.direct_input = direct;
+  auto shared_child = std::make_shared<Child>(std::move(child));
+  harness.with_table([shared_child, options](ProcessTable& table) {
+    table.adopt(1, std::move(*shared_child), options);
+  });
+  std::string sent;
+  std::size_t direct_bytes = 0;
+  std::size_t direct_after_catching_up = 0;
+  std::size_t handed_sends = 0;
+  for (int i = 0; i < 3000; ++i) {
+    if (i == 1500) {
+      // The engine catches up: sends go straight again.
+      REQUIRE(harness.wait_until([&] { return direct->handed() == 0; },
+                                 std::chrono::seconds(60)));
+    }
+    // Sends of 1 to 3000 bytes, each of its own letter and number.
+    std::string piece = std::to_string(i) + ":" +
+                        std::string(static_cast<std::size_t>(1 + (i * 7919) % 3000),
+                                    static_cast<char>('a' + i % 26)) +
+                        "\n";
+    sent += piece;
+    std::size_t written = direct->try_write(piece);
+    direct_bytes += written;
+    if (i >= 1500) direct_after_catching_up += written;
+    if (written < piece.size()) {
+      ++handed_sends;
+      std::string rest = piece.substr(written);
+      REQUIRE(harness.engine().post([rest](Engine& engine) mutable {
+        engine.service<ProcessTable>().write_stdin(1, std::move(rest));
+      }));
+    }
+  }
+  REQUIRE(harness.engine().post(
+      [direct](Engine& engine) { engine.service<ProcessTable>().close_stdin(1); }));
+  direct->end();
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }, std::chrono::seconds(60)));
+  CHECK(harness.output_of(1, 1) == sent);
+  // Both ways were taken, and the engine wrote all it was handed.
+  CHECK(direct_bytes > 0);
+  CHECK(direct_after_catching_up > 0);
+  CHECK(handed_sends > 0);
+  CHECK(direct->handed() == 0);
 }
 
 TEST_CASE("process table keeps a child that closed stdout early until it exits", "[process]") {
