@@ -24,8 +24,9 @@
 ;; busy (up to `fastrevert-lsp-backlog'), frames it into whole
 ;; Content-Length messages, and hands the client's filter as many whole
 ;; messages at once as have arrived, never a piece of one.  What the
-;; client sends is queued in order and written by the engine, so that a
-;; send never blocks Emacs.  The client's sentinel is told of the
+;; client sends is written at once as far as the pipe takes it; the rest
+;; is queued in order and written by the engine, so that a send never
+;; blocks Emacs.  The client's sentinel is told of the
 ;; server's end once all its output was delivered, as stock tells it.
 ;;
 ;; A server is started through /bin/sh, which connects the pipes and
