@@ -72,7 +72,8 @@ plist key that is not printable ASCII."
 Scalars at the top, empty and nested containers, every escape,
 characters of 1 to 4 bytes and surrogate pairs, control characters,
 keys that need escaping as symbols, integers at the 64-bit limits,
-floats of every form, and invalid text (left alone)."
+floats of every form, huge arrays and objects, nesting to the limit,
+and invalid text (left alone)."
   (should (fastrevert--mod-json-to-lisp nil nil))
   (dolist (json '("0" "-0" "17" "-17" "9223372036854775807" "-9223372036854775808"
                   "1.5" "-0.0" "0.1" "1e3" "1E3" "1e+3" "2.5e-3" "1e308" "5e-324" "1e-400"
@@ -97,6 +98,25 @@ floats of every form, and invalid text (left alone)."
                   "9223372036854775808" "-9223372036854775809" "1e400" "-1e400"
                   "\"a\\u0000b\"" "{\"a\":1,\"a\":2}"))
     (fastrevert-json-lisp-test--check json t))
+  ;; Huge arrays and objects, and nesting to the limit and past it.
+  (fastrevert-json-lisp-test--check
+   (concat "[" (mapconcat (lambda (i) (format "{\"n\":%d,\"s\":\"%d\"}" i (- i)))
+                          (number-sequence 1 20000) ",")
+           "]"))
+  (fastrevert-json-lisp-test--check
+   (concat "{" (mapconcat (lambda (i) (format "\"k%d\":[%d]" i i)) (number-sequence 1 5000) ",")
+           "}"))
+  ;; 500 levels read back as 500 vectors, one in the other (walked here:
+  ;; `equal' and `print' stop at 200 levels).
+  (let ((value (car (read-from-string
+                     (fastrevert--mod-json-to-lisp
+                      (concat (make-string 500 ?\[) (make-string 500 ?\]))
+                      '(plist nil :json-false)))))
+        (depth 0))
+    (while (and (vectorp value) (= (length value) 1))
+      (setq value (aref value 0) depth (1+ depth)))
+    (should (equal (list depth value) '(499 []))))
+  (fastrevert-json-lisp-test--check (concat (make-string 501 ?\[) (make-string 501 ?\])) t)
   ;; Keys that no keyword prints as: as JSON for plists, converted for
   ;; hash tables.
   (dolist (json '("{\"é\":1}" "{\"a\\nb\":1}" "[{\"ok\":{\"\\u0001\":2}}]"))
