@@ -303,7 +303,8 @@ with the server's messages handed over as JSON and as Lisp."
 (defun fastrevert-lsp-test--connect (name &rest arguments)
   "Start the stand-in server with ARGUMENTS under a jsonrpc connection NAME.
 Return (CONNECTION . STATE), STATE a plist that gathers :notes, the
-notification methods received; :end, once the connection shut down:
+notification methods received, newest first, and :params, their
+parameters; :end, once the connection shut down:
 the process status and exit status; and :order, newest first, `output'
 for each run of calls of the process's filter and `end' for the end."
   (let* ((state (list :notes nil :end nil))
@@ -320,8 +321,9 @@ for each run of calls of the process's filter and `end' for the end."
                        :noquery t
                        :stderr (get-buffer-create (format "*%s stderr*" name))))
            :notification-dispatcher
-           (lambda (_connection method _params)
-             (plist-put state :notes (cons method (plist-get state :notes))))
+           (lambda (_connection method params)
+             (plist-put state :notes (cons method (plist-get state :notes)))
+             (plist-put state :params (cons params (plist-get state :params))))
            :on-shutdown
            (lambda (connection)
              (let ((process (jsonrpc--process connection)))
@@ -360,6 +362,41 @@ stock's status, whether it exits with a code or dies of a signal."
       (should (equal (cadr carried) t))
       (should (equal (cadr (car stock)) '(output end)))
       (should (equal (car carried) (car stock))))))
+
+(defun fastrevert-lsp-test--quits (count)
+  "Have the stand-in write COUNT numbered notifications while quits come.
+A timer sets `quit-flag' every 2 ms, as a C-g typed again and again
+would; the wait takes each quit and waits again.  Return the numbers
+the client got, in the order it got them, and whether any quit came.
+The value has the process's carried state last."
+  (pcase-let* ((`(,connection . ,state)
+                (fastrevert-lsp-test--connect "fastrevert-quits" "count" (number-to-string count)))
+               (carried (and (fastrevert-lsp--link (jsonrpc--process connection)) t))
+               (quits 0)
+               (timer nil))
+    (unwind-protect
+        (let ((deadline (+ (float-time) 60)))
+          (setq timer (run-with-timer 0.002 0.002 (lambda () (setq quit-flag t))))
+          (jsonrpc-notify connection :go nil)
+          (while (and (< (length (plist-get state :params)) count)
+                      (< (float-time) deadline))
+            (condition-case nil
+                (accept-process-output nil 0.05)
+              (quit (setq quits (1+ quits))))))
+      (when timer (cancel-timer timer))
+      (setq quit-flag nil)
+      (jsonrpc-shutdown connection))
+    (list (mapcar (lambda (params) (plist-get params :n)) (reverse (plist-get state :params)))
+          (> quits 0)
+          carried)))
+
+(ert-deftest fastrevert-lsp-quits-while-messages-arrive-lose-none ()
+  "Quits while a server's messages arrive lose none, and keep their order.
+Stock and carried, 2,000 notifications with a quit every 2 ms."
+  (pcase-let ((`(,stock ,carried)
+               (fastrevert-lsp-test--both (lambda () (fastrevert-lsp-test--quits 2000)))))
+    (should (equal stock (list (number-sequence 1 2000) t nil)))
+    (should (equal carried (list (number-sequence 1 2000) t t)))))
 
 (ert-deftest fastrevert-lsp-delivers-a-100-mb-reply-whole ()
   "A 100 MB reply reaches the client's filter whole, in one call."

@@ -7,6 +7,9 @@
 #   lsp-stand-in.sh end exit CODE  says one notification, then exits CODE
 #   lsp-stand-in.sh end signal SIG says one notification, then dies of SIG
 #   lsp-stand-in.sh wait           reads its input until end of file
+#   lsp-stand-in.sh count N         once its first message came, writes N
+#                                  notifications numbered 1 to N, then
+#                                  reads its input until end of file
 #   lsp-stand-in.sh flood N SIZE FILE
 #                                  once its first message came, writes N
 #                                  notifications of SIZE letters, then
@@ -45,6 +48,15 @@ case "$1" in
     esac
     ;;
   wait)
+    cat >/dev/null
+    ;;
+  count)
+    IFS= read -r _
+    i=1
+    while [ "$i" -le "$2" ]; do
+      say '{"jsonrpc":"2.0","method":"stand-in/count","params":{"n":'"$i"'}}'
+      i=$((i + 1))
+    done
     cat >/dev/null
     ;;
   flood)
