@@ -398,6 +398,31 @@ Stock and carried, 2,000 notifications with a quit every 2 ms."
     (should (equal stock (list (number-sequence 1 2000) t nil)))
     (should (equal carried (list (number-sequence 1 2000) t t)))))
 
+(defun fastrevert-lsp-test--gone-p (pid)
+  "Return non-nil if process PID has ended (or is a zombie nobody reaped yet)."
+  (let ((attributes (process-attributes pid)))
+    (or (null attributes) (equal (alist-get 'state attributes) "Z"))))
+
+(ert-deftest fastrevert-lsp-killing-emacs-leaves-no-server ()
+  "An Emacs that exits with a carried server running leaves no server behind."
+  (let* ((result (fastrevert-test-batch-emacs
+                  (list fastrevert-test-lisp-directory
+                        (file-name-directory (locate-library "fastrevert-lsp-test")))
+                  `(progn
+                     (require 'fastrevert-lsp-test)
+                     (fastrevert-lsp-mode 1)
+                     (let* ((process (jsonrpc--process
+                                      (car (fastrevert-lsp-test--connect "fastrevert-exit" "wait")))))
+                       (princ (format "%S\n" (list (process-id process)
+                                                   (and (fastrevert-lsp--link process) t))))
+                       (kill-emacs 0)))))
+         (pid (and (string-match "^(\\([0-9]+\\) t)$" (cdr result))
+                   (string-to-number (match-string 1 (cdr result))))))
+    (should (equal (car result) 0))
+    ;; The server ran, carried.
+    (should pid)
+    (should (fastrevert-test-wait-for (lambda () (fastrevert-lsp-test--gone-p pid))))))
+
 (ert-deftest fastrevert-lsp-delivers-a-100-mb-reply-whole ()
   "A 100 MB reply reaches the client's filter whole, in one call."
   (fastrevert-lsp-mode 1)
