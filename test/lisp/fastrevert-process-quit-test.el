@@ -195,15 +195,28 @@ reached the destination, as bytes, and what the form wrote of itself."
                 (setq typed (1+ typed))
                 ;; Emacs takes a quit within moments, even on a busy
                 ;; machine; one it has not taken in 20 s it never will.
-                (ert-info ((format "quit %d not taken; the terminal showed, last: %S" typed
-                                   (with-current-buffer screen
-                                     (buffer-substring-no-properties
-                                      (max (point-min) (- (point-max) 2000)) (point-max)))))
-                  (should (fastrevert-test-wait-for
-                           (lambda () (or (>= (funcall taken quits-file) typed)
-                                          (file-exists-p result)
-                                          (not (process-live-p emacs))))
-                           20)))
+                (let ((seen (fastrevert-test-wait-for
+                             (lambda () (or (>= (funcall taken quits-file) typed)
+                                            (file-exists-p result)
+                                            (not (process-live-p emacs))))
+                             20)))
+                  (cond
+                   (seen)
+                   ;; Stock Emacs, with no fastrevert in it, now and then
+                   ;; takes a C-g where the command loop does not report
+                   ;; it (seen once in the command-loop shape on a loaded
+                   ;; machine).  Its run is the reference for the bytes
+                   ;; only: it gets no more quits, lest a second C-g find
+                   ;; the first pending.
+                   ((eq make 'make-process)
+                    (message "stock: quit %d not reported; no more quits typed" typed)
+                    (setq typed 80))
+                   (t
+                    (ert-info ((format "quit %d not taken; the terminal showed, last: %S" typed
+                                       (with-current-buffer screen
+                                         (buffer-substring-no-properties
+                                          (max (point-min) (- (point-max) 2000)) (point-max)))))
+                      (should seen)))))
                 ;; This paces the keys; it waits for nothing.
                 (sleep-for 0.03)))
             (when (eq (process-status emacs) 'signal)
