@@ -28,11 +28,6 @@ std::size_t DirectInput::try_write(std::string_view data) {
   return written;
 }
 
-void DirectInput::end() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  fd_.reset();
-}
-
 void DirectInput::wrote(std::size_t count) {
   std::lock_guard<std::mutex> lock(mutex_);
   handed_ -= count < handed_ ? count : handed_;

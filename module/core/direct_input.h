@@ -17,8 +17,8 @@
 // the engine's), closed when the engine closes the child's input or when
 // Lisp asks for its end: the child sees end of file as before.
 //
-// Thread-safety: try_write() and end() are the main thread's, wrote() and
-// close() the engine's; a mutex orders them.
+// Thread-safety: try_write() is the main thread's, wrote() the engine's,
+// close() either's; a mutex orders them.
 #pragma once
 
 #include <cstddef>
@@ -44,13 +44,12 @@ class DirectInput {
   // the engine has some left, or the input has ended) is the caller's to
   // hand to the engine, and counts as handed from now on.
   std::size_t try_write(std::string_view data);
-  // Lisp asked for the input's end (it goes through the engine, behind
-  // what waits there): no more direct writes.
-  void end();
 
   // The engine wrote COUNT bytes of what it was handed.
   void wrote(std::size_t count);
-  // The engine closed the child's input (or gave the child up).
+  // No more direct writes, and this object's descriptor is closed: Lisp
+  // asked for the input's end (which goes through the engine, behind what
+  // waits there), or the engine closed the child's input or gave it up.
   void close();
 
   // Bytes handed to the engine and not yet written by it; for the tests.

@@ -567,7 +567,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-eof", mod_process_eof, 1, 1,
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
   auto found = lisp_processes().find(id);
   if (found != lisp_processes().end() && found->second.direct_input) {
-    found->second.direct_input->end();
+    found->second.direct_input->close();
   }
   check_posted(env, runtime.post_for_process(
                         id, [id](Engine& e) { e.service<ProcessTable>().close_stdin(id); }));

@@ -198,7 +198,7 @@ TEST_CASE("input written at once and input handed to the engine arrive in the or
   }
   REQUIRE(harness.engine().post(
       [direct](Engine& engine) { engine.service<ProcessTable>().close_stdin(1); }));
-  direct->end();
+  direct->close();
   REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }, std::chrono::seconds(60)));
   CHECK(harness.output_of(1, 1) == sent);
   // Both ways were taken, and the engine wrote all it was handed.
