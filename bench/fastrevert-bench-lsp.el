@@ -244,11 +244,13 @@ server and is not counted."
   (fastrevert-bench-median (mapcar (lambda (cost) (plist-get cost key)) costs)))
 
 (defun fastrevert-bench-lsp--row (label stock-costs carried-costs)
-  "Return the table row LABEL for STOCK-COSTS and CARRIED-COSTS."
+  "Return the table row LABEL for STOCK-COSTS and CARRIED-COSTS.
+Both sides' time per MB is per MB of the reply as the server wrote
+it, which stock's filter counts: a carried filter may get the reply
+printed as Lisp, or only the line that names the file holding it."
   (let* ((mb (/ (fastrevert-bench-lsp--median stock-costs :bytes) 1e6))
          (per-mb (lambda (costs)
-                   (* 1000 (/ (fastrevert-bench-lsp--median costs :main)
-                              (max (/ (fastrevert-bench-lsp--median costs :bytes) 1e6) 1e-6)))))
+                   (* 1000 (/ (fastrevert-bench-lsp--median costs :main) (max mb 1e-6)))))
          (stock-wall (fastrevert-bench-lsp--median stock-costs :wall))
          (carried-wall (fastrevert-bench-lsp--median carried-costs :wall)))
     (list label

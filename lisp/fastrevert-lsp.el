@@ -40,8 +40,11 @@
 (require 'fastrevert-process)
 
 (declare-function fastrevert--mod-process-attach "fastrevert-module"
-                  (id directory framing process backlog &optional json-style))
+                  (id directory framing process backlog &optional json-style
+                      file-threshold))
 (declare-function fastrevert--mod-json-to-lisp "fastrevert-module" (json style))
+(declare-function fastrevert--mod-lisp-file "fastrevert-module" (id token))
+(declare-function fastrevert--mod-lisp-file-done "fastrevert-module" (id token))
 (declare-function fastrevert--mod-process-ended "fastrevert-module" (id))
 
 (defvar fastrevert-lsp-mode)
@@ -77,6 +80,18 @@ built with RapidJSON; without it the messages stay JSON."
   "What begins a message that the engine turned into printed Lisp.
 No JSON text begins so, and `read' skips it as a comment.")
 
+(defconst fastrevert-lsp--file-marker
+  ";;fastrevert-lisp-file \\([0-9]+\\) \\([0-9]+\\)\n"
+  "What a message is when the engine put its printed Lisp in a file.
+The numbers are the engine's process id and the file's token.")
+
+(defvar fastrevert-lsp--lisp-file-threshold (* 256 1024)
+  "Printed Lisp this long or longer goes to a file, not into the message.
+The client's filter then gets a line instead of megabytes, and Emacs
+reads the Lisp from the file into a buffer without making a string of
+it, which would cost a garbage collection of its own while the reply
+is handled.  Nil keeps every message whole.")
+
 (defvar fastrevert-lsp--json-style nil
   "How the client that starts a server now parses its messages.
 A list (OBJECT-TYPE NULL-OBJECT FALSE-OBJECT) of the arguments it
@@ -96,6 +111,9 @@ where they are not known, and the messages stay JSON.")
 
 (defvar fastrevert-lsp--lisp-read 0
   "How many messages were read as Lisp since Emacs started.")
+
+(defvar fastrevert-lsp--lisp-files-read 0
+  "How many of `fastrevert-lsp--lisp-read' were read from a file.")
 
 (defvar fastrevert-lsp--carrying nil
   "Non-nil while a client starts a server that `fastrevert-lsp-mode' carries.
@@ -238,10 +256,38 @@ See `fastrevert-lsp-lisp-replies'."
 (defun fastrevert-lsp--read-reply (json-parse-buffer &rest args)
   "Read the message at point if the engine printed it as Lisp.
 Otherwise call JSON-PARSE-BUFFER with ARGS."
-  (if (and (eq (char-after) ?\;) (looking-at-p fastrevert-lsp--lisp-marker))
-      (progn (setq fastrevert-lsp--lisp-read (1+ fastrevert-lsp--lisp-read))
-             (read (current-buffer)))
-    (apply json-parse-buffer args)))
+  (cond ((not (eq (char-after) ?\;)) (apply json-parse-buffer args))
+        ((looking-at-p fastrevert-lsp--lisp-marker)
+         (setq fastrevert-lsp--lisp-read (1+ fastrevert-lsp--lisp-read))
+         (read (current-buffer)))
+        ((looking-at-p fastrevert-lsp--file-marker)
+         ;; The parse leaves the client's match data as it was.
+         (let (id token)
+           (save-match-data
+             (looking-at fastrevert-lsp--file-marker)
+             (setq id (string-to-number (match-string 1))
+                   token (string-to-number (match-string 2)))
+             (goto-char (match-end 0)))
+           (prog1 (fastrevert-lsp--read-file id token)
+             (setq fastrevert-lsp--lisp-read (1+ fastrevert-lsp--lisp-read)))))
+        (t (apply json-parse-buffer args))))
+
+(defun fastrevert-lsp--read-file (id token)
+  "Read the printed Lisp in file TOKEN of engine process ID, and close it.
+The text goes from the file into a buffer, with no string made of it."
+  (unwind-protect
+      (let ((fd (fastrevert--mod-lisp-file id token)))
+        (unless fd
+          (error "The engine no longer holds message %d of process %d" token id))
+        (with-temp-buffer
+          (set-buffer-multibyte nil)
+          (let ((file-name-handler-alist nil)
+                (inhibit-file-name-handlers t))
+            (insert-file-contents-literally (fastrevert--memfd-file-name fd)))
+          (goto-char (point-min))
+          (prog1 (read (current-buffer))
+            (setq fastrevert-lsp--lisp-files-read (1+ fastrevert-lsp--lisp-files-read)))))
+    (fastrevert--mod-lisp-file-done id token)))
 
 (defun fastrevert-lsp--start (make-process args program)
   "Start the server as MAKE-PROCESS would with ARGS, on named pipes.
@@ -265,7 +311,8 @@ PROGRAM is the server's program file."
           (setf (fastrevert-lsp--link-record link) record)
           (fastrevert--mod-process-attach id (fastrevert--process-encode-file directory)
                                           'lsp record (max 1 fastrevert-lsp-backlog)
-                                          (fastrevert-lsp--lisp-style))
+                                          (fastrevert-lsp--lisp-style)
+                                          fastrevert-lsp--lisp-file-threshold)
           (puthash id record fastrevert--processes)
           (puthash (fastrevert--process-name record) record fastrevert--process-names)
           (let ((args (copy-sequence args)))

@@ -273,11 +273,13 @@ bool json_to_lisp(std::string_view, const JsonLisp&, std::string&) {
 
 #endif
 
-std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style) {
+std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style,
+                               const LispBodyFiler* filer, std::size_t file_threshold) {
   std::string out;
   if (!json_lisp_available()) return std::string(units);
   out.reserve(units.size() + units.size() / 8);
   std::string lisp;
+  std::string name;
   std::string why;
   std::size_t at = 0;
   while (at < units.size()) {
@@ -289,6 +291,12 @@ std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style) {
     std::string_view body = units.substr(body_at, *length);
     lisp.assign(kLispBodyMarker);
     if (json_to_lisp(body, style, lisp)) {
+      name.clear();
+      if (filer && lisp.size() >= file_threshold && (*filer)(lisp, name)) {
+        lisp.assign(kLispFileMarker);
+        lisp += name;
+        lisp += '\n';
+      }
       out += "Content-Length: ";
       out += std::to_string(lisp.size());
       out += kLspHeaderEnd;

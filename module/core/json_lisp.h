@@ -27,7 +27,9 @@
 // double range (jansson refuses both).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 
@@ -49,6 +51,18 @@ struct JsonLisp {
 // and no JSON text can begin with.
 inline constexpr std::string_view kLispBodyMarker = ";;fastrevert-lisp\n";
 
+// What begins the body that stands for a converted body kept in a file (see
+// LispBodyFiler), followed by what the filer wrote and a newline.
+inline constexpr std::string_view kLispFileMarker = ";;fastrevert-lisp-file ";
+
+// Keeps the printed Lisp of a large body (its marker line included) out of
+// the message: stores LISP where the reader can fetch it, writes into NAME
+// what names it there (no newline), and returns true; returns false to keep
+// the text in the message.  A reply of megabytes then reaches the client's
+// filter as a line, and Emacs reads the Lisp from the file into a buffer
+// without making a string of it (which costs a garbage collection of its own).
+using LispBodyFiler = std::function<bool(std::string_view lisp, std::string& name)>;
+
 // Appends to OUT the printed Lisp of the JSON value TEXT, as STYLE says,
 // and returns true; returns false, with OUT as it was, where the value
 // would not be the same (see above).
@@ -59,7 +73,12 @@ bool json_to_lisp(std::string_view text, const JsonLisp& style, std::string& out
 // body that converts replaced by kLispBodyMarker and its Lisp, under a
 // Content-Length header of the new size; the other headers go, and a body
 // that does not convert stays as it was, with its own headers.  Returns
-// UNITS unchanged if they are not such a run.
-std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style);
+// UNITS unchanged if they are not such a run.  With FILER, a body whose Lisp
+// is FILE_THRESHOLD bytes or more goes to FILER, and the message's body is
+// kLispFileMarker, the name FILER gave and a newline (where FILER refuses,
+// the Lisp stays in the message).
+std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style,
+                               const LispBodyFiler* filer = nullptr,
+                               std::size_t file_threshold = 0);
 
 }  // namespace fastrevert

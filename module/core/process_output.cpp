@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace fastrevert {
@@ -304,6 +305,44 @@ bool ProcessOutput::claim(Piece& piece, std::size_t max_text) {
   piece.reason = reason_;
   claimed_ = 2;
   return true;
+}
+
+bool ProcessOutput::throttled() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return throttled_;
+}
+
+std::uint64_t ProcessOutput::add_lisp_file(UniqueFd fd, std::uint64_t size) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::uint64_t token = ++last_lisp_file_;
+  lisp_files_.emplace(token, std::make_pair(std::move(fd), size));
+  add_waiting_locked(size);
+  return token;
+}
+
+int ProcessOutput::lisp_file(std::uint64_t token) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = lisp_files_.find(token);
+  return found == lisp_files_.end() ? -1 : found->second.first.get();
+}
+
+bool ProcessOutput::release_lisp_files(std::uint64_t token) {
+  std::map<std::uint64_t, std::pair<UniqueFd, std::uint64_t>> released;
+  bool resume = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    auto end = lisp_files_.upper_bound(token);
+    for (auto it = lisp_files_.begin(); it != end; ++it) sub_waiting_locked(it->second.second);
+    released.insert(std::make_move_iterator(lisp_files_.begin()), std::make_move_iterator(end));
+    lisp_files_.erase(lisp_files_.begin(), end);
+    if (throttled_ && waiting_.load(std::memory_order_relaxed) <= config_.backlog / 2) {
+      throttled_ = false;
+      resume = true;
+    }
+  }
+  // Closed outside the lock.
+  released.clear();
+  return resume;
 }
 
 bool ProcessOutput::commit() {

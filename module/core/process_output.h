@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -140,6 +141,8 @@ class ProcessOutput {
   // The producer stopped reading because room() was 0; the consumer says
   // (commit() returns true) when reading should resume.
   void note_throttled();
+  // Whether the producer stopped so and has not been told to resume.
+  bool throttled() const;
 
   // Whether, and when, the consumer should be told now that something
   // waits.  `now' marks it told: the caller then tells it.  While the
@@ -174,6 +177,20 @@ class ProcessOutput {
   bool settle();
   // Whether the end was delivered: nothing more will come.
   bool done() const;
+
+  // ---- Files of printed Lisp (see LispBodyFiler in core/json_lisp.h) ----
+
+  // The producer keeps FD, a file of SIZE bytes that a message's body
+  // stands for, for the consumer; returns its token (1, 2, ...).  Its bytes
+  // count towards the backlog until the file is released.
+  std::uint64_t add_lisp_file(UniqueFd fd, std::uint64_t size);
+  // The descriptor of file TOKEN, open until it is released; -1 when it
+  // was released or never was.
+  int lisp_file(std::uint64_t token) const;
+  // The consumer read file TOKEN: closes it and every file before it (whose
+  // messages the client passed over).  Returns true when the producer
+  // stopped for a full backlog and should read again now.
+  bool release_lisp_files(std::uint64_t token);
 
   // What waits here now, and the most that ever waited beyond the backlog.
   std::uint64_t waiting() const noexcept { return waiting_.load(std::memory_order_relaxed); }
@@ -220,6 +237,9 @@ class ProcessOutput {
   std::uint64_t next_arrival_ = 0;
   // The consumer's descriptor of stdout's memfd.
   UniqueFd memfd_;
+  // Files of printed Lisp by token, with their sizes.
+  std::map<std::uint64_t, std::pair<UniqueFd, std::uint64_t>> lisp_files_;
+  std::uint64_t last_lisp_file_ = 0;
   bool finished_ = false;
   bool failed_ = false;
   ExitStatus status_;

@@ -807,14 +807,37 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
   notify(process);
 }
 
-std::string ProcessTable::lisp_replies(const JsonLisp& style, Stream& stream, std::string units) {
+std::string ProcessTable::lisp_replies(Process& process, Stream& stream, std::string units) {
   if (units.empty() || stream.framer->broken()) return units;
+  const JsonLisp& style = *process.options.lisp_replies;
+  // A large body goes to a file of its own, named by the process's id and
+  // the output's token for it.  Where no file can be made or written, the
+  // Lisp stays in the message.
+  const std::shared_ptr<ProcessOutput>& output = process.output;
+  const std::uint64_t id = process.id;
+  LispBodyFiler filer = [&output, id](std::string_view lisp, std::string& name) {
+    UniqueFd file(open_spill("fastrevert-lsp-reply"));
+    if (!file) return false;
+    std::size_t written = 0;
+    while (written < lisp.size()) {
+      ssize_t n = pwrite(file.get(), lisp.data() + written, lisp.size() - written,
+                         static_cast<off_t>(written));
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      written += static_cast<std::size_t>(n);
+    }
+    std::uint64_t token = output->add_lisp_file(std::move(file), lisp.size());
+    name = std::to_string(id) + " " + std::to_string(token);
+    return true;
+  };
+  const LispBodyFiler* use_filer = process.options.lisp_file_threshold > 0 ? &filer : nullptr;
+  const std::size_t threshold = process.options.lisp_file_threshold;
   // The rest of a unit that went on in pieces stays as it is.
   std::size_t rest = static_cast<std::size_t>(std::min<std::uint64_t>(stream.cut_rest, units.size()));
   stream.cut_rest -= rest;
-  if (rest == 0) return lsp_bodies_to_lisp(units, style);
+  if (rest == 0) return lsp_bodies_to_lisp(units, style, use_filer, threshold);
   std::string converted = units.substr(0, rest);
-  converted += lsp_bodies_to_lisp(std::string_view(units).substr(rest), style);
+  converted += lsp_bodies_to_lisp(std::string_view(units).substr(rest), style, use_filer, threshold);
   return converted;
 }
 
@@ -827,7 +850,7 @@ void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
     stream.raw.clear();
     chunk = stream.framer->take();
     if (process.options.lisp_replies && stream.index == ProcessOutput::kStdout) {
-      chunk = lisp_replies(*process.options.lisp_replies, stream, std::move(chunk));
+      chunk = lisp_replies(process, stream, std::move(chunk));
     }
     std::uint64_t unfinished = stream.framer->pending_size();
     std::uint64_t backlog = process.output->config().backlog;

@@ -465,7 +465,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
   return env.integer(pid);
 }
 
-FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 6,
+FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 7,
                  "Make named pipes in DIRECTORY for the engine to run as process ID.\n"
                  "DIRECTORY is an encoded name of an empty private directory.  The\n"
                  "engine reads DIRECTORY/out, framed as FRAMING says (nil, `lines' or\n"
@@ -478,8 +478,12 @@ FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 6,
                  "With FRAMING `lsp' and JSON-STYLE non-nil, each message's JSON body\n"
                  "is rewritten as printed Lisp, as `fastrevert--mod-json-to-lisp' makes\n"
                  "it for JSON-STYLE, behind the comment line \";;fastrevert-lisp\", under\n"
-                 "a Content-Length of its own; a body that does not convert stays.\n\n"
-                 "(fn ID DIRECTORY FRAMING PROCESS BACKLOG &optional JSON-STYLE)") {
+                 "a Content-Length of its own; a body that does not convert stays.\n"
+                 "With FILE-THRESHOLD, a positive integer, a body whose Lisp is that many\n"
+                 "bytes or more goes to a file of its own instead, and the message's body\n"
+                 "is the line \";;fastrevert-lisp-file ID TOKEN\"; see\n"
+                 "`fastrevert--mod-lisp-file'.\n\n"
+                 "(fn ID DIRECTORY FRAMING PROCESS BACKLOG &optional JSON-STYLE FILE-THRESHOLD)") {
   auto key = static_cast<std::uint64_t>(env.to_integer(args[0]));
   std::string directory = env.to_bytes(args[1]);
   ProcessTable::Options options;
@@ -487,6 +491,11 @@ FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 6,
   if (nargs > 5 && env.truthy(args[5])) {
     std::shared_ptr<const JsonLisp> style = json_style_arg(env, args[5]);
     if (options.framing == Framing::lsp && json_lisp_available()) options.lisp_replies = style;
+  }
+  if (nargs > 6 && env.truthy(args[6])) {
+    std::int64_t threshold = env.to_integer(args[6]);
+    if (threshold <= 0) env.signal("args-out-of-range", env.list({args[6]}));
+    options.lisp_file_threshold = static_cast<std::size_t>(threshold);
   }
   check_process_object(env, args[3]);
   options.output = make_output(env, options.framing, Decoding::raw, args[4]);
@@ -525,6 +534,34 @@ FASTREVERT_DEFUN("fastrevert--mod-json-to-lisp", mod_json_to_lisp, 2, 2,
   std::string lisp;
   if (!json_to_lisp(json, *style, lisp)) return env.nil();
   return env.unibyte(lisp);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-lisp-file", mod_lisp_file, 2, 2,
+                 "Return the descriptor of file TOKEN of engine process ID, or nil.\n"
+                 "Such a file holds the printed Lisp of a message's body (see\n"
+                 "`fastrevert--mod-process-attach'); it stays open until\n"
+                 "`fastrevert--mod-lisp-file-done' is called for it or a later file, or\n"
+                 "the process's output has all been delivered.  Nil when it is not open.\n\n"
+                 "(fn ID TOKEN)") {
+  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  auto token = static_cast<std::uint64_t>(env.to_integer(args[1]));
+  auto found = lisp_processes().find(id);
+  if (found == lisp_processes().end()) return env.nil();
+  int fd = found->second.output->lisp_file(token);
+  return fd < 0 ? env.nil() : env.integer(fd);
+}
+
+FASTREVERT_DEFUN("fastrevert--mod-lisp-file-done", mod_lisp_file_done, 2, 2,
+                 "Close file TOKEN of engine process ID, and every file before it.\n"
+                 "Their bytes no longer count towards the process's backlog.\n\n"
+                 "(fn ID TOKEN)") {
+  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  auto token = static_cast<std::uint64_t>(env.to_integer(args[1]));
+  auto found = lisp_processes().find(id);
+  if (found != lisp_processes().end() && found->second.output->release_lisp_files(token)) {
+    runtime.post_for_process(id, [id](Engine& engine) { engine.service<ProcessTable>().resume(id); });
+  }
+  return env.nil();
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-process-ended", mod_process_ended, 1, 1,

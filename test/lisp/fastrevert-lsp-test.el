@@ -59,28 +59,39 @@ SESSION is called with no argument and returns a plist whose
                    (fastrevert-lsp-mode -1))))
     (list stock carried)))
 
-(defun fastrevert-lsp-test--carried (session lisp-replies)
+(defun fastrevert-lsp-test--carried (session lisp-replies &optional files)
   "Run SESSION with the mode on and `fastrevert-lsp-lisp-replies' LISP-REPLIES.
-Return (RESULT . READ), READ how many messages it read as Lisp."
+With FILES, every message printed as Lisp goes through a file.
+Return (RESULT READ FILES-READ): how many messages it read as Lisp,
+and of them through a file."
   (let ((fastrevert-lsp-lisp-replies lisp-replies)
-        (before fastrevert-lsp--lisp-read))
+        (fastrevert-lsp--lisp-file-threshold (if files 1 nil))
+        (before fastrevert-lsp--lisp-read)
+        (files-before fastrevert-lsp--lisp-files-read))
     (unwind-protect
         (progn (fastrevert-lsp-mode 1)
                (let ((result (funcall session)))
-                 (cons result (- fastrevert-lsp--lisp-read before))))
+                 (list result (- fastrevert-lsp--lisp-read before)
+                       (- fastrevert-lsp--lisp-files-read files-before))))
       (fastrevert-lsp-mode -1))))
 
 (defun fastrevert-lsp-test--three (session)
   "Run SESSION stock, carried as JSON, and carried as Lisp; return the results.
-SESSION is as for `fastrevert-lsp-test--both'.  Only the last reads
-messages as Lisp, and it reads some."
+SESSION is as for `fastrevert-lsp-test--both'.  The Lisp runs twice:
+with the Lisp in the messages, and with every message's Lisp in a
+file of its own.  Only those read messages as Lisp, and they read
+some, the second all through files."
   (should (fastrevert--mod-json-to-lisp nil nil))
   (let* ((stock (progn (fastrevert-lsp-mode -1) (funcall session)))
          (json (fastrevert-lsp-test--carried session nil))
-         (lisp (fastrevert-lsp-test--carried session t)))
-    (should (zerop (cdr json)))
-    (should (> (cdr lisp) 0))
-    (list stock (car json) (car lisp))))
+         (lisp (fastrevert-lsp-test--carried session t))
+         (files (fastrevert-lsp-test--carried session t t)))
+    (should (zerop (nth 1 json)))
+    (should (> (nth 1 lisp) 0))
+    (should (zerop (nth 2 lisp)))
+    (should (> (nth 2 files) 0))
+    (should (= (nth 1 files) (nth 2 files)))
+    (list stock (car json) (car lisp) (car files))))
 
 (defun fastrevert-lsp-test--without (key plist)
   "Return PLIST without KEY."

@@ -133,7 +133,9 @@ Return `separate' for a primitive tested on its own below."
        (list id (make-temp-file (expand-file-name "p" fastrevert-robust-test--pipes) t) 'lsp
              (fastrevert--process-start-record id "robust" '("x") nil nil nil nil nil nil
                                                'binary 'binary nil fastrevert--engine-generation)
-             nil '(plist nil :json-false))))
+             nil '(plist nil :json-false) 262144)))
+    ('fastrevert--mod-lisp-file (list (fastrevert-robust-test--next-id) 1))
+    ('fastrevert--mod-lisp-file-done (list (fastrevert-robust-test--next-id) 1))
     ('fastrevert--mod-json-to-lisp (list "{\"a\":[1,2.5,null,false]}" '(hash-table nil nil)))
     ('fastrevert--mod-process-remove (list (fastrevert-robust-test--next-id)))
     ('fastrevert--mod-process-send (list (fastrevert-robust-test--next-id) "x"))

@@ -5,6 +5,7 @@
 #include "core/json_lisp.h"
 
 #include <string>
+#include <vector>
 #include <string_view>
 
 #include "catch_compat.h"
@@ -100,4 +101,27 @@ TEST_CASE("lsp_bodies_to_lisp rewrites each message that converts, under its own
   CHECK(lsp_bodies_to_lisp(cut, plist_style()) == cut);
   CHECK(lsp_bodies_to_lisp("no headers", plist_style()) == "no headers");
   CHECK(lsp_bodies_to_lisp("", plist_style()).empty());
+}
+
+TEST_CASE("lsp_bodies_to_lisp hands bodies of the threshold and more to the filer", "[json]") {
+  REQUIRE(json_lisp_available());
+  std::string small = std::string(kLispBodyMarker) + "(:id 1)";
+  std::string large = std::string(kLispBodyMarker) + "(:id 2 :result \"xxxxxxxxxx\")";
+  std::string units = lsp_message("{\"id\":1}") + lsp_message("{\"id\":2,\"result\":\"xxxxxxxxxx\"}");
+  std::vector<std::string> filed;
+  LispBodyFiler filer = [&filed](std::string_view lisp, std::string& name) {
+    filed.emplace_back(lisp);
+    name = "7 " + std::to_string(filed.size());
+    return true;
+  };
+  std::string stub = std::string(kLispFileMarker) + "7 1\n";
+  CHECK(lsp_bodies_to_lisp(units, plist_style(), &filer, large.size()) ==
+        "Content-Length: " + std::to_string(small.size()) + "\r\n\r\n" + small +
+            "Content-Length: " + std::to_string(stub.size()) + "\r\n\r\n" + stub);
+  REQUIRE(filed.size() == 1);
+  CHECK(filed[0] == large);
+  // A filer that refuses leaves the Lisp in the message.
+  LispBodyFiler refuser = [](std::string_view, std::string&) { return false; };
+  CHECK(lsp_bodies_to_lisp(units, plist_style(), &refuser, 1) ==
+        lsp_bodies_to_lisp(units, plist_style()));
 }

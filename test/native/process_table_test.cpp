@@ -952,6 +952,80 @@ TEST_CASE("process table prints LSP bodies as Lisp and leaves a message cut in p
                                        message("{\"id\":3,\"id\":3}"));
 }
 
+TEST_CASE("process table puts large Lisp bodies in files the output keeps within its backlog",
+          "[process][json]") {
+  EngineHarness harness;
+  ProcessTable::Options options;
+  options.framing = Framing::lsp;
+  options.lisp_replies = std::make_shared<JsonLisp>();
+  options.lisp_file_threshold = 1000;
+  ProcessOutput::Config config;
+  config.backlog = std::uint64_t{4} << 20;
+  options.output = std::make_shared<ProcessOutput>(config);
+  std::shared_ptr<ProcessOutput> output = options.output;
+  auto message = [](const std::string& body) {
+    return "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  };
+  // A small message, then six of 1.5 MB: more than the backlog holds as
+  // files, so the reader stops until files are read.
+  constexpr int kBig = 6;
+  std::string big = "[\"" + std::string(std::size_t{1500000}, 'y') + "\"]";
+  std::string contents = message("{\"id\":1}");
+  for (int i = 0; i < kBig; ++i) contents += message(big);
+  TempDir dir;
+  std::string file = dir / "messages";
+  write_file(file, contents);
+  harness.with_table([&](ProcessTable& table) { table.start(1, shell("cat " + file), options); });
+  std::string small = std::string(kLispBodyMarker) + "(:id 1)";
+  std::string first = "Content-Length: " + std::to_string(small.size()) + "\r\n\r\n" + small;
+  auto stubs = [&first](int count) {
+    std::string all = first;
+    for (int token = 1; token <= count; ++token) {
+      std::string body = std::string(kLispFileMarker) + "1 " + std::to_string(token) + "\n";
+      all += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+    }
+    return all;
+  };
+  std::string lisp = std::string(kLispBodyMarker) + big;
+  REQUIRE(harness.wait_until([&] { return output->throttled(); }, std::chrono::seconds(30)));
+  CHECK(harness.exits_of(1) == 0);
+  // The messages read so far reached the consumer as lines naming files,
+  // whose bytes count towards the backlog.
+  int filed = 0;
+  while (filed < kBig && output->lisp_file(static_cast<std::uint64_t>(filed) + 1) >= 0) ++filed;
+  REQUIRE(filed >= 2);
+  CHECK(filed < kBig);
+  REQUIRE(harness.wait_until([&] { return harness.output_of(1, 1) == stubs(filed); }));
+  CHECK(output->waiting() >= static_cast<std::uint64_t>(filed) * lisp.size());
+  // Each file holds a body's printed Lisp.
+  for (int token = 1; token <= filed; ++token) {
+    int fd = output->lisp_file(static_cast<std::uint64_t>(token));
+    REQUIRE(fd >= 0);
+    std::string text(lisp.size() + 1, '\0');
+    CHECK(pread(fd, text.data(), text.size(), 0) == static_cast<ssize_t>(lisp.size()));
+    text.resize(lisp.size());
+    CHECK(text == lisp);
+  }
+  // Reading the last releases them all, and the reader resumes.
+  harness.with_table([&](ProcessTable& table) {
+    CHECK(output->release_lisp_files(static_cast<std::uint64_t>(filed)));
+    CHECK(table.resume(1));
+  });
+  CHECK(output->lisp_file(1) == -1);
+  CHECK(output->lisp_file(static_cast<std::uint64_t>(filed)) == -1);
+  // The rest comes as the consumer reads its files.
+  REQUIRE(harness.wait_until(
+      [&] {
+        harness.with_table([&](ProcessTable& table) {
+          if (output->release_lisp_files(kBig)) table.resume(1);
+        });
+        return harness.exits_of(1) > 0;
+      },
+      std::chrono::seconds(60)));
+  CHECK(harness.output_of(1, 1) == stubs(kBig));
+  CHECK(output->waiting() == 0);
+}
+
 TEST_CASE("a child the engine cannot adopt is reported lost, with code -1, and reaped",
           "[process]") {
   EngineHarness harness;
