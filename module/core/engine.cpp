@@ -47,7 +47,7 @@ const char* record_kind_name(RecordKind kind) noexcept {
   return "unknown";
 }
 
-const std::array<StatsCounter, 13> kStatsCounters = {{
+const std::array<StatsCounter, 14> kStatsCounters = {{
     {"watches", &Stats::watches},
     {"polled-files", &Stats::polled_files},
     {"kernel-events", &Stats::kernel_events},
@@ -56,6 +56,7 @@ const std::array<StatsCounter, 13> kStatsCounters = {{
     {"overflows", &Stats::overflows},
     {"processes", &Stats::processes},
     {"bytes-read", &Stats::bytes_read},
+    {"read-pauses", &Stats::read_pauses},
     {"commands", &Stats::commands},
     {"records", &Stats::records},
     {"wakes", &Stats::wakes},

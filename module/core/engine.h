@@ -88,6 +88,9 @@ struct Stats {
   std::atomic<std::uint64_t> overflows{0};
   std::atomic<std::uint64_t> processes{0};
   std::atomic<std::uint64_t> bytes_read{0};
+  // Times a streaming output pipe was left unpolled for a moment, so that
+  // its writer's small writes gather (see ProcessTable).
+  std::atomic<std::uint64_t> read_pauses{0};
   // Nanoseconds the main thread spent handling drained records.
   std::atomic<std::uint64_t> drain_ns{0};
 };
@@ -100,7 +103,7 @@ struct StatsCounter {
 };
 
 // Every counter of Stats, in the order `fastrevert-stats' lists them.
-extern const std::array<StatsCounter, 13> kStatsCounters;
+extern const std::array<StatsCounter, 14> kStatsCounters;
 
 class Engine;
 

@@ -31,6 +31,18 @@ constexpr int kReadsPerWakeup = 16;
 // The waitpid fallback looks again after 1 ms, doubling up to this.
 constexpr std::uint64_t kMaxExitPollDelayMs = 50;
 
+// A stream that streams (more than kPauseAfterBytes read) and whose writer
+// the reader keeps catching in small pieces (a wake-up that found less than
+// kPauseBelowBytes) is not polled for kPauseMs: its pipe, grown to the
+// largest size allowed, holds what comes meanwhile, and the next wake-up
+// reads it in a few large reads.  A writer such as grep, whose writes are 4
+// to 8 KiB, then shares the processor with one wake-up of the engine per
+// millisecond instead of one per write.  A child's end is still seen at
+// once, through its exit descriptor.
+constexpr std::uint64_t kPauseAfterBytes = std::uint64_t{256} << 10;
+constexpr std::uint64_t kPauseBelowBytes = std::uint64_t{64} << 10;
+constexpr std::uint64_t kPauseMs = 1;
+
 void check_uv(int status, const char* function) {
   if (status < 0) throw SystemError(-status, function);
 }
@@ -82,6 +94,8 @@ struct ProcessTable::Stream {
   // poll runs when neither is set.
   bool reading_stopped = false;
   bool throttled = false;
+  // Not polled until the pause timer runs (see kPauseMs).
+  bool paused = false;
 };
 
 // A child and everything the table holds for it.  Owned by processes_ while
@@ -145,6 +159,9 @@ ProcessTable::ProcessTable(Engine& engine, uv_loop_t* loop, Engine::Wake wake)
     check_uv(uv_timer_init(loop_, &batch_timer_), "uv_timer_init");
     batch_timer_.data = this;
     batch_timer_open_ = true;
+    check_uv(uv_timer_init(loop_, &pause_timer_), "uv_timer_init");
+    pause_timer_.data = this;
+    pause_timer_open_ = true;
   }
 }
 
@@ -369,6 +386,9 @@ std::unique_ptr<ProcessHandover> ProcessTable::hand_over(std::uint64_t id) {
   auto found = processes_.find(id);
   if (found == processes_.end()) return nullptr;
   Process& old = *found->second;
+  // The next table polls the streams from the start.
+  old.out.paused = false;
+  old.err.paused = false;
   std::unique_ptr<ProcessHandover> handover(new ProcessHandover());
   handover->process_ = std::make_unique<Process>();
   move_state(old, *handover->process_);
@@ -532,7 +552,7 @@ bool ProcessTable::set_reading(std::uint64_t id, bool reading) {
 
 void ProcessTable::update_polling(Stream& stream) {
   if (!stream.poll_open) return;
-  if (stream.reading_stopped || stream.throttled) {
+  if (stream.reading_stopped || stream.throttled || stream.paused) {
     uv_poll_stop(&stream.poll);
   } else {
     uv_poll_start(&stream.poll, UV_READABLE, &ProcessTable::on_stream_readable);
@@ -583,6 +603,34 @@ void ProcessTable::notify(Process& process) {
       break;
   }
   engine_.emit(Record{RecordKind::process_ready, process.id, 0, {}, process.output}, wake_);
+}
+
+void ProcessTable::pause(Process& process, Stream& stream) {
+  if (!loop_ || !pause_timer_open_ || stream.paused || stream.fd < 0) return;
+  if (!stream.pipe_grown) {
+    stream.pipe_grown = true;
+    grow_pipe(stream.fd, pipe_max_size());
+  }
+  stream.paused = true;
+  engine_.stats().read_pauses.fetch_add(1, std::memory_order_relaxed);
+  update_polling(stream);
+  if (paused_.empty()) uv_timer_start(&pause_timer_, &ProcessTable::on_pause_timer, kPauseMs, 0);
+  paused_.push_back(process.id);
+}
+
+void ProcessTable::on_pause_timer(uv_timer_t* handle) {
+  auto& table = *static_cast<ProcessTable*>(handle->data);
+  std::vector<std::uint64_t> ids;
+  ids.swap(table.paused_);
+  for (std::uint64_t id : ids) {
+    auto found = table.processes_.find(id);
+    if (found == table.processes_.end()) continue;
+    for (Stream* stream : {&found->second->out, &found->second->err}) {
+      if (!stream->paused) continue;
+      stream->paused = false;
+      table.update_polling(*stream);
+    }
+  }
 }
 
 void ProcessTable::on_batch_timer(uv_timer_t* handle) {
@@ -659,6 +707,11 @@ void ProcessTable::shutdown() {
   if (batch_timer_open_) {
     batch_timer_open_ = false;
     uv_close(reinterpret_cast<uv_handle_t*>(&batch_timer_), nullptr);
+  }
+  paused_.clear();
+  if (pause_timer_open_) {
+    pause_timer_open_ = false;
+    uv_close(reinterpret_cast<uv_handle_t*>(&pause_timer_), nullptr);
   }
   std::vector<Process*> all;
   for (auto& entry : processes_) all.push_back(entry.second.get());
@@ -752,6 +805,8 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
     throw std::bad_alloc();
   }
   bool at_eof = false;
+  bool emptied = false;
+  const std::uint64_t read_before = stream.bytes_read;
   for (int reads = 0; reads < kReadsPerWakeup && !at_eof; ++reads) {
     // The backlog is full: the child waits until Emacs has caught up.  A
     // table without a loop only stops this round; the child goes to the
@@ -770,7 +825,10 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
           process, stream,
           static_cast<std::size_t>(std::clamp<std::uint64_t>(room, 65536, kDefaultMaxReadSize)));
       if (spliced > 0) continue;
-      if (spliced == 0) break;
+      if (spliced == 0) {
+        emptied = true;
+        break;
+      }
       if (spliced == -1) {
         at_eof = true;
         break;
@@ -790,12 +848,19 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
       // backlog before the next read.
       deliver(process, stream, false);
     } else if (result.status == ReadResult::Status::would_block) {
+      emptied = true;
       break;
     } else {
       at_eof = true;
     }
   }
   deliver(process, stream, at_eof);
+  if (emptied && !process.removed) {
+    std::uint64_t read_now = stream.bytes_read - read_before;
+    if (read_now < kPauseBelowBytes && stream.bytes_read > kPauseAfterBytes) {
+      pause(process, stream);
+    }
+  }
   if (at_eof) {
     close_stream(process, stream);
     // A child's output ends as it exits, so it has usually exited by the

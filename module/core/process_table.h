@@ -258,6 +258,7 @@ class ProcessTable : public Service {
   static void on_exit_readable(uv_poll_t* handle, int status, int events);
   static void on_exit_timer(uv_timer_t* handle);
   static void on_batch_timer(uv_timer_t* handle);
+  static void on_pause_timer(uv_timer_t* handle);
   static void on_handle_closed(uv_handle_t* handle);
 
   friend class ProcessHandover;
@@ -301,8 +302,12 @@ class ProcessTable : public Service {
   // ones (up to 4), and tells the output.
   void announce_memfd(Process& process, Stream& stream, std::string_view last, std::uint64_t added);
   void close_stream(Process& process, Stream& stream);
-  // Starts or stops STREAM's poll as its reading_stopped and throttled say.
+  // Starts or stops STREAM's poll as its reading_stopped, throttled and
+  // paused say.
   void update_polling(Stream& stream);
+  // Stops polling STREAM, which streams in small pieces, until the pause
+  // timer runs (see kPauseMs in process_table.cpp), having grown its pipe.
+  void pause(Process& process, Stream& stream);
   // Stops reading STREAM, and returns true, when the process's backlog is
   // full; reading resumes with resume().
   bool throttle(Process& process, Stream& stream);
@@ -345,6 +350,10 @@ class ProcessTable : public Service {
   uv_timer_t batch_timer_{};
   bool batch_timer_open_ = false;
   Clock::time_point batch_timer_due_ = Clock::time_point::max();
+  // Processes with a paused stream, polled again when pause_timer_ runs.
+  std::vector<std::uint64_t> paused_;
+  uv_timer_t pause_timer_{};
+  bool pause_timer_open_ = false;
 };
 
 // A child between tables (see above): made from a freshly spawned Child, or

@@ -22,6 +22,7 @@
 #include <map>
 #include <memory>
 #include <stdexcept>
+#include <cstdio>
 #include <string>
 #include <thread>
 #include <utility>
@@ -83,6 +84,29 @@ TEST_CASE("process table delivers each stream in order and the exit record after
   CHECK(harness.exits_of(1) == 1);
   CHECK(harness.records().back().kind == test::kExitKind);
   harness.with_table([](ProcessTable& table) { CHECK_FALSE(table.contains(1)); });
+}
+
+TEST_CASE("process table reads a child that streams in small writes in pauses and loses nothing",
+          "[process]") {
+  EngineHarness harness;
+  ProcessTable::Options options;
+  options.framing = GENERATE(Framing::none, Framing::lines);
+  // 2 MB of numbered lines in writes of one line, with a short sleep every
+  // 50 lines, so that the engine keeps catching up with the writer.
+  std::string script =
+      "exec perl -e '$| = 1; for my $i (1..40000) { printf(\"%07d %s\\n\", $i, \"x\" x 42); "
+      "select(undef, undef, undef, 0.0002) unless $i % 50 }'";
+  harness.with_table([&](ProcessTable& table) { table.start(1, shell(script), options); });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }, std::chrono::seconds(60)));
+  std::string expected;
+  for (int i = 1; i <= 40000; ++i) {
+    char line[64];
+    std::snprintf(line, sizeof line, "%07d %s\n", i, std::string(42, 'x').c_str());
+    expected += line;
+  }
+  CHECK(harness.output_of(1, 1) == expected);
+  // Once it streamed, the engine left the pipe alone for a moment at a time.
+  CHECK(harness.engine().stats().read_pauses.load() > 0);
 }
 
 TEST_CASE("process table reports exit codes and deaths by signal as codes and how they ended",
