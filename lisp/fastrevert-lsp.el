@@ -81,16 +81,19 @@ built with RapidJSON; without it the messages stay JSON."
 No JSON text begins so, and `read' skips it as a comment.")
 
 (defconst fastrevert-lsp--file-marker
-  ";;fastrevert-lisp-file \\([0-9]+\\) \\([0-9]+\\)\n"
-  "What a message is when the engine put its printed Lisp in a file.
-The numbers are the engine's process id and the file's token.")
+  ";;fastrevert-\\(lisp\\|json\\)-file \\([0-9]+\\) \\([0-9]+\\)\n"
+  "What a message is when the engine put its body in a file.
+The body is printed Lisp or JSON as the first group says; the numbers
+are the engine's process id and the file's token.")
 
 (defvar fastrevert-lsp--lisp-file-threshold (* 256 1024)
-  "Printed Lisp this long or longer goes to a file, not into the message.
+  "A message's body this long or longer goes to a file, not into the message.
 The client's filter then gets a line instead of megabytes, and Emacs
-reads the Lisp from the file into a buffer without making a string of
-it, which would cost a garbage collection of its own while the reply
-is handled.  Nil keeps every message whole.")
+parses (or reads, see `fastrevert-lsp-lisp-replies') the body from the
+file in a buffer, without making a string of it, which would cost a
+garbage collection of its own while the reply is handled.  Only for
+clients known to parse with `json-parse-buffer'.  Nil keeps every
+message whole.")
 
 (defvar fastrevert-lsp--json-style nil
   "How the client that starts a server now parses its messages.
@@ -113,7 +116,7 @@ where they are not known, and the messages stay JSON.")
   "How many messages were read as Lisp since Emacs started.")
 
 (defvar fastrevert-lsp--lisp-files-read 0
-  "How many of `fastrevert-lsp--lisp-read' were read from a file.")
+  "How many messages were read or parsed from a file the engine wrote.")
 
 (defvar fastrevert-lsp--carrying nil
   "Non-nil while a client starts a server that `fastrevert-lsp-mode' carries.
@@ -255,37 +258,47 @@ See `fastrevert-lsp-lisp-replies'."
 
 (defun fastrevert-lsp--read-reply (json-parse-buffer &rest args)
   "Read the message at point if the engine printed it as Lisp.
-Otherwise call JSON-PARSE-BUFFER with ARGS."
+Otherwise call JSON-PARSE-BUFFER with ARGS, on the body the engine put
+in a file if it did."
   (cond ((not (eq (char-after) ?\;)) (apply json-parse-buffer args))
         ((looking-at-p fastrevert-lsp--lisp-marker)
          (setq fastrevert-lsp--lisp-read (1+ fastrevert-lsp--lisp-read))
          (read (current-buffer)))
         ((looking-at-p fastrevert-lsp--file-marker)
          ;; The parse leaves the client's match data as it was.
-         (let (id token)
+         (let (lisp id token)
            (save-match-data
              (looking-at fastrevert-lsp--file-marker)
-             (setq id (string-to-number (match-string 1))
-                   token (string-to-number (match-string 2)))
+             (setq lisp (equal (match-string 1) "lisp")
+                   id (string-to-number (match-string 2))
+                   token (string-to-number (match-string 3)))
              (goto-char (match-end 0)))
-           (prog1 (fastrevert-lsp--read-file id token)
-             (setq fastrevert-lsp--lisp-read (1+ fastrevert-lsp--lisp-read)))))
+           (prog1 (fastrevert-lsp--read-file id token
+                                             (and (not lisp) (cons json-parse-buffer args))
+                                             enable-multibyte-characters)
+             (when lisp (setq fastrevert-lsp--lisp-read (1+ fastrevert-lsp--lisp-read))))))
         (t (apply json-parse-buffer args))))
 
-(defun fastrevert-lsp--read-file (id token)
-  "Read the printed Lisp in file TOKEN of engine process ID, and close it.
-The text goes from the file into a buffer, with no string made of it."
+(defun fastrevert-lsp--read-file (id token parse multibyte)
+  "Return the body in file TOKEN of engine process ID, and close the file.
+PARSE nil reads the body as printed Lisp; otherwise it is a cons of
+a FUNCTION and its ARGS, and FUNCTION parses the JSON body with ARGS.
+MULTIBYTE says whether the client's buffer is: the JSON is then
+decoded as UTF-8, as the client decoded it, else left as bytes.  The
+text goes from the file into a buffer, with no string made of it."
   (unwind-protect
       (let ((fd (fastrevert--mod-lisp-file id token)))
         (unless fd
           (error "The engine no longer holds message %d of process %d" token id))
         (with-temp-buffer
-          (set-buffer-multibyte nil)
           (let ((file-name-handler-alist nil)
                 (inhibit-file-name-handlers t))
-            (insert-file-contents-literally (fastrevert--memfd-file-name fd)))
+            (if (and parse multibyte)
+                (fastrevert--insert-memfd-range fd nil nil 'utf-8-unix)
+              (set-buffer-multibyte nil)
+              (insert-file-contents-literally (fastrevert--memfd-file-name fd))))
           (goto-char (point-min))
-          (prog1 (read (current-buffer))
+          (prog1 (if parse (apply (car parse) (cdr parse)) (read (current-buffer)))
             (setq fastrevert-lsp--lisp-files-read (1+ fastrevert-lsp--lisp-files-read)))))
     (fastrevert--mod-lisp-file-done id token)))
 
@@ -312,7 +325,9 @@ PROGRAM is the server's program file."
           (fastrevert--mod-process-attach id (fastrevert--process-encode-file directory)
                                           'lsp record (max 1 fastrevert-lsp-backlog)
                                           (fastrevert-lsp--lisp-style)
-                                          fastrevert-lsp--lisp-file-threshold)
+                                          (and fastrevert-lsp--json-style
+                                               (fboundp 'json-parse-buffer)
+                                               fastrevert-lsp--lisp-file-threshold))
           (puthash id record fastrevert--processes)
           (puthash (fastrevert--process-name record) record fastrevert--process-names)
           (let ((args (copy-sequence args)))

@@ -309,4 +309,35 @@ std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style,
   return out;
 }
 
+std::string lsp_bodies_to_files(std::string_view units, const LispBodyFiler& filer,
+                                std::size_t file_threshold) {
+  std::string out;
+  out.reserve(units.size());
+  std::string name;
+  std::string why;
+  std::size_t at = 0;
+  while (at < units.size()) {
+    std::size_t block_end = units.find(kLspHeaderEnd, at);
+    if (block_end == std::string_view::npos) return std::string(units);
+    std::optional<std::size_t> length = lsp_content_length(units.substr(at, block_end - at), why);
+    std::size_t body_at = block_end + kLspHeaderEnd.size();
+    if (!length || units.size() - body_at < *length) return std::string(units);
+    std::string_view body = units.substr(body_at, *length);
+    name.clear();
+    if (*length >= file_threshold && filer(body, name)) {
+      std::string stub(kJsonFileMarker);
+      stub += name;
+      stub += '\n';
+      out += "Content-Length: ";
+      out += std::to_string(stub.size());
+      out += kLspHeaderEnd;
+      out += stub;
+    } else {
+      out.append(units.substr(at, body_at + *length - at));
+    }
+    at = body_at + *length;
+  }
+  return out;
+}
+
 }  // namespace fastrevert

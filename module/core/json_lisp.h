@@ -63,6 +63,10 @@ inline constexpr std::string_view kLispFileMarker = ";;fastrevert-lisp-file ";
 // without making a string of it (which costs a garbage collection of its own).
 using LispBodyFiler = std::function<bool(std::string_view lisp, std::string& name)>;
 
+// What begins the body that stands for a JSON body kept in a file as it
+// was (see lsp_bodies_to_files), followed by the filer's name and a newline.
+inline constexpr std::string_view kJsonFileMarker = ";;fastrevert-json-file ";
+
 // Appends to OUT the printed Lisp of the JSON value TEXT, as STYLE says,
 // and returns true; returns false, with OUT as it was, where the value
 // would not be the same (see above).
@@ -80,5 +84,12 @@ bool json_to_lisp(std::string_view text, const JsonLisp& style, std::string& out
 std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style,
                                const LispBodyFiler* filer = nullptr,
                                std::size_t file_threshold = 0);
+
+// UNITS as above, returned with each body of FILE_THRESHOLD bytes or more
+// handed to FILER as it is (JSON) and replaced by kJsonFileMarker, the name
+// FILER gave and a newline, under a Content-Length of its own.  Needs no
+// JSON parser: the client parses the file's text itself.
+std::string lsp_bodies_to_files(std::string_view units, const LispBodyFiler& filer,
+                                std::size_t file_threshold);
 
 }  // namespace fastrevert

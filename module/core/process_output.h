@@ -178,7 +178,8 @@ class ProcessOutput {
   // Whether the end was delivered: nothing more will come.
   bool done() const;
 
-  // ---- Files of printed Lisp (see LispBodyFiler in core/json_lisp.h) ----
+  // ---- Files of LSP message bodies, printed as Lisp or JSON as they came
+  // (see LispBodyFiler in core/json_lisp.h) ----
 
   // The producer keeps FD, a file of SIZE bytes that a message's body
   // stands for, for the consumer; returns its token (1, 2, ...).  Its bytes
@@ -237,7 +238,7 @@ class ProcessOutput {
   std::uint64_t next_arrival_ = 0;
   // The consumer's descriptor of stdout's memfd.
   UniqueFd memfd_;
-  // Files of printed Lisp by token, with their sizes.
+  // Files of message bodies by token, with their sizes.
   std::map<std::uint64_t, std::pair<UniqueFd, std::uint64_t>> lisp_files_;
   std::uint64_t last_lisp_file_ = 0;
   bool finished_ = false;

@@ -43,6 +43,12 @@ constexpr std::uint64_t kPauseAfterBytes = std::uint64_t{256} << 10;
 constexpr std::uint64_t kPauseBelowBytes = std::uint64_t{64} << 10;
 constexpr std::uint64_t kPauseMs = 1;
 
+// Whether a process's LSP messages are rewritten (see rewrite_lsp).
+bool options_rewrite_lsp(const ProcessTable::Options& options) {
+  return options.framing == Framing::lsp &&
+         (options.lisp_replies || options.lisp_file_threshold > 0);
+}
+
 void check_uv(int status, const char* function) {
   if (status < 0) throw SystemError(-status, function);
 }
@@ -872,38 +878,42 @@ void ProcessTable::read_stream(Process& process, Stream& stream) {
   notify(process);
 }
 
-std::string ProcessTable::lisp_replies(Process& process, Stream& stream, std::string units) {
+std::string ProcessTable::rewrite_lsp(Process& process, Stream& stream, std::string units) {
   if (units.empty() || stream.framer->broken()) return units;
-  const JsonLisp& style = *process.options.lisp_replies;
+  const std::shared_ptr<const JsonLisp>& style = process.options.lisp_replies;
+  const std::size_t threshold = process.options.lisp_file_threshold;
+  if (!style && threshold == 0) return units;
   // A large body goes to a file of its own, named by the process's id and
   // the output's token for it.  Where no file can be made or written, the
-  // Lisp stays in the message.
+  // body stays in the message.
   const std::shared_ptr<ProcessOutput>& output = process.output;
   const std::uint64_t id = process.id;
-  LispBodyFiler filer = [&output, id](std::string_view lisp, std::string& name) {
+  LispBodyFiler filer = [&output, id](std::string_view text, std::string& name) {
     UniqueFd file(open_spill("fastrevert-lsp-reply"));
     if (!file) return false;
     std::size_t written = 0;
-    while (written < lisp.size()) {
-      ssize_t n = pwrite(file.get(), lisp.data() + written, lisp.size() - written,
+    while (written < text.size()) {
+      ssize_t n = pwrite(file.get(), text.data() + written, text.size() - written,
                          static_cast<off_t>(written));
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return false;
       written += static_cast<std::size_t>(n);
     }
-    std::uint64_t token = output->add_lisp_file(std::move(file), lisp.size());
+    std::uint64_t token = output->add_lisp_file(std::move(file), text.size());
     name = std::to_string(id) + " " + std::to_string(token);
     return true;
   };
-  const LispBodyFiler* use_filer = process.options.lisp_file_threshold > 0 ? &filer : nullptr;
-  const std::size_t threshold = process.options.lisp_file_threshold;
+  auto rewrite = [&](std::string_view run) {
+    if (style) return lsp_bodies_to_lisp(run, *style, threshold > 0 ? &filer : nullptr, threshold);
+    return lsp_bodies_to_files(run, filer, threshold);
+  };
   // The rest of a unit that went on in pieces stays as it is.
   std::size_t rest = static_cast<std::size_t>(std::min<std::uint64_t>(stream.cut_rest, units.size()));
   stream.cut_rest -= rest;
-  if (rest == 0) return lsp_bodies_to_lisp(units, style, use_filer, threshold);
-  std::string converted = units.substr(0, rest);
-  converted += lsp_bodies_to_lisp(std::string_view(units).substr(rest), style, use_filer, threshold);
-  return converted;
+  if (rest == 0) return rewrite(units);
+  std::string rewritten = units.substr(0, rest);
+  rewritten += rewrite(std::string_view(units).substr(rest));
+  return rewritten;
 }
 
 void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
@@ -914,8 +924,8 @@ void ProcessTable::deliver(Process& process, Stream& stream, bool at_eof) {
     stream.framer->append(stream.raw);
     stream.raw.clear();
     chunk = stream.framer->take();
-    if (process.options.lisp_replies && stream.index == ProcessOutput::kStdout) {
-      chunk = lisp_replies(process, stream, std::move(chunk));
+    if (stream.index == ProcessOutput::kStdout && options_rewrite_lsp(process.options)) {
+      chunk = rewrite_lsp(process, stream, std::move(chunk));
     }
     std::uint64_t unfinished = stream.framer->pending_size();
     std::uint64_t backlog = process.output->config().backlog;

@@ -105,9 +105,10 @@ class ProcessTable : public Service {
     // With Framing::lsp on stdout: each message's JSON body is turned into
     // printed Lisp as this says, where it converts (see core/json_lisp.h).
     std::shared_ptr<const JsonLisp> lisp_replies;
-    // With lisp_replies: a body whose Lisp is this long or longer goes to a
-    // file of its own (core/spill.h), which the output keeps, and the
-    // message's body names it instead (see LispBodyFiler); 0 never does.
+    // With Framing::lsp on stdout: a body this long or longer (with
+    // lisp_replies, whose Lisp is) goes to a file of its own
+    // (core/spill.h), which the output keeps, and the message's body names
+    // it instead (see LispBodyFiler, lsp_bodies_to_files); 0 never does.
     std::size_t lisp_file_threshold = 0;
     // Where Lisp writes the child's input itself while the engine has none
     // of it left to write (see core/direct_input.h); the table tells it what
@@ -284,8 +285,8 @@ class ProcessTable : public Service {
   // framer.
   void deliver(Process& process, Stream& stream, bool at_eof);
   // UNITS, whole LSP messages that STREAM's framer handed over, with their
-  // bodies printed as Lisp as PROCESS's options say.
-  static std::string lisp_replies(Process& process, Stream& stream, std::string units);
+  // bodies printed as Lisp, or put in files, as PROCESS's options say.
+  static std::string rewrite_lsp(Process& process, Stream& stream, std::string units);
   // Makes STREAM's memfd once more than the threshold was read, gives the
   // output a descriptor of it and moves there what this wake-up has read.
   // Returns whether the stream now writes to a memfd.

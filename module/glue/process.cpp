@@ -479,10 +479,11 @@ FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 7,
                  "is rewritten as printed Lisp, as `fastrevert--mod-json-to-lisp' makes\n"
                  "it for JSON-STYLE, behind the comment line \";;fastrevert-lisp\", under\n"
                  "a Content-Length of its own; a body that does not convert stays.\n"
-                 "With FILE-THRESHOLD, a positive integer, a body whose Lisp is that many\n"
-                 "bytes or more goes to a file of its own instead, and the message's body\n"
-                 "is the line \";;fastrevert-lisp-file ID TOKEN\"; see\n"
-                 "`fastrevert--mod-lisp-file'.\n\n"
+                 "With FRAMING `lsp' and FILE-THRESHOLD, a positive integer, a body of that\n"
+                 "many bytes or more goes to a file of its own instead, and the message's\n"
+                 "body is the line \";;fastrevert-lisp-file ID TOKEN\" (its printed Lisp,\n"
+                 "with JSON-STYLE) or \";;fastrevert-json-file ID TOKEN\" (the JSON as it\n"
+                 "was); see `fastrevert--mod-lisp-file'.\n\n"
                  "(fn ID DIRECTORY FRAMING PROCESS BACKLOG &optional JSON-STYLE FILE-THRESHOLD)") {
   auto key = static_cast<std::uint64_t>(env.to_integer(args[0]));
   std::string directory = env.to_bytes(args[1]);
@@ -495,7 +496,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-attach", mod_process_attach, 5, 7,
   if (nargs > 6 && env.truthy(args[6])) {
     std::int64_t threshold = env.to_integer(args[6]);
     if (threshold <= 0) env.signal("args-out-of-range", env.list({args[6]}));
-    options.lisp_file_threshold = static_cast<std::size_t>(threshold);
+    if (options.framing == Framing::lsp) options.lisp_file_threshold = static_cast<std::size_t>(threshold);
   }
   check_process_object(env, args[3]);
   options.output = make_output(env, options.framing, Decoding::raw, args[4]);
@@ -538,7 +539,7 @@ FASTREVERT_DEFUN("fastrevert--mod-json-to-lisp", mod_json_to_lisp, 2, 2,
 
 FASTREVERT_DEFUN("fastrevert--mod-lisp-file", mod_lisp_file, 2, 2,
                  "Return the descriptor of file TOKEN of engine process ID, or nil.\n"
-                 "Such a file holds the printed Lisp of a message's body (see\n"
+                 "Such a file holds a message's body, as JSON or as printed Lisp (see\n"
                  "`fastrevert--mod-process-attach'); it stays open until\n"
                  "`fastrevert--mod-lisp-file-done' is called for it or a later file, or\n"
                  "the process's output has all been delivered.  Nil when it is not open.\n\n"

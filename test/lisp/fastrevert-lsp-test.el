@@ -77,21 +77,25 @@ and of them through a file."
 
 (defun fastrevert-lsp-test--three (session)
   "Run SESSION stock, carried as JSON, and carried as Lisp; return the results.
-SESSION is as for `fastrevert-lsp-test--both'.  The Lisp runs twice:
-with the Lisp in the messages, and with every message's Lisp in a
-file of its own.  Only those read messages as Lisp, and they read
-some, the second all through files."
+SESSION is as for `fastrevert-lsp-test--both'.  The carried ones run
+twice each: with the bodies in the messages, and with every body in a
+file of its own.  Only the Lisp ones read messages as Lisp, and they
+read some; the ones with files read all their large bodies from files."
   (should (fastrevert--mod-json-to-lisp nil nil))
   (let* ((stock (progn (fastrevert-lsp-mode -1) (funcall session)))
          (json (fastrevert-lsp-test--carried session nil))
+         (json-files (fastrevert-lsp-test--carried session nil t))
          (lisp (fastrevert-lsp-test--carried session t))
-         (files (fastrevert-lsp-test--carried session t t)))
+         (lisp-files (fastrevert-lsp-test--carried session t t)))
     (should (zerop (nth 1 json)))
+    (should (zerop (nth 2 json)))
+    (should (zerop (nth 1 json-files)))
+    (should (> (nth 2 json-files) 0))
     (should (> (nth 1 lisp) 0))
     (should (zerop (nth 2 lisp)))
-    (should (> (nth 2 files) 0))
-    (should (= (nth 1 files) (nth 2 files)))
-    (list stock (car json) (car lisp) (car files))))
+    (should (> (nth 2 lisp-files) 0))
+    (should (= (nth 1 lisp-files) (nth 2 lisp-files)))
+    (cons stock (mapcar #'car (list json json-files lisp lisp-files)))))
 
 (defun fastrevert-lsp-test--without (key plist)
   "Return PLIST without KEY."

@@ -103,6 +103,30 @@ TEST_CASE("lsp_bodies_to_lisp rewrites each message that converts, under its own
   CHECK(lsp_bodies_to_lisp("", plist_style()).empty());
 }
 
+TEST_CASE("lsp_bodies_to_files hands bodies of the threshold and more to the filer as JSON",
+          "[json]") {
+  std::string small = "{\"id\":1}";
+  std::string large = "{\"id\":2,\"result\":\"xxxxxxxxxx\"}";
+  std::string units = lsp_message(small) + lsp_message(large, "Content-Type: x\r\n");
+  std::vector<std::string> filed;
+  LispBodyFiler filer = [&filed](std::string_view body, std::string& name) {
+    filed.emplace_back(body);
+    name = "3 " + std::to_string(filed.size());
+    return true;
+  };
+  std::string stub = std::string(kJsonFileMarker) + "3 1\n";
+  CHECK(lsp_bodies_to_files(units, filer, large.size()) ==
+        lsp_message(small) + "Content-Length: " + std::to_string(stub.size()) + "\r\n\r\n" + stub);
+  REQUIRE(filed.size() == 1);
+  CHECK(filed[0] == large);
+  // A filer that refuses, and what is not a run of whole messages, leave
+  // the messages as they were.
+  LispBodyFiler refuser = [](std::string_view, std::string&) { return false; };
+  CHECK(lsp_bodies_to_files(units, refuser, 1) == units);
+  std::string cut = units.substr(0, units.size() - 3);
+  CHECK(lsp_bodies_to_files(cut, filer, 1) == cut);
+}
+
 TEST_CASE("lsp_bodies_to_lisp hands bodies of the threshold and more to the filer", "[json]") {
   REQUIRE(json_lisp_available());
   std::string small = std::string(kLispBodyMarker) + "(:id 1)";

@@ -976,12 +976,14 @@ TEST_CASE("process table prints LSP bodies as Lisp and leaves a message cut in p
                                        message("{\"id\":3,\"id\":3}"));
 }
 
-TEST_CASE("process table puts large Lisp bodies in files the output keeps within its backlog",
+TEST_CASE("process table puts large bodies in files the output keeps within its backlog",
           "[process][json]") {
   EngineHarness harness;
   ProcessTable::Options options;
   options.framing = Framing::lsp;
-  options.lisp_replies = std::make_shared<JsonLisp>();
+  // Printed as Lisp, or left JSON.
+  const bool lisp_replies = GENERATE(true, false);
+  if (lisp_replies) options.lisp_replies = std::make_shared<JsonLisp>();
   options.lisp_file_threshold = 1000;
   ProcessOutput::Config config;
   config.backlog = std::uint64_t{4} << 20;
@@ -1000,17 +1002,18 @@ TEST_CASE("process table puts large Lisp bodies in files the output keeps within
   std::string file = dir / "messages";
   write_file(file, contents);
   harness.with_table([&](ProcessTable& table) { table.start(1, shell("cat " + file), options); });
-  std::string small = std::string(kLispBodyMarker) + "(:id 1)";
+  std::string small = lisp_replies ? std::string(kLispBodyMarker) + "(:id 1)" : "{\"id\":1}";
   std::string first = "Content-Length: " + std::to_string(small.size()) + "\r\n\r\n" + small;
-  auto stubs = [&first](int count) {
+  auto stubs = [&first, lisp_replies](int count) {
     std::string all = first;
     for (int token = 1; token <= count; ++token) {
-      std::string body = std::string(kLispFileMarker) + "1 " + std::to_string(token) + "\n";
+      std::string body = std::string(lisp_replies ? kLispFileMarker : kJsonFileMarker) + "1 " +
+                         std::to_string(token) + "\n";
       all += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
     }
     return all;
   };
-  std::string lisp = std::string(kLispBodyMarker) + big;
+  std::string lisp = lisp_replies ? std::string(kLispBodyMarker) + big : big;
   REQUIRE(harness.wait_until([&] { return output->throttled(); }, std::chrono::seconds(30)));
   CHECK(harness.exits_of(1) == 0);
   // The messages read so far reached the consumer as lines naming files,
@@ -1021,7 +1024,7 @@ TEST_CASE("process table puts large Lisp bodies in files the output keeps within
   CHECK(filed < kBig);
   REQUIRE(harness.wait_until([&] { return harness.output_of(1, 1) == stubs(filed); }));
   CHECK(output->waiting() >= static_cast<std::uint64_t>(filed) * lisp.size());
-  // Each file holds a body's printed Lisp.
+  // Each file holds a body, printed as Lisp or as it was.
   for (int token = 1; token <= filed; ++token) {
     int fd = output->lisp_file(static_cast<std::uint64_t>(token));
     REQUIRE(fd >= 0);
