@@ -38,7 +38,8 @@ constexpr std::uint64_t kMaxExitPollDelayMs = 50;
 // reads it in a few large reads.  A writer such as grep, whose writes are 4
 // to 8 KiB, then shares the processor with one wake-up of the engine per
 // millisecond instead of one per write.  A child's end is still seen at
-// once, through its exit descriptor.
+// once, through its exit descriptor.  An output told of at once (LSP,
+// ProcessOutput::Config::prompt) is never paused.
 constexpr std::uint64_t kPauseAfterBytes = std::uint64_t{256} << 10;
 constexpr std::uint64_t kPauseBelowBytes = std::uint64_t{64} << 10;
 constexpr std::uint64_t kPauseMs = 1;
@@ -613,6 +614,9 @@ void ProcessTable::notify(Process& process) {
 
 void ProcessTable::pause(Process& process, Stream& stream) {
   if (!loop_ || !pause_timer_open_ || stream.paused || stream.fd < 0) return;
+  // Requests and replies (LSP) are told at once: a pause would add to a
+  // round trip what it saves a stream.
+  if (process.output->config().prompt) return;
   if (!stream.pipe_grown) {
     stream.pipe_grown = true;
     grow_pipe(stream.fd, pipe_max_size());

@@ -307,7 +307,8 @@ class ProcessTable : public Service {
   // paused say.
   void update_polling(Stream& stream);
   // Stops polling STREAM, which streams in small pieces, until the pause
-  // timer runs (see kPauseMs in process_table.cpp), having grown its pipe.
+  // timer runs (see kPauseMs in process_table.cpp), having grown its pipe;
+  // not for an output whose consumer is told at once.
   void pause(Process& process, Stream& stream);
   // Stops reading STREAM, and returns true, when the process's backlog is
   // full; reading resumes with resume().

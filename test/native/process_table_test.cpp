@@ -23,6 +23,7 @@
 #include <memory>
 #include <stdexcept>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <thread>
 #include <utility>
@@ -107,6 +108,32 @@ TEST_CASE("process table reads a child that streams in small writes in pauses an
   CHECK(harness.output_of(1, 1) == expected);
   // Once it streamed, the engine left the pipe alone for a moment at a time.
   CHECK(harness.engine().stats().read_pauses.load() > 0);
+}
+
+TEST_CASE("process table never pauses an output whose consumer is told at once", "[process]") {
+  EngineHarness harness;
+  ProcessTable::Options options;
+  options.framing = Framing::lsp;
+  ProcessOutput::Config config;
+  config.prompt = true;
+  options.output = std::make_shared<ProcessOutput>(config);
+  // 1 MB of small LSP messages, a short sleep every 50: as the stream that
+  // the pauses are for, but requests and replies.
+  std::string script =
+      "exec perl -e '$| = 1; for my $i (1..20000) { my $b = sprintf(\"%07d %s\", $i, \"x\" x 42); "
+      "printf(\"Content-Length: %d\\r\\n\\r\\n%s\", length($b), $b); "
+      "select(undef, undef, undef, 0.0002) unless $i % 50 }'";
+  std::uint64_t pauses_before = harness.engine().stats().read_pauses.load();
+  harness.with_table([&](ProcessTable& table) { table.start(1, shell(script), options); });
+  REQUIRE(harness.wait_until([&] { return harness.exits_of(1) > 0; }, std::chrono::seconds(60)));
+  std::string expected;
+  for (int i = 1; i <= 20000; ++i) {
+    char body[64];
+    std::snprintf(body, sizeof body, "%07d %s", i, std::string(42, 'x').c_str());
+    expected += "Content-Length: " + std::to_string(std::strlen(body)) + "\r\n\r\n" + body;
+  }
+  CHECK(harness.output_of(1, 1) == expected);
+  CHECK(harness.engine().stats().read_pauses.load() == pauses_before);
 }
 
 TEST_CASE("process table reports exit codes and deaths by signal as codes and how they ended",
