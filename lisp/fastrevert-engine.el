@@ -124,7 +124,8 @@ next to the Lisp or under `user-emacs-directory'."
 (defconst fastrevert--module-functions
   '(fastrevert--mod-accessible-directory-p fastrevert--mod-call-process
     fastrevert--mod-drain fastrevert--mod-echo fastrevert--mod-first-executable
-    fastrevert--mod-hold-wakes fastrevert--mod-json-to-lisp fastrevert--mod-module-api
+    fastrevert--mod-hold-wakes fastrevert--mod-json-to-lisp fastrevert--mod-lisp-file
+    fastrevert--mod-lisp-file-done fastrevert--mod-module-api
     fastrevert--mod-process-attach
     fastrevert--mod-process-backlog fastrevert--mod-process-ended fastrevert--mod-process-eof
     fastrevert--mod-process-remove fastrevert--mod-process-send fastrevert--mod-process-signal

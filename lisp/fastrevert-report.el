@@ -30,6 +30,7 @@
     (:main-thread-ms . "milliseconds spent on Emacs's main thread")
     (:processes . "processes started")
     (:bytes-read . "bytes of process output read")
+    (:read-pauses . "pauses in reading a stream that came in small writes")
     (:backlog-bytes . "bytes of process output waiting for Emacs now")
     (:backlog-overrun . "most bytes a process had waiting beyond its backlog")
     (:vc-batches . "repositories asked about for a batch of VC refreshes")
