@@ -273,13 +273,19 @@ bool json_to_lisp(std::string_view, const JsonLisp&, std::string&) {
 
 #endif
 
-std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style,
-                               const LispBodyFiler* filer, std::size_t file_threshold) {
+namespace {
+
+// Walks UNITS, a run of whole LSP messages (header block, blank line,
+// Content-Length bytes of body), calling REWRITE with each body and an
+// empty string.  Where REWRITE returns true, having put the new body in the
+// string, the message becomes that body under a Content-Length of its own
+// (the other headers go); else it stays as it was.  Returns UNITS unchanged
+// if they are not such a run.  RESERVE is the room the result is given.
+template <typename Rewrite>
+std::string rewrite_bodies(std::string_view units, std::size_t reserve, Rewrite&& rewrite) {
   std::string out;
-  if (!json_lisp_available()) return std::string(units);
-  out.reserve(units.size() + units.size() / 8);
-  std::string lisp;
-  std::string name;
+  out.reserve(reserve);
+  std::string rewritten;
   std::string why;
   std::size_t at = 0;
   while (at < units.size()) {
@@ -288,19 +294,12 @@ std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style,
     std::optional<std::size_t> length = lsp_content_length(units.substr(at, block_end - at), why);
     std::size_t body_at = block_end + kLspHeaderEnd.size();
     if (!length || units.size() - body_at < *length) return std::string(units);
-    std::string_view body = units.substr(body_at, *length);
-    lisp.assign(kLispBodyMarker);
-    if (json_to_lisp(body, style, lisp)) {
-      name.clear();
-      if (filer && lisp.size() >= file_threshold && (*filer)(lisp, name)) {
-        lisp.assign(kLispFileMarker);
-        lisp += name;
-        lisp += '\n';
-      }
+    rewritten.clear();
+    if (rewrite(units.substr(body_at, *length), rewritten)) {
       out += "Content-Length: ";
-      out += std::to_string(lisp.size());
+      out += std::to_string(rewritten.size());
       out += kLspHeaderEnd;
-      out += lisp;
+      out += rewritten;
     } else {
       out.append(units.substr(at, body_at + *length - at));
     }
@@ -309,35 +308,41 @@ std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style,
   return out;
 }
 
+// Hands TEXT to FILER if it is FILE_THRESHOLD bytes or more; where FILER
+// takes it, sets BODY to MARKER, FILER's name for it and a newline, and
+// returns true.
+bool file_body(std::string_view text, const LispBodyFiler& filer, std::size_t file_threshold,
+               std::string_view marker, std::string& body) {
+  std::string name;
+  if (text.size() < file_threshold || !filer(text, name)) return false;
+  body.assign(marker);
+  body += name;
+  body += '\n';
+  return true;
+}
+
+}  // namespace
+
+std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style,
+                               const LispBodyFiler* filer, std::size_t file_threshold) {
+  if (!json_lisp_available()) return std::string(units);
+  std::string lisp;
+  return rewrite_bodies(units, units.size() + units.size() / 8,
+                        [&](std::string_view json, std::string& body) {
+                          lisp.assign(kLispBodyMarker);
+                          if (!json_to_lisp(json, style, lisp)) return false;
+                          if (!filer || !file_body(lisp, *filer, file_threshold, kLispFileMarker, body)) {
+                            body.swap(lisp);
+                          }
+                          return true;
+                        });
+}
+
 std::string lsp_bodies_to_files(std::string_view units, const LispBodyFiler& filer,
                                 std::size_t file_threshold) {
-  std::string out;
-  out.reserve(units.size());
-  std::string name;
-  std::string why;
-  std::size_t at = 0;
-  while (at < units.size()) {
-    std::size_t block_end = units.find(kLspHeaderEnd, at);
-    if (block_end == std::string_view::npos) return std::string(units);
-    std::optional<std::size_t> length = lsp_content_length(units.substr(at, block_end - at), why);
-    std::size_t body_at = block_end + kLspHeaderEnd.size();
-    if (!length || units.size() - body_at < *length) return std::string(units);
-    std::string_view body = units.substr(body_at, *length);
-    name.clear();
-    if (*length >= file_threshold && filer(body, name)) {
-      std::string stub(kJsonFileMarker);
-      stub += name;
-      stub += '\n';
-      out += "Content-Length: ";
-      out += std::to_string(stub.size());
-      out += kLspHeaderEnd;
-      out += stub;
-    } else {
-      out.append(units.substr(at, body_at + *length - at));
-    }
-    at = body_at + *length;
-  }
-  return out;
+  return rewrite_bodies(units, units.size(), [&](std::string_view json, std::string& body) {
+    return file_body(json, filer, file_threshold, kJsonFileMarker, body);
+  });
 }
 
 }  // namespace fastrevert

@@ -886,7 +886,6 @@ std::string ProcessTable::rewrite_lsp(Process& process, Stream& stream, std::str
   if (units.empty() || stream.framer->broken()) return units;
   const std::shared_ptr<const JsonLisp>& style = process.options.lisp_replies;
   const std::size_t threshold = process.options.lisp_file_threshold;
-  if (!style && threshold == 0) return units;
   // A large body goes to a file of its own, named by the process's id and
   // the output's token for it.  Where no file can be made or written, the
   // body stays in the message.
@@ -894,15 +893,7 @@ std::string ProcessTable::rewrite_lsp(Process& process, Stream& stream, std::str
   const std::uint64_t id = process.id;
   LispBodyFiler filer = [&output, id](std::string_view text, std::string& name) {
     UniqueFd file(open_spill("fastrevert-lsp-reply"));
-    if (!file) return false;
-    std::size_t written = 0;
-    while (written < text.size()) {
-      ssize_t n = pwrite(file.get(), text.data() + written, text.size() - written,
-                         static_cast<off_t>(written));
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return false;
-      written += static_cast<std::size_t>(n);
-    }
+    if (!file || write_all_at(file.get(), text, 0) != 0) return false;
     std::uint64_t token = output->add_lisp_file(std::move(file), text.size());
     name = std::to_string(id) + " " + std::to_string(token);
     return true;
