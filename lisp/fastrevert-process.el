@@ -24,7 +24,8 @@
 ;; the road `fastrevert-call-process' takes: past its first 16 KiB the
 ;; engine appends it to a memfd, and Emacs inserts each new range with
 ;; `insert-file-contents' at the process mark, so no Lisp string is made
-;; for it.
+;; for it.  Unframed output for a filter takes the memfd too, read into a
+;; scratch buffer and taken from there as the one string the filter gets.
 ;;
 ;; This file holds the process object, how the engine's pieces of its
 ;; output and its end reach its filter, buffer and sentinel, and the
@@ -95,7 +96,7 @@ child), which this tells apart."))
   (princ (format "#<fastrevert-process %s>" (fastrevert--process-name process)) stream))
 
 (defconst fastrevert--memfd-threshold 16384
-  "How many bytes of standard output for a buffer come before a memfd does.
+  "How many bytes of unframed standard output come before a memfd does.
 Past them, the engine writes the rest to a memfd (`kMemfdThreshold'
 in the module's process table).")
 
@@ -230,16 +231,51 @@ delivered."
                (decode-coding-string text (fastrevert--process-decoding process) t)))
       (_ (fastrevert--process-decode-and-deliver process stream text nil)))))
 
+(defvar fastrevert--memfd-scratch nil
+  "The buffer where `fastrevert--memfd-text' reads a memfd's bytes.")
+
+(defun fastrevert--memfd-text (process fd from to)
+  "Return bytes [FROM, TO) of the memfd FD, output of PROCESS, as text.
+The text is what a stock filter gets: decoded with the process's
+coding system, multibyte but for the raw-text family.  The bytes go
+from the memfd into a scratch buffer, decoded there, and the one
+string made is the text: a string of the bytes, decoded into another,
+would make Emacs allocate twice as much."
+  (let* ((coding (fastrevert--process-decoding process))
+         (raw (eq (coding-system-type coding) 'raw-text))
+         (inhibit-modification-hooks t))
+    (unless (buffer-live-p fastrevert--memfd-scratch)
+      (setq fastrevert--memfd-scratch (generate-new-buffer " *fastrevert-memfd*")))
+    (with-current-buffer fastrevert--memfd-scratch
+      (setq buffer-undo-list t)
+      (erase-buffer)
+      (unless (eq enable-multibyte-characters (not raw))
+        (set-buffer-multibyte (not raw)))
+      (if raw
+          (let ((file-name-handler-alist nil))
+            (insert-file-contents-literally (fastrevert--memfd-file-name fd) nil from to))
+        (let ((used (fastrevert--insert-memfd-range fd from to coding)))
+          ;; Decoding fixes what `undecided' detected, as Emacs does for a
+          ;; process.
+          (when (and used (not (eq used coding)))
+            (setf (fastrevert--process-decoding process) used))))
+      (prog1 (buffer-substring-no-properties (point-min) (point-max))
+        (erase-buffer)))))
+
 (defun fastrevert--deliver-range (process fd from to)
-  "Insert bytes [FROM, TO) of the memfd FD, output of PROCESS, into its buffer.
-The module holds back an unfinished character, so the bytes decode
-whole.  Into a live multibyte buffer they go straight from the memfd;
-into a unibyte buffer they take the road of text.  Runs with quitting
-inhibited, as stock runs the default filter."
+  "Deliver bytes [FROM, TO) of the memfd FD, output of PROCESS.
+A filter gets them as text (see `fastrevert--memfd-text').  The module
+holds back an unfinished character, so the bytes decode whole.  Into a
+live multibyte buffer they go straight from the memfd; into a unibyte
+buffer they take the road of text.  Runs with quitting inhibited, as
+stock runs a filter."
   (let ((inhibit-quit t)
         (buffer (fastrevert--process-buffer process))
         (coding (fastrevert--process-decoding process)))
-    (cond ((not (buffer-live-p buffer))
+    (cond ((fastrevert--process-filter process)
+           (fastrevert--process-deliver process fastrevert--output-stdout
+                                        (fastrevert--memfd-text process fd from to)))
+          ((not (buffer-live-p buffer))
            ;; The default filter drops output for a killed buffer.
            (fastrevert--process-count-output process))
           ((and (buffer-local-value 'enable-multibyte-characters buffer)
@@ -445,8 +481,10 @@ Emacs: a quit typed while output is delivered is taken once that
 output has been, and loses none.
 
 Without a filter, output is inserted into BUFFER at the process mark
-as the default filter does; standard output then goes through a
-memfd and `insert-file-contents', with no Lisp string made.  Return
+as the default filter does.  Unframed standard output past its first
+16 KiB goes through a memfd: into BUFFER with `insert-file-contents',
+with no Lisp string made, and to a filter as one string per piece,
+decoded in a scratch buffer.  Return
 a `fastrevert-process'.  The program is found through the variable
 `exec-path' and runs in `default-directory' with
 `process-environment'; a missing program signals the error
@@ -498,9 +536,11 @@ a `fastrevert-process'.  The program is found through the variable
                     id encoded-path (vconcat (list encoded-path) encoded-args)
                     (fastrevert--process-environment dir)
                     (fastrevert--process-encode-file dir)
-                    t (if (and buffer (not filter) (not framing)
-                               (fastrevert--process-memfd-p kind (car coding)))
-                          'memfd t)
+                    t (cond ((or framing (not (fastrevert--process-memfd-p kind (car coding))))
+                             t)
+                            (filter 'memfd-filter)
+                            (buffer 'memfd)
+                            (t t))
                     (if stderr-buffer 'pipe t) framing
                     (max 4096 read-process-output-max)
                     process kind (and backlog (max 1 backlog)))))

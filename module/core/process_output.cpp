@@ -176,7 +176,8 @@ void ProcessOutput::note_throttled() {
   throttled_ = true;
 }
 
-bool ProcessOutput::claim_locked(int index, Piece& piece, std::size_t max_text) {
+bool ProcessOutput::claim_locked(int index, Piece& piece, std::size_t max_text,
+                                 std::uint64_t max_range) {
   Stream& stream = streams_[index];
   if (stream.segments.empty()) return false;
   Segment& head = stream.segments.front();
@@ -200,6 +201,7 @@ bool ProcessOutput::claim_locked(int index, Piece& piece, std::size_t max_text) 
           unfinished_suffix(std::string_view(head.last, head.last_size)), head.to - head.from);
     }
     if (to <= head.from) return false;
+    if (to - head.from > max_range) to = range_cut(head.from, head.from + max_range, to);
     piece.kind = Piece::Kind::range;
     piece.stream = index;
     piece.memfd = memfd_.get();
@@ -223,7 +225,7 @@ bool ProcessOutput::claim_locked(int index, Piece& piece, std::size_t max_text) 
       if (head.size() == 0) {
         stream.segments.pop_front();
         stream.arrivals.pop_front();
-        return claim_locked(index, piece, max_text);
+        return claim_locked(index, piece, max_text, max_range);
       }
     }
   }
@@ -282,7 +284,28 @@ bool ProcessOutput::claim_locked(int index, Piece& piece, std::size_t max_text) 
   return true;
 }
 
-bool ProcessOutput::claim(Piece& piece, std::size_t max_text) {
+std::uint64_t ProcessOutput::range_cut(std::uint64_t from, std::uint64_t cut,
+                                       std::uint64_t to) const {
+  if (config_.decode != Decode::utf8) return cut;
+  // The bytes around the cut: up to 3 before it, where a character that
+  // goes on past it began, and up to 4 from it.
+  std::uint64_t low = std::max(from, cut - std::min<std::uint64_t>(cut, 3));
+  std::uint64_t high = std::min(to, cut + 4);
+  unsigned char bytes[7];
+  ssize_t got = pread(memfd_.get(), bytes, static_cast<std::size_t>(high - low),
+                      static_cast<off_t>(low));
+  // Unreadable, the range goes whole, as it would uncut.
+  if (got != static_cast<ssize_t>(high - low)) return to;
+  for (std::uint64_t at = cut; at > from && at >= low; --at) {
+    if (!continuation(bytes[at - low])) return at;
+  }
+  // A first character longer than the cap goes whole.
+  std::uint64_t at = from + 1;
+  while (at < high && continuation(bytes[at - low])) ++at;
+  return at;
+}
+
+bool ProcessOutput::claim(Piece& piece, std::size_t max_text, std::uint64_t max_range) {
   std::lock_guard<std::mutex> lock(mutex_);
   piece = Piece();
   if (end_delivered_ || claimed_ != -1) return false;
@@ -294,7 +317,10 @@ bool ProcessOutput::claim(Piece& piece, std::size_t max_text) {
        streams_[kStderr].arrivals.front() < streams_[kStdout].arrivals.front())) {
     std::swap(first, second);
   }
-  if (claim_locked(first, piece, max_text) || claim_locked(second, piece, max_text)) return true;
+  if (claim_locked(first, piece, max_text, max_range) ||
+      claim_locked(second, piece, max_text, max_range)) {
+    return true;
+  }
   for (const Stream& stream : streams_) {
     if (!stream.segments.empty() || stream.partial > 0) return false;
   }

@@ -33,6 +33,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <string>
@@ -163,9 +164,12 @@ class ProcessOutput {
   // Claims the next piece into PIECE, text of at most MAX_TEXT bytes
   // (where the bytes allow a cut: never inside a character, nor inside a
   // unit under Config::whole_units), and returns true; false when nothing is
-  // ready (the end already delivered, or bytes still to come).  Each claim
-  // is followed by commit() or release() before the next.
-  bool claim(Piece& piece, std::size_t max_text);
+  // ready (the end already delivered, or bytes still to come).  A range is
+  // at most MAX_RANGE bytes (MAX_RANGE > 0), cut where a character ends as
+  // text is.  Each claim is followed by commit() or release() before the
+  // next.
+  bool claim(Piece& piece, std::size_t max_text,
+             std::uint64_t max_range = std::numeric_limits<std::uint64_t>::max());
   // The claimed piece was delivered.  Returns true when the producer
   // stopped for a full backlog and should read again now.
   bool commit();
@@ -227,7 +231,10 @@ class ProcessOutput {
   // mutex_ held.
   bool ready_locked(int stream);
   // Fills PIECE from the head of STREAM; mutex_ held.
-  bool claim_locked(int stream, Piece& piece, std::size_t max_text);
+  bool claim_locked(int stream, Piece& piece, std::size_t max_text, std::uint64_t max_range);
+  // Where a range [FROM, TO) of stdout's memfd cut at CUT (FROM < CUT < TO)
+  // may end: where a character ends, for UTF-8.
+  std::uint64_t range_cut(std::uint64_t from, std::uint64_t cut, std::uint64_t to) const;
   // Borrows the rest of an unfinished character from the segment after the
   // head of STREAM into scratch_; mutex_ held.  Returns whether it could.
   bool borrow_locked(Stream& stream, std::size_t cut);

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -52,6 +53,10 @@ struct LispProcess {
   Decoding decoding = Decoding::lisp;
   // How much of the memfd's memory was given back.
   std::uint64_t given_back = 0;
+  // The largest range of the memfd handed to Lisp at once: no limit for
+  // a buffer, which takes a range straight from the memfd, and
+  // kLargestText for a filter, which is given it as a string.
+  std::uint64_t largest_range = std::numeric_limits<std::uint64_t>::max();
   // Its output is being delivered further up this stack: a filter waits for
   // more there.  That delivery goes on with what comes meanwhile.
   bool delivering = false;
@@ -314,6 +319,7 @@ void deliver_process_output(Env& env, const Record& record) {
   const std::shared_ptr<ProcessOutput> output = record.output;
   const emacs_value object = found->second.object;
   const Decoding decoding = found->second.decoding;
+  const std::uint64_t largest_range = found->second.largest_range;
   found->second.delivering = true;
   bool ended = false;
   bool stopped = false;
@@ -333,7 +339,7 @@ void deliver_process_output(Env& env, const Record& record) {
         break;
       }
       ProcessOutput::Piece piece;
-      if (!output->claim(piece, kLargestText)) {
+      if (!output->claim(piece, kLargestText, largest_range)) {
         if (output->settle()) break;
         continue;
       }
@@ -412,8 +418,9 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
                  "Spawn a child for the engine to run as process ID; return its pid.\n"
                  "PROGRAM, ARGV, ENV and CWD are as for `fastrevert--mod-call-process'.\n"
                  "STDIN is t (a pipe), nil (/dev/null) or an encoded file name.\n"
-                 "STDOUT is t (a pipe), nil (/dev/null) or `memfd': a pipe whose bytes\n"
-                 "past the first 16 KiB go through a memfd, delivered as ranges of it.\n"
+                 "STDOUT is t (a pipe), nil (/dev/null), `memfd': a pipe whose bytes\n"
+                 "past the first 16 KiB go through a memfd, delivered as ranges of it, or\n"
+                 "`memfd-filter': the same, in ranges of at most 256 KiB, for a filter.\n"
                  "STDERR is t (with stdout), `pipe' (a pipe of its own), nil (/dev/null)\n"
                  "or an encoded file name.  FRAMING is nil, `lines' or `lsp', for\n"
                  "stdout.  READ-SIZE is the first read size.  PROCESS is the Lisp object\n"
@@ -435,7 +442,8 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
   std::int64_t read_size = env.to_integer(args[9]);
   options.initial_read_size = read_size > 0 ? static_cast<std::size_t>(read_size) : 4096;
   options.signal_process_group = true;
-  options.stdout_to_memfd = env.eq(args[6], env.intern("memfd"));
+  bool filter_memfd = env.eq(args[6], env.intern("memfd-filter"));
+  options.stdout_to_memfd = filter_memfd || env.eq(args[6], env.intern("memfd"));
   options.memfd_threshold = kMemfdThreshold;
   Decoding decoding = decoding_arg(env, args[11]);
   options.output = make_output(env, options.framing, decoding, args[12]);
@@ -460,7 +468,10 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
     return failure;
   }
   pid_t pid = child->pid;
-  if (heard) remember(key, options.output, object, decoding);
+  if (heard) {
+    LispProcess& remembered = remember(key, options.output, object, decoding);
+    if (filter_memfd) remembered.largest_range = kLargestText;
+  }
   run_on_engine(env, key, std::make_unique<ProcessHandover>(std::move(*child), options));
   return env.integer(pid);
 }

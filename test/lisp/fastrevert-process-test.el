@@ -444,19 +444,66 @@ A memfd, or where there is none a file removed as it was made:
             (push (fastrevert-process-test--spill-fds) memfds))
           (should-not (delq nil memfds))
           (should (equal (with-current-buffer buffer (buffer-string)) "abc")))
-      (kill-buffer buffer)))
-  ;; A filter keeps the string road.
-  (let* ((size (* 4 fastrevert--memfd-threshold))
-         (process (fastrevert-make-process
-                   :name "strings" :noquery t :filter #'ignore
-                   :command (list "sh" "-c" (format "head -c %d /dev/zero; sleep 30" size)))))
-    (unwind-protect
-        (progn
-          (should (fastrevert-test-wait-for
-                   (lambda () (>= (plist-get (fastrevert-stats) :bytes-read) size)) 30))
-          (fastrevert-accept-process-output process 0.2)
-          (should-not (fastrevert-process-test--spill-fds)))
-      (fastrevert-delete-process process))))
+      (kill-buffer buffer))))
+
+(ert-deftest fastrevert-process-filter-output-through-a-memfd-is-stock-text ()
+  "Output past the threshold reaches a filter through a memfd as stock text.
+Each string is decoded as stock decodes it (multibyte, but unibyte for
+raw text), holds no character cut in two, and comes of 256 KiB at
+most, although all of it waited at once; together they are the
+output, in order."
+  (fastrevert-test-with-temp-dir dir
+    (let* ((file (expand-file-name "filter.txt" dir))
+           (size nil))
+      ;; About 900 KB: a byte that is no UTF-8 at all, and characters of
+      ;; every length, cut at every offset somewhere.
+      (with-temp-file file
+        (set-buffer-multibyte nil)
+        (dotimes (i 40000)
+          (insert (format "%05d " i) (encode-coding-string "line é€😀 " 'utf-8) "\xff\n"))
+        (setq size (buffer-size)))
+      (dolist (coding '(utf-8-unix raw-text-unix latin-1-unix))
+        (ert-info ((format "coding %s" coding))
+          (let* ((outcome
+                  (lambda (make wait)
+                    (let* ((chunks nil)
+                           (done nil)
+                           (through-memfd nil)
+                           (read (plist-get (fastrevert-stats) :bytes-read))
+                           (process (funcall make :name "memfd-filter" :noquery t
+                                             :coding coding :connection-type 'pipe
+                                             :command (list "cat" file)
+                                             :filter (lambda (_p text)
+                                                       (when (fastrevert-process-test--spill-fds)
+                                                         (setq through-memfd t))
+                                                       (push text chunks))
+                                             :sentinel (lambda (_p _e) (setq done t))))
+                           (deadline (+ (float-time) 30)))
+                      (ignore process)
+                      ;; Busy, as a command is, until the engine has read it
+                      ;; all: it waits at once.
+                      (when (eq make #'fastrevert-make-process)
+                        (while (and (< (- (plist-get (fastrevert-stats) :bytes-read) read) size)
+                                    (< (float-time) deadline))))
+                      (while (and (not done) (< (float-time) deadline))
+                        (funcall wait nil 0.05))
+                      (list (nreverse chunks) through-memfd))))
+                 (stock (car (funcall outcome #'make-process #'accept-process-output)))
+                 (ours (funcall outcome #'fastrevert-make-process
+                                #'fastrevert-accept-process-output))
+                 (chunks (car ours)))
+            (should (cadr ours))
+            (should (cl-every (lambda (chunk) (eq (multibyte-string-p chunk)
+                                                  (not (eq coding 'raw-text-unix))))
+                              chunks))
+            (should (<= (apply #'max (mapcar (lambda (chunk)
+                                                (length (encode-coding-string chunk coding)))
+                                              chunks))
+                        (* 256 1024)))
+            ;; Compared outside `should', whose explanation of a difference
+            ;; would print both texts.
+            (let ((same (string= (apply #'concat chunks) (apply #'concat stock))))
+              (should same))))))))
 
 (ert-deftest fastrevert-process-buffer-text-survives-the-switch-to-the-memfd ()
   ;; Output that comes in two bursts: the first, under the memfd threshold,
@@ -764,27 +811,34 @@ process that has exited would never see its sentinel."
                     ;; this child's (one byte stands for all that wait).
                     (fastrevert--drain)
                     (fastrevert--take-wake)
-                    (fastrevert-make-process :name "wake" :command '("echo" "hi") :noquery t
+                    ;; The child lives on after its output: its exit, a
+                    ;; result of its own with a wake byte of its own, must
+                    ;; not come while the stock process is waited for.
+                    (fastrevert-make-process :name "wake" :command '("sh" "-c" "echo hi; exec cat")
+                                             :noquery t :connection-type 'pipe
                                              :filter (lambda (_process text) (setq got text))))))
-    ;; Busy, as a command is, until the engine has written its wake byte.
-    (let ((deadline (+ (float-time) 30)))
-      (while (and (<= (plist-get (fastrevert-stats) :wakes) wakes)
-                  (< (float-time) deadline))))
-    (should (> (plist-get (fastrevert-stats) :wakes) wakes))
-    ;; As if timers had just had their turn: the wait takes the result
-    ;; natively and returns at once.
-    (setq fastrevert--last-yield (float-time))
-    (should (fastrevert-accept-process-output process 5))
-    (should (equal got "hi\n"))
-    (let* ((done nil)
-           (stock (make-process :name "stock" :command '("true") :noquery t
-                                :sentinel (lambda (_process _event) (setq done t))))
-           (deadline (+ (float-time) 30)))
-      ;; Busy until it has exited, before its first wait.
-      (while (and (process-live-p stock) (< (float-time) deadline)))
-      (while (and (not done) (< (float-time) deadline))
-        (accept-process-output stock 0.1))
-      (should done))))
+    (unwind-protect
+        (progn
+          ;; Busy, as a command is, until the engine has written its wake byte.
+          (let ((deadline (+ (float-time) 30)))
+            (while (and (<= (plist-get (fastrevert-stats) :wakes) wakes)
+                        (< (float-time) deadline))))
+          (should (> (plist-get (fastrevert-stats) :wakes) wakes))
+          ;; As if timers had just had their turn: the wait takes the result
+          ;; natively and returns at once.
+          (setq fastrevert--last-yield (float-time))
+          (should (fastrevert-accept-process-output process 5))
+          (should (equal got "hi\n"))
+          (let* ((done nil)
+                 (stock (make-process :name "stock" :command '("true") :noquery t
+                                      :sentinel (lambda (_process _event) (setq done t))))
+                 (deadline (+ (float-time) 30)))
+            ;; Busy until it has exited, before its first wait.
+            (while (and (process-live-p stock) (< (float-time) deadline)))
+            (while (and (not done) (< (float-time) deadline))
+              (accept-process-output stock 0.1))
+            (should done)))
+      (fastrevert-delete-process process))))
 
 (ert-deftest fastrevert-process-accept-process-output-waits-for-output ()
   (let* ((state (fastrevert-process-test--run :name "apo" :command '("sh" "-c" "read x; echo got $x")))
