@@ -294,6 +294,13 @@ LispProcess& remember(std::uint64_t key, std::shared_ptr<ProcessOutput> output,
   return process;
 }
 
+// The process that ID, an engine process ID from Lisp, names, or null when
+// none is remembered.
+LispProcess* find_lisp_process(Env& env, emacs_value id) {
+  auto found = lisp_processes().find(static_cast<std::uint64_t>(env.to_integer(id)));
+  return found == lisp_processes().end() ? nullptr : &found->second;
+}
+
 // Gives HANDOVER to the engine to run as process KEY; when the engine
 // cannot take it, forgets KEY and signals why.
 void run_on_engine(Env& env, std::uint64_t key, std::unique_ptr<ProcessHandover> handover) {
@@ -555,11 +562,9 @@ FASTREVERT_DEFUN("fastrevert--mod-lisp-file", mod_lisp_file, 2, 2,
                  "`fastrevert--mod-lisp-file-done' is called for it or a later file, or\n"
                  "the process's output has all been delivered.  Nil when it is not open.\n\n"
                  "(fn ID TOKEN)") {
-  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  LispProcess* process = find_lisp_process(env, args[0]);
   auto token = static_cast<std::uint64_t>(env.to_integer(args[1]));
-  auto found = lisp_processes().find(id);
-  if (found == lisp_processes().end()) return env.nil();
-  int fd = found->second.output->lisp_file(token);
+  int fd = process ? process->output->lisp_file(token) : -1;
   return fd < 0 ? env.nil() : env.integer(fd);
 }
 
@@ -567,10 +572,10 @@ FASTREVERT_DEFUN("fastrevert--mod-lisp-file-done", mod_lisp_file_done, 2, 2,
                  "Close file TOKEN of engine process ID, and every file before it.\n"
                  "Their bytes no longer count towards the process's backlog.\n\n"
                  "(fn ID TOKEN)") {
-  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
+  LispProcess* process = find_lisp_process(env, args[0]);
   auto token = static_cast<std::uint64_t>(env.to_integer(args[1]));
-  auto found = lisp_processes().find(id);
-  if (found != lisp_processes().end() && found->second.output->release_lisp_files(token)) {
+  if (process && process->output->release_lisp_files(token)) {
+    auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
     runtime.post_for_process(id, [id](Engine& engine) { engine.service<ProcessTable>().resume(id); });
   }
   return env.nil();
@@ -581,9 +586,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-ended", mod_process_ended, 1, 1,
                  "by `fastrevert--mod-process-attach', has ended: its output ends once\n"
                  "its own ends of the pipe are closed.\n\n"
                  "(fn ID)") {
-  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
-  auto found = lisp_processes().find(id);
-  if (found != lisp_processes().end()) found->second.output_keeper.reset();
+  if (LispProcess* process = find_lisp_process(env, args[0])) process->output_keeper.reset();
   return env.nil();
 }
 
@@ -595,9 +598,9 @@ FASTREVERT_DEFUN("fastrevert--mod-process-send", mod_process_send, 2, 2,
                  "(fn ID STRING)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
   std::string data = env.to_bytes(args[1]);
-  auto found = lisp_processes().find(id);
-  if (found != lisp_processes().end() && found->second.direct_input) {
-    std::size_t written = found->second.direct_input->try_write(data);
+  LispProcess* process = find_lisp_process(env, args[0]);
+  if (process && process->direct_input) {
+    std::size_t written = process->direct_input->try_write(data);
     if (written == data.size() && !data.empty()) return env.nil();
     data.erase(0, written);
   }
@@ -614,10 +617,8 @@ FASTREVERT_DEFUN("fastrevert--mod-process-eof", mod_process_eof, 1, 1,
                  "Close the stdin of engine process ID once its queued input is written.\n\n"
                  "(fn ID)") {
   auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
-  auto found = lisp_processes().find(id);
-  if (found != lisp_processes().end() && found->second.direct_input) {
-    found->second.direct_input->close();
-  }
+  LispProcess* process = find_lisp_process(env, args[0]);
+  if (process && process->direct_input) process->direct_input->close();
   check_posted(env, runtime.post_for_process(
                         id, [id](Engine& e) { e.service<ProcessTable>().close_stdin(id); }));
   return env.nil();
@@ -651,12 +652,11 @@ FASTREVERT_DEFUN("fastrevert--mod-process-backlog", mod_process_backlog, 1, 1,
                  "WAITING is how many bytes of its output wait for Emacs now; OVERRUN the\n"
                  "most that ever waited beyond its backlog.\n\n"
                  "(fn ID)") {
-  auto id = static_cast<std::uint64_t>(env.to_integer(args[0]));
-  auto found = lisp_processes().find(id);
-  if (found == lisp_processes().end()) return env.nil();
+  LispProcess* process = find_lisp_process(env, args[0]);
+  if (!process) return env.nil();
   return env.call("cons",
-                  {env.integer(static_cast<std::int64_t>(found->second.output->waiting())),
-                   env.integer(static_cast<std::int64_t>(found->second.output->overrun()))});
+                  {env.integer(static_cast<std::int64_t>(process->output->waiting())),
+                   env.integer(static_cast<std::int64_t>(process->output->overrun()))});
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-signal-number", mod_signal_number, 1, 1,
