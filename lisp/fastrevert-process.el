@@ -19,13 +19,14 @@
 ;; output that gathered, however many small writes the child made, and a
 ;; child that streams gives pieces of 64 KiB or more.  With :framing
 ;; `lines' a filter only ever sees complete lines, and with `lsp' only
-;; complete Content-Length messages.  UTF-8 output is decoded by the
-;; module as it makes the string.  Output for a buffer (no filter) takes
-;; the road `fastrevert-call-process' takes: past its first 16 KiB the
-;; engine appends it to a memfd, and Emacs inserts each new range with
-;; `insert-file-contents' at the process mark, so no Lisp string is made
-;; for it.  Unframed output for a filter takes the memfd too, read into a
-;; scratch buffer and taken from there as the one string the filter gets.
+;; complete Content-Length messages.  UTF-8 output that comes as
+;; strings is decoded by the module as it makes the string.  Output for
+;; a buffer (no filter) takes the road `fastrevert-call-process' takes:
+;; past its first 16 KiB the engine appends it to a memfd, and Emacs
+;; inserts each new range with `insert-file-contents' at the process
+;; mark, so no Lisp string is made for it.  Unframed output for a filter
+;; takes the memfd too, read into a scratch buffer and taken from there
+;; as the one string the filter gets.
 ;;
 ;; This file holds the process object, how the engine's pieces of its
 ;; output and its end reach its filter, buffer and sentinel, and the
@@ -245,7 +246,7 @@ would make Emacs allocate twice as much."
          (raw (eq (coding-system-type coding) 'raw-text))
          (inhibit-modification-hooks t))
     (unless (buffer-live-p fastrevert--memfd-scratch)
-      (setq fastrevert--memfd-scratch (generate-new-buffer " *fastrevert-memfd*")))
+      (setq fastrevert--memfd-scratch (generate-new-buffer " *fastrevert-memfd*" t)))
     (with-current-buffer fastrevert--memfd-scratch
       (setq buffer-undo-list t)
       (erase-buffer)
@@ -254,11 +255,8 @@ would make Emacs allocate twice as much."
       (if raw
           (let ((file-name-handler-alist nil))
             (insert-file-contents-literally (fastrevert--memfd-file-name fd) nil from to))
-        (let ((used (fastrevert--insert-memfd-range fd from to coding)))
-          ;; Decoding fixes what `undecided' detected, as Emacs does for a
-          ;; process.
-          (when (and used (not (eq used coding)))
-            (setf (fastrevert--process-decoding process) used))))
+        ;; A coding system that reaches the memfd detects nothing.
+        (fastrevert--insert-memfd-range fd from to coding))
       (prog1 (buffer-substring-no-properties (point-min) (point-max))
         (erase-buffer)))))
 
@@ -482,7 +480,8 @@ output has been, and loses none.
 
 Without a filter, output is inserted into BUFFER at the process mark
 as the default filter does.  Unframed standard output past its first
-16 KiB goes through a memfd: into BUFFER with `insert-file-contents',
+16 KiB, in UTF-8, raw text or a single-byte coding with Unix line
+ends, goes through a memfd: into BUFFER with `insert-file-contents',
 with no Lisp string made, and to a filter as one string per piece,
 decoded in a scratch buffer.  Return
 a `fastrevert-process'.  The program is found through the variable

@@ -53,6 +53,9 @@ std::size_t character_cut(std::string_view bytes, std::size_t max) noexcept {
   for (std::size_t cut = max; cut > 0 && max - cut <= 3; --cut) {
     if (!continuation(static_cast<unsigned char>(bytes[cut]))) return cut;
   }
+  // Bytes that are no UTF-8 (no character starts in the 3 before MAX, nor
+  // at it) are cut at MAX, where no well-formed character goes on.
+  if (max > 3) return max;
   std::size_t cut = 1;
   while (cut < bytes.size() && cut < 4 && continuation(static_cast<unsigned char>(bytes[cut]))) {
     ++cut;
@@ -299,6 +302,9 @@ std::uint64_t ProcessOutput::range_cut(std::uint64_t from, std::uint64_t cut,
   for (std::uint64_t at = cut; at > from && at >= low; --at) {
     if (!continuation(bytes[at - low])) return at;
   }
+  // No character starts in the 3 bytes before the cut, nor at it: the bytes
+  // there are no UTF-8, and none that is well-formed goes on past the cut.
+  if (low > from) return cut;
   // A first character longer than the cap goes whole.
   std::uint64_t at = from + 1;
   while (at < high && continuation(bytes[at - low])) ++at;

@@ -165,9 +165,10 @@ class ProcessOutput {
   // (where the bytes allow a cut: never inside a character, nor inside a
   // unit under Config::whole_units), and returns true; false when nothing is
   // ready (the end already delivered, or bytes still to come).  A range is
-  // at most MAX_RANGE bytes (MAX_RANGE > 0), cut where a character ends as
-  // text is.  Each claim is followed by commit() or release() before the
-  // next.
+  // cut as text is, at MAX_RANGE bytes (MAX_RANGE > 0) or where the
+  // character there began; it goes whole if its bytes cannot be read back
+  // to find that.  Each claim is followed by commit() or release() before
+  // the next.
   bool claim(Piece& piece, std::size_t max_text,
              std::uint64_t max_range = std::numeric_limits<std::uint64_t>::max());
   // The claimed piece was delivered.  Returns true when the producer

@@ -427,7 +427,7 @@ FASTREVERT_DEFUN("fastrevert--mod-process-start", mod_process_start, 13, 13,
                  "STDIN is t (a pipe), nil (/dev/null) or an encoded file name.\n"
                  "STDOUT is t (a pipe), nil (/dev/null), `memfd': a pipe whose bytes\n"
                  "past the first 16 KiB go through a memfd, delivered as ranges of it, or\n"
-                 "`memfd-filter': the same, in ranges of at most 256 KiB, for a filter.\n"
+                 "`memfd-filter': the same, in ranges cut at 256 KiB, for a filter.\n"
                  "STDERR is t (with stdout), `pipe' (a pipe of its own), nil (/dev/null)\n"
                  "or an encoded file name.  FRAMING is nil, `lines' or `lsp', for\n"
                  "stdout.  READ-SIZE is the first read size.  PROCESS is the Lisp object\n"

@@ -202,6 +202,44 @@ TEST_CASE("process output: a consumer is told at once after a quiet spell, in ba
   CHECK(output.notify_decision(Clock::now(), deadline) == ProcessOutput::Notify::now);
 }
 
+TEST_CASE("process output: bytes that are no UTF-8 are cut at the cap, as text and as ranges",
+          "[process_output]") {
+  // Continuation bytes only: no character starts anywhere, so no cut can
+  // split one, and each piece but the last is as long as the cap allows.
+  const std::string junk(std::size_t{1} << 20, '\x80');
+  ProcessOutput output(utf8_config());
+  int memfd = memfd_create("process-output-test", MFD_CLOEXEC);
+  REQUIRE(memfd >= 0);
+  UniqueFd producer(memfd);
+  output.append(ProcessOutput::kStdout, junk.substr(0, 100000));
+  output.start_memfd(UniqueFd(dup(memfd)));
+  std::string_view rest = std::string_view(junk).substr(100000);
+  REQUIRE(write_all_at(memfd, rest, 0) == 0);
+  output.memfd_written(0, rest.size(), rest.substr(rest.size() - 4));
+  output.end_stream(ProcessOutput::kStdout);
+  output.end_stream(ProcessOutput::kStderr);
+  output.finish(ExitStatus{});
+  const std::size_t text_cap = 30000;
+  const std::uint64_t range_cap = 256 << 10;
+  std::string out;
+  Piece piece;
+  while (output.claim(piece, text_cap, range_cap) && piece.kind != Piece::Kind::end) {
+    std::string got = bytes_of(piece);
+    std::size_t left = junk.size() - out.size();
+    std::size_t cap = piece.kind == Piece::Kind::range ? range_cap : text_cap;
+    if (piece.kind == Piece::Kind::text) {
+      // Text comes before the memfd's first byte.
+      CHECK(got.size() == std::min<std::size_t>(cap, 100000 - out.size()));
+    } else {
+      CHECK(got.size() == std::min<std::size_t>(cap, left));
+    }
+    out += got;
+    output.commit();
+  }
+  CHECK(piece.kind == Piece::Kind::end);
+  CHECK(out == junk);
+}
+
 // The property: a seeded stream of UTF-8, appended in pieces of random
 // sizes as text or as ranges of a memfd (the switch once, as a process
 // table makes it), and claimed with random caps (on ranges too, as for a
