@@ -313,6 +313,11 @@ std::uint64_t ProcessOutput::range_cut(std::uint64_t from, std::uint64_t cut,
 
 bool ProcessOutput::claim(Piece& piece, std::size_t max_text, std::uint64_t max_range) {
   std::lock_guard<std::mutex> lock(mutex_);
+  return claim_next_locked(piece, max_text, max_range);
+}
+
+bool ProcessOutput::claim_next_locked(Piece& piece, std::size_t max_text,
+                                      std::uint64_t max_range) {
   piece = Piece();
   if (end_delivered_ || claimed_ != -1) return false;
   // The stream whose head came first goes first, if it can.
@@ -421,19 +426,27 @@ bool ProcessOutput::commit() {
 
 void ProcessOutput::release() {
   std::lock_guard<std::mutex> lock(mutex_);
+  release_locked();
+}
+
+void ProcessOutput::release_locked() {
   claimed_ = -1;
   claimed_bytes_ = 0;
   borrowed_ = 0;
 }
 
 bool ProcessOutput::settle() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  // A piece still claimed is the consumer's to deliver first.
+  if (claimed_ != -1) return false;
+  // A dry claim, released at once, tells whether anything is ready; under
+  // the same lock as the consumer stops being told, so that what comes
+  // after it is told.
   Piece probe;
-  // A dry claim: released at once, it tells whether anything is ready.
-  if (claim(probe, SIZE_MAX)) {
-    release();
+  if (claim_next_locked(probe, SIZE_MAX, std::numeric_limits<std::uint64_t>::max())) {
+    release_locked();
     return false;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
   notified_ = false;
   untold_ = false;
   return true;

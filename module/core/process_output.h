@@ -176,9 +176,10 @@ class ProcessOutput {
   bool commit();
   // Nothing of the claimed piece was delivered: it stays at the head.
   void release();
-  // Called when claim() found nothing: the consumer is no longer told.
-  // Returns false, staying told, when something came meanwhile, for the
-  // consumer to claim again.
+  // Called when claim() found nothing, or the consumer stops taking: the
+  // consumer is no longer told, and is told of what comes next.  Returns
+  // false, staying told, when something is ready (it came meanwhile, or
+  // was left), for the consumer to claim again.
   bool settle();
   // Whether the end was delivered: nothing more will come.
   bool done() const;
@@ -233,6 +234,9 @@ class ProcessOutput {
   bool ready_locked(int stream);
   // Fills PIECE from the head of STREAM; mutex_ held.
   bool claim_locked(int stream, Piece& piece, std::size_t max_text, std::uint64_t max_range);
+  // claim() and release() with mutex_ held.
+  bool claim_next_locked(Piece& piece, std::size_t max_text, std::uint64_t max_range);
+  void release_locked();
   // Where a range [FROM, TO) of stdout's memfd cut at CUT (FROM < CUT < TO)
   // may end: where a character ends, for UTF-8.
   std::uint64_t range_cut(std::uint64_t from, std::uint64_t cut, std::uint64_t to) const;

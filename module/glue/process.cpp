@@ -341,8 +341,14 @@ void deliver_process_output(Env& env, const Record& record) {
     for (;;) {
       // A quit typed while a piece was delivered is taken now, before the
       // next; what is left waits for the next delivery.
-      if (delivered >= budget || env.truthy(env.funcall(n.symbol_value, {n.quit_flag}))) {
+      if (env.truthy(env.funcall(n.symbol_value, {n.quit_flag}))) {
         stopped = true;
+        break;
+      }
+      if (delivered >= budget) {
+        // Told again only if more is ready: otherwise the engine tells of
+        // what comes next, and no empty delivery follows each one.
+        stopped = !output->settle();
         break;
       }
       ProcessOutput::Piece piece;
@@ -392,7 +398,9 @@ void deliver_process_output(Env& env, const Record& record) {
       forget(env, id);
     } else if (again != processes.end() && again->second.output == output) {
       again->second.delivering = false;
-      tell_again(id, output);
+      // A filter that exits non-locally (a client's throw to its waiting
+      // request) leaves nothing to tell of when it took all there was.
+      if (!output->settle()) tell_again(id, output);
     }
     throw;
   }

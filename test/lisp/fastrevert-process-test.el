@@ -840,6 +840,33 @@ process that has exited would never see its sentinel."
             (should done)))
       (fastrevert-delete-process process))))
 
+(ert-deftest fastrevert-process-a-reply-costs-one-wake-not-two ()
+  "Each reply of a child that answers in turn reaches Emacs with one record.
+A delivery that took all there was leaves nothing to tell of: the
+engine's next output is told when it comes, with no empty delivery
+and no extra wake-up after each reply."
+  (let* ((got nil)
+         (trips 50)
+         (process (fastrevert-make-process :name "trips" :command '("cat") :noquery t
+                                           :connection-type 'pipe
+                                           :filter (lambda (_p text) (setq got (concat got text))))))
+    (unwind-protect
+        (progn
+          ;; The first reply sets the engine's pace; then count.
+          (fastrevert-process-send-string process "0\n")
+          (should (fastrevert-test-wait-for (lambda () (equal got "0\n")) 30))
+          (let ((records (plist-get (fastrevert-stats) :records)))
+            (dotimes (i trips)
+              (setq got nil)
+              (fastrevert-process-send-string process (format "%d\n" (1+ i)))
+              (should (fastrevert-test-wait-for
+                       (lambda () (equal got (format "%d\n" (1+ i)))) 30)))
+            ;; One record a reply; a reply that came in two reads may
+            ;; bring a second now and then.
+            (should (< (- (plist-get (fastrevert-stats) :records) records)
+                       (+ trips (/ trips 5))))))
+      (fastrevert-delete-process process))))
+
 (ert-deftest fastrevert-process-accept-process-output-waits-for-output ()
   (let* ((state (fastrevert-process-test--run :name "apo" :command '("sh" "-c" "read x; echo got $x")))
          (process (plist-get state :process)))
