@@ -23,10 +23,10 @@
 ;; 10 ms repeating timer meanwhile: how long Emacs could not run a timer
 ;; (or redisplay, or read a key).  Medians of the rounds.
 ;;
-;; Two more rows: the round trip of 1,000 hover requests, where an extra
-;; hop would show; and a stand-in server that writes 50 MB of
-;; notifications while Emacs is busy for 2 s, with how long its writes
-;; took (stock: until Emacs reads again).
+;; Two more rows: the round trip of 1,000 hover requests (medians of the
+;; rounds too), where an extra hop would show; and a stand-in server that
+;; writes 50 MB of notifications while Emacs is busy for 2 s, with how
+;; long its writes took (stock: until Emacs reads again).
 
 ;;; Code:
 
@@ -263,25 +263,30 @@ printed as Lisp, or only the line that names the file holding it."
           (format "%.0f" (* 1000 (fastrevert-bench-lsp--median stock-costs :gap)))
           (format "%.0f" (* 1000 (fastrevert-bench-lsp--median carried-costs :gap))))))
 
-(defun fastrevert-bench-lsp--hovers (session count)
-  "Make COUNT hover requests of SESSION in a row; return their costs."
-  (fastrevert-bench-lsp--measure (plist-get session :process)
-                                 (lambda () (dotimes (_ count) (funcall (plist-get session :hover))))))
+(defun fastrevert-bench-lsp--with-hovers (session count)
+  "Return SESSION with a request :hovers, COUNT hover requests in a row."
+  (append (list :hovers (lambda () (dotimes (_ count) (funcall (plist-get session :hover)))))
+          session))
 
 (defun fastrevert-bench-lsp--hover-row (label stock carried count)
-  "Return the row LABEL for COUNT hovers of sessions STOCK and CARRIED."
-  (funcall (plist-get stock :hover))
-  (funcall (plist-get carried :hover))
-  (let ((stock-cost (fastrevert-bench-lsp--hovers stock count))
-        (carried-cost (fastrevert-bench-lsp--hovers carried count)))
+  "Return the row LABEL for COUNT hovers of sessions STOCK and CARRIED.
+The rounds alternate which goes first, after a garbage collection, as
+the other rows' do; each column is its median round's."
+  (let* ((costs (fastrevert-bench-lsp--pairs
+                 (fastrevert-bench-lsp--with-hovers stock count)
+                 (fastrevert-bench-lsp--with-hovers carried count)
+                 :hovers (fastrevert-bench-lsp--size :rounds)))
+         (stock-costs (car costs))
+         (carried-costs (cdr costs))
+         (ms (lambda (costs key) (* 1000 (fastrevert-bench-lsp--median costs key)))))
     (list label "-"
-          (format "%.0f" (* 1000 (plist-get stock-cost :wall)))
-          (format "%.0f" (* 1000 (plist-get carried-cost :wall)))
-          (format "%.2f" (/ (plist-get stock-cost :wall) (plist-get carried-cost :wall)))
-          (format "%.0f main" (* 1000 (plist-get stock-cost :main)))
-          (format "%.0f main" (* 1000 (plist-get carried-cost :main)))
-          (format "%.0f" (* 1000 (plist-get stock-cost :gap)))
-          (format "%.0f" (* 1000 (plist-get carried-cost :gap))))))
+          (format "%.0f" (funcall ms stock-costs :wall))
+          (format "%.0f" (funcall ms carried-costs :wall))
+          (format "%.2f" (/ (funcall ms stock-costs :wall) (funcall ms carried-costs :wall)))
+          (format "%.0f main" (funcall ms stock-costs :main))
+          (format "%.0f main" (funcall ms carried-costs :main))
+          (format "%.0f" (funcall ms stock-costs :gap))
+          (format "%.0f" (funcall ms carried-costs :gap)))))
 
 (defun fastrevert-bench-lsp--flood (dir carried)
   "Time the stand-in's 50 MB of notifications while Emacs is busy.
