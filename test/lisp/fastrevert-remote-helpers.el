@@ -405,8 +405,9 @@ sleep $2; done >>\"$3\""
 (defun fastrevert-remote-test-stalls (seconds)
   "Let Emacs run SECONDS in waits of 50 ms; return (LATE . BUSY) in seconds.
 LATE is the longest any wait returned late.  BUSY is the most processor
-time Emacs used in one wait, less that of garbage collection: the work
-that kept the main thread from input then.  A machine busy with other
+time the main thread used in one wait, less that of garbage collection:
+the work that kept it from input then.  The engine's threads do not
+count, for they never keep input waiting.  A machine busy with other
 programs makes waits late, but not busy; a main thread blocked on a
 host makes them late, which `fastrevert-remote-test-round-trips' and
 the handlers' own times (`fastrevert-remote-test-main-thread-ms') show."
@@ -415,11 +416,11 @@ the handlers' own times (`fastrevert-remote-test-main-thread-ms') show."
         (busy 0.0))
     (while (< (float-time) end)
       (let ((start (float-time))
-            (cpu (float-time (get-internal-run-time)))
+            (cpu (fastrevert-test-main-thread-seconds))
             (gc gc-elapsed))
         (accept-process-output nil 0.05)
         (setq late (max late (- (float-time) start 0.05))
-              busy (max busy (- (float-time (get-internal-run-time)) cpu
+              busy (max busy (- (fastrevert-test-main-thread-seconds) cpu
                                 (- gc-elapsed gc))))))
     (cons late busy)))
 
