@@ -66,7 +66,7 @@ bool Runtime::wait(std::chrono::nanoseconds timeout, const std::function<bool()>
   return current->wait_for_records(timeout, should_quit);
 }
 
-std::size_t Runtime::drain(const std::function<void(const Record&)>& handler) {
+std::size_t Runtime::drain(const std::function<bool(const Record&)>& handler) {
   // Held for the drain: a handler may stop the engine.
   std::shared_ptr<Engine> current = engine_;
   if (!current) return 0;
@@ -76,9 +76,13 @@ std::size_t Runtime::drain(const std::function<void(const Record&)>& handler) {
   Record record;
   try {
     while (current->take(record, end)) {
-      handler(record);
+      bool go_on = handler(record);
       ++handled;
       timer.handled();
+      if (!go_on) {
+        current->rewake();
+        break;
+      }
     }
   } catch (...) {
     // The wake byte that started this drain was read: without a new one,

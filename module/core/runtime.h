@@ -86,9 +86,11 @@ class Runtime {
   // Hands HANDLER every record ready now, one at a time and in order, and
   // returns how many it handled; the drain's time counts in the engine's
   // Stats::drain_ns.  A HANDLER that drains again goes on with the next
-  // record.  If HANDLER throws, the records after the one it was handed stay
-  // queued, a wake byte says so, and the exception propagates.
-  std::size_t drain(const std::function<void(const Record&)>& handler);
+  // record.  If HANDLER returns false (it handled the record, but the drain
+  // is to stop there: Lisp exits non-locally) or throws, the records after
+  // the one it was handed stay queued, a wake byte says so, and the drain
+  // returns or the exception propagates.
+  std::size_t drain(const std::function<bool(const Record&)>& handler);
 
  private:
   const Handoff::Tuning tuning_;

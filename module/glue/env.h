@@ -40,6 +40,16 @@ class Env {
     return checked(raw_->funcall(raw_, function, static_cast<std::ptrdiff_t>(count),
                                  const_cast<emacs_value*>(args)));
   }
+  // Calls FUNCTION with ARGS and returns true, or returns false with the
+  // non-local exit it made left pending, throwing nothing: for the calls
+  // that hand output to Lisp, out of which a client's throw to its waiting
+  // request is routine, and cheaper unwound without a C++ exception.
+  bool funcall_may_exit(emacs_value function,
+                        std::initializer_list<emacs_value> args) const noexcept {
+    raw_->funcall(raw_, function, static_cast<std::ptrdiff_t>(args.size()),
+                  const_cast<emacs_value*>(args.begin()));
+    return !exit_pending();
+  }
   emacs_value call(const char* function, std::initializer_list<emacs_value> args) const {
     return funcall(intern(function), args);
   }
@@ -111,14 +121,13 @@ class Env {
     raw_->non_local_exit_clear(raw_);
     return exit;
   }
-  // Makes EXIT pending again and throws PendingExit.
-  [[noreturn]] void resume(const Exit& exit) const {
+  // Makes EXIT pending again.
+  void restore(const Exit& exit) const noexcept {
     if (exit.kind == emacs_funcall_exit_throw) {
       raw_->non_local_exit_throw(raw_, exit.symbol, exit.data);
     } else {
       raw_->non_local_exit_signal(raw_, exit.symbol, exit.data);
     }
-    throw PendingExit{};
   }
   // Whether EXIT is a quit.
   bool is_quit(const Exit& exit) const {
@@ -131,9 +140,13 @@ class Env {
   }
   void free_global(emacs_value value) const noexcept { raw_->free_global_ref(raw_, value); }
 
+  // Whether a non-local exit is pending.
+  bool exit_pending() const noexcept {
+    return raw_->non_local_exit_check(raw_) != emacs_funcall_exit_return;
+  }
   // Throws PendingExit if a non-local exit is pending.
   void check() const {
-    if (raw_->non_local_exit_check(raw_) != emacs_funcall_exit_return) throw PendingExit{};
+    if (exit_pending()) throw PendingExit{};
   }
 
  private:

@@ -121,18 +121,17 @@ FASTREVERT_DEFUN("fastrevert--mod-running-p", mod_running_p, 0, 0,
 namespace {
 
 // Hands every record ready now to HANDLER, or, for the output of a process,
-// to the process glue; returns how many were handled.
+// to the process glue; returns how many were handled.  When Lisp exits
+// non-locally, the drain stops there with the exit pending: the caller
+// returns at once, for Emacs to raise it.
 std::size_t drain_records(Env& env, emacs_value handler) {
   return runtime.drain([&env, handler](const Record& record) {
-    if (record.kind == RecordKind::process_ready) {
-      deliver_process_output(env, record);
-      return;
-    }
+    if (record.kind == RecordKind::process_ready) return deliver_process_output(env, record);
     // DATA goes as unibyte bytes: paths and output need not be valid UTF-8,
     // and make_string would refuse them.
-    env.funcall(handler, {env.intern(record_kind_name(record.kind)),
-                          env.integer(static_cast<std::int64_t>(record.id)),
-                          env.integer(record.code), env.unibyte(record.data)});
+    return env.funcall_may_exit(handler, {env.intern(record_kind_name(record.kind)),
+                                          env.integer(static_cast<std::int64_t>(record.id)),
+                                          env.integer(record.code), env.unibyte(record.data)});
   });
 }
 
@@ -163,7 +162,10 @@ FASTREVERT_DEFUN("fastrevert--mod-drain", mod_drain, 1, 1,
   // Checked before a result is taken: a HANDLER that cannot be called
   // would lose the one it was handed.
   if (!env.truthy(env.call("functionp", {args[0]}))) env.wrong_type("functionp", args[0]);
-  return env.integer(static_cast<std::int64_t>(drain_records(env, args[0])));
+  std::size_t handled = drain_records(env, args[0]);
+  // Emacs raises a pending exit and ignores the value.
+  if (env.exit_pending()) return nullptr;
+  return env.integer(static_cast<std::int64_t>(handled));
 }
 
 FASTREVERT_DEFUN("fastrevert--mod-wait-drain", mod_wait_drain, 2, 2,
@@ -182,6 +184,7 @@ FASTREVERT_DEFUN("fastrevert--mod-wait-drain", mod_wait_drain, 2, 2,
     return env.truthy(env.call("symbol-value", {quit_flag}));
   };
   std::size_t handled = drain_records(env, args[1]);
+  if (env.exit_pending()) return nullptr;
   if (handled > 0 || quit_pending()) return env.integer(static_cast<std::int64_t>(handled));
   std::shared_ptr<Engine> held = runtime.reference();
   if (!held) return env.integer(0);
@@ -198,6 +201,7 @@ FASTREVERT_DEFUN("fastrevert--mod-wait-drain", mod_wait_drain, 2, 2,
     throw;
   }
   held->hold_wakes(false);
+  if (env.exit_pending()) return nullptr;
   return env.integer(static_cast<std::int64_t>(handled));
 }
 

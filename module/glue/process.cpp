@@ -164,8 +164,9 @@ bool ascii(std::string_view bytes) noexcept {
   return true;
 }
 
-// Hands PIECE of process OBJECT to Lisp.
-void hand_to_lisp(Env& env, const Names& n, emacs_value object, Decoding decoding,
+// Hands PIECE of process OBJECT to Lisp.  Returns false, with the exit
+// pending, if Lisp exited non-locally.
+bool hand_to_lisp(Env& env, const Names& n, emacs_value object, Decoding decoding,
                   const ProcessOutput::Piece& piece) {
   switch (piece.kind) {
     case ProcessOutput::Piece::Kind::text: {
@@ -185,25 +186,23 @@ void hand_to_lisp(Env& env, const Names& n, emacs_value object, Decoding decodin
         if (decoding == Decoding::utf8) kind = n.whole;
         if (decoding == Decoding::lisp) kind = n.part;
       }
-      env.funcall(n.deliver_text, {object, stream, text, kind});
-      break;
+      return env.funcall_may_exit(n.deliver_text, {object, stream, text, kind});
     }
     case ProcessOutput::Piece::Kind::range:
-      env.funcall(n.deliver_range,
-                  {object, env.integer(piece.memfd), env.integer(static_cast<std::int64_t>(piece.from)),
-                   env.integer(static_cast<std::int64_t>(piece.to))});
-      break;
+      return env.funcall_may_exit(
+          n.deliver_range, {object, env.integer(piece.memfd),
+                            env.integer(static_cast<std::int64_t>(piece.from)),
+                            env.integer(static_cast<std::int64_t>(piece.to))});
     case ProcessOutput::Piece::Kind::end:
       if (piece.failed) {
-        env.funcall(n.deliver_failure, {object, env.string(piece.reason)});
-      } else {
-        env.funcall(n.deliver_end,
-                    {object, env.integer(piece.status.code), env.string(exit_how_name(piece.status))});
+        return env.funcall_may_exit(n.deliver_failure, {object, env.string(piece.reason)});
       }
-      break;
+      return env.funcall_may_exit(n.deliver_end, {object, env.integer(piece.status.code),
+                                                  env.string(exit_how_name(piece.status))});
     case ProcessOutput::Piece::Kind::none:
       break;
   }
+  return true;
 }
 
 Framing framing_arg(Env& env, emacs_value value) {
@@ -313,14 +312,13 @@ void run_on_engine(Env& env, std::uint64_t key, std::unique_ptr<ProcessHandover>
 
 namespace fastrevert::glue {
 
-void deliver_process_output(Env& env, const Record& record) {
+bool deliver_process_output(Env& env, const Record& record) {
   auto& processes = lisp_processes();
   auto found = processes.find(record.id);
-  if (found == processes.end() || found->second.output != record.output) return;
+  if (found == processes.end() || found->second.output != record.output) return true;
   const Names& n = names(env);
   if (found->second.delivering) {
-    env.funcall(n.deliver_later, {found->second.object});
-    return;
+    return env.funcall_may_exit(n.deliver_later, {found->second.object});
   }
   const std::uint64_t id = record.id;
   const std::shared_ptr<ProcessOutput> output = record.output;
@@ -330,6 +328,8 @@ void deliver_process_output(Env& env, const Record& record) {
   found->second.delivering = true;
   bool ended = false;
   bool stopped = false;
+  // The non-local exit Lisp made, raised again once the delivery is tidied.
+  std::optional<Env::Exit> exit;
   // One delivery takes at most what waited when it began, and at most
   // kDeliveryBytes: a child that writes as fast as Lisp takes its output
   // must not keep the wait (and its timers) from ending.  The rest goes in
@@ -356,26 +356,27 @@ void deliver_process_output(Env& env, const Record& record) {
         if (output->settle()) break;
         continue;
       }
+      bool returned = false;
       try {
         env.funcall(n.set, {n.handed, n.nil});
-        hand_to_lisp(env, n, object, decoding, piece);
+        returned = hand_to_lisp(env, n, object, decoding, piece);
       } catch (const PendingExit&) {
+        // As a non-local exit of the Lisp that hands the piece on.
+      } catch (...) {
+        output->release();
+        throw;
+      }
+      if (!returned) {
         // The piece was delivered if Lisp had begun to hand it on (the
         // filter or the sentinel ran, the insertion began); otherwise only
         // a quit keeps it for the next delivery.  Any other failure drops
         // it, as Emacs drops output it cannot decode, and is reported.
-        Env::Exit exit = env.take_exit();
+        exit = env.take_exit();
         bool handed = env.truthy(env.funcall(n.symbol_value, {n.handed}));
-        if (handed || !env.is_quit(exit)) {
-          output->commit();
-          ended = piece.kind == ProcessOutput::Piece::Kind::end;
-        } else {
+        if (!handed && env.is_quit(*exit)) {
           output->release();
+          break;
         }
-        env.resume(exit);
-      } catch (...) {
-        output->release();
-        throw;
       }
       delivered += piece.kind == ProcessOutput::Piece::Kind::range ? piece.to - piece.from
                                                                    : piece.bytes.size();
@@ -391,6 +392,7 @@ void deliver_process_output(Env& env, const Record& record) {
         ended = true;
         break;
       }
+      if (exit) break;
     }
   } catch (...) {
     auto again = processes.find(id);
@@ -398,10 +400,9 @@ void deliver_process_output(Env& env, const Record& record) {
       forget(env, id);
     } else if (again != processes.end() && again->second.output == output) {
       again->second.delivering = false;
-      // A filter that exits non-locally (a client's throw to its waiting
-      // request) leaves nothing to tell of when it took all there was.
       if (!output->settle()) tell_again(id, output);
     }
+    if (exit) env.restore(*exit);
     throw;
   }
   auto again = processes.find(id);
@@ -409,8 +410,17 @@ void deliver_process_output(Env& env, const Record& record) {
     forget(env, id);
   } else if (again != processes.end() && again->second.output == output) {
     again->second.delivering = false;
-    if (stopped) tell_again(id, output);
+    if (exit) {
+      // A filter that exits non-locally (a client's throw to its waiting
+      // request) leaves nothing to tell of when it took all there was.
+      if (!output->settle()) tell_again(id, output);
+    } else if (stopped) {
+      tell_again(id, output);
+    }
   }
+  if (!exit) return true;
+  env.restore(*exit);
+  return false;
 }
 
 void forget_all_processes(Env& env) {

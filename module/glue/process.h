@@ -12,7 +12,9 @@ namespace fastrevert::glue {
 // piece by piece, until nothing is ready, a quit is pending, or Lisp exits
 // non-locally (a piece not yet handed on then stays for the next delivery).
 // A process whose delivery runs further up the stack is left to it.
-void deliver_process_output(Env& env, const Record& record);
+// Returns false when Lisp exited non-locally: the exit is then pending,
+// and no C++ exception carries it.
+bool deliver_process_output(Env& env, const Record& record);
 
 // Forgets every process: the engine that ran them has stopped.
 void forget_all_processes(Env& env);

@@ -867,6 +867,76 @@ and no extra wake-up after each reply."
                        (+ trips (/ trips 5))))))
       (fastrevert-delete-process process))))
 
+;; jsonrpc's `jsonrpc-request' waits in a `catch' that the reply's
+;; handler throws to, out of the filter: routine, and it must not lose,
+;; repeat or reorder a byte of anybody's output.
+(defun fastrevert-process-test--throwing-filters (wait)
+  "Check that filters throwing out of each call get all output once, in order.
+Three children write at once, so that records wait behind the one
+whose filter throws.  WAIT is called with a number of seconds, in a
+`catch' for the filters' throws."
+  (let* ((expected (mapconcat (lambda (i) (format "%d\n" i)) (number-sequence 1 20000) ""))
+         (throws 0)
+         (states
+          (cl-loop for i below 3
+                   collect (let ((state nil))
+                             (setq state
+                                   (fastrevert-process-test--run
+                                    :name (format "thrower-%d" i) :command '("seq" "1" "20000")
+                                    :filter (lambda (_process text)
+                                              (plist-put state :chunks
+                                                         (cons text (plist-get state :chunks)))
+                                              (throw 'fastrevert-test-got text)))))))
+         (deadline (+ (float-time) 60)))
+    (while (and (not (cl-every (lambda (state) (plist-get state :events)) states))
+                (< (float-time) deadline))
+      (when (stringp (catch 'fastrevert-test-got (funcall wait 0.05) nil))
+        (setq throws (1+ throws))))
+    (dolist (state states)
+      (should (plist-get state :events))
+      (should (equal (fastrevert-process-test--output state) expected)))
+    ;; Every filter call threw, and each throw reached its catch.
+    (should (= throws (cl-loop for state in states sum (length (plist-get state :chunks)))))))
+
+(ert-deftest fastrevert-process-filters-that-throw-out-of-the-event-loop-lose-nothing ()
+  "Filters throwing out of a wait in Emacs's event loop get all output once.
+What waits behind a throw gets a wake byte of its own."
+  (fastrevert-process-test--throwing-filters
+   (lambda (seconds) (accept-process-output nil seconds))))
+
+(ert-deftest fastrevert-process-a-throw-leaves-a-wake-for-the-output-behind-it ()
+  "Output waiting behind a filter's throw is delivered with no further output.
+Three children write a line each and then live on silent; their output
+waits at once, and each filter throws out of the event loop's wait."
+  (let* ((got nil)
+         (processes
+          (cl-loop for i below 3
+                   collect (fastrevert-make-process
+                            :name (format "silent-%d" i) :noquery t
+                            :command (list "sh" "-c" (format "echo %d; exec sleep 60" i))
+                            :filter (lambda (_process text)
+                                      (push text got)
+                                      (throw 'fastrevert-test-got text))))))
+    (unwind-protect
+        (let ((deadline (+ (float-time) 30)))
+          ;; Nothing reads the wake pipe meanwhile, so the three wait
+          ;; together behind one wake byte.
+          (while (and (< (or (plist-get (fastrevert-stats) :backlog-bytes) 0) 6)
+                      (< (float-time) deadline)))
+          (while (and (< (length got) 3) (< (float-time) deadline))
+            (catch 'fastrevert-test-got (accept-process-output nil 0.05)))
+          (should (equal (sort got #'string<) '("0\n" "1\n" "2\n"))))
+      (mapc #'fastrevert-delete-process processes))))
+
+(ert-deftest fastrevert-process-filters-that-throw-out-of-any-wait-lose-nothing ()
+  "Filters throwing out of waits in both the event loop and the engine get all."
+  (let ((turn 0))
+    (fastrevert-process-test--throwing-filters
+     (lambda (seconds)
+       (if (cl-oddp (setq turn (1+ turn)))
+           (accept-process-output nil seconds)
+         (fastrevert-accept-process-output nil seconds))))))
+
 (ert-deftest fastrevert-process-accept-process-output-waits-for-output ()
   (let* ((state (fastrevert-process-test--run :name "apo" :command '("sh" "-c" "read x; echo got $x")))
          (process (plist-get state :process)))

@@ -85,10 +85,11 @@ std::vector<Record> drain_until(Runtime& runtime, RecordKind kind, std::uint64_t
     runtime.drain([&records](const Record& record) {
       if (record.kind != RecordKind::process_ready) {
         records.push_back(record);
-        return;
+        return true;
       }
       test::deliver_output(record.id, *record.output,
                            [&records](Record& piece) { records.push_back(piece); });
+      return true;
     });
   }
   return records;
@@ -131,7 +132,7 @@ TEST_CASE("runtime refuses commands and children once stopped", "[runtime]") {
   // Nobody would run it: it is killed and reaped at once.
   CHECK(is_gone(pid));
   CHECK_FALSE(runtime.wait(std::chrono::seconds(10), never_quit));
-  CHECK(runtime.drain([](const Record&) {}) == 0);
+  CHECK(runtime.drain([](const Record&) { return true; }) == 0);
 }
 
 TEST_CASE("runtime leaves an engine whose thread does not finish in time behind", "[runtime]") {
@@ -228,6 +229,7 @@ TEST_CASE("runtime drain leaves the records after a failing handler queued and w
   auto failing_on_2 = [&handled](const Record& record) {
     handled.push_back(record.id);
     if (record.id == 2) throw std::runtime_error("handler failed");
+    return true;
   };
   CHECK_THROWS_AS(runtime.drain(failing_on_2), std::runtime_error);
   CHECK(handled == std::vector<std::uint64_t>{1, 2});
@@ -235,6 +237,39 @@ TEST_CASE("runtime drain leaves the records after a failing handler queued and w
   CHECK(poll(&readable, 1, 10000) == 1);
   CHECK(runtime.drain(failing_on_2) == 1);
   CHECK(handled == std::vector<std::uint64_t>{1, 2, 3});
+}
+
+TEST_CASE("runtime drain stops after a handler that says so, and wakes for the rest",
+          "[runtime]") {
+  TestPipe wake;
+  Runtime runtime;
+  runtime.start(wake.release_writer());
+  REQUIRE(ask_engine(runtime, [](Engine& e) {
+    for (std::uint64_t id = 1; id <= 3; ++id) e.emit(Record{RecordKind::echo, id, 0, ""});
+    return true;
+  }));
+  char bytes[16];
+  REQUIRE(read(wake.read_end, bytes, sizeof bytes) > 0);
+  std::vector<std::uint64_t> handled;
+  auto stopping_at_2 = [&handled](const Record& record) {
+    handled.push_back(record.id);
+    return record.id != 2;
+  };
+  CHECK(runtime.drain(stopping_at_2) == 2);
+  CHECK(handled == std::vector<std::uint64_t>{1, 2});
+  pollfd readable = {wake.read_end, POLLIN, 0};
+  CHECK(poll(&readable, 1, 10000) == 1);
+  REQUIRE(read(wake.read_end, bytes, sizeof bytes) > 0);
+  CHECK(runtime.drain(stopping_at_2) == 1);
+  CHECK(handled == std::vector<std::uint64_t>{1, 2, 3});
+  // Nothing is left, so a stop at the last record wakes nobody.
+  REQUIRE(ask_engine(runtime, [](Engine& e) {
+    e.emit(Record{RecordKind::echo, 2, 0, ""});
+    return true;
+  }));
+  REQUIRE(read(wake.read_end, bytes, sizeof bytes) > 0);
+  CHECK(runtime.drain(stopping_at_2) == 1);
+  CHECK(poll(&readable, 1, 0) == 0);
 }
 
 TEST_CASE("runtime drops the output nobody delivered when it stops, memfd and all",
