@@ -381,6 +381,12 @@ decoded here as UTF-8 for the kinds that carry text."
     (cond (handler (funcall handler id code data))
           ((eq kind 'notice) (message "%s" data)))))
 
+(defvar fastrevert--match-data-kept nil
+  "Non-nil while the match data of the code that a drain interrupts are kept.
+Emacs keeps them around a process filter, such as the wake process's,
+and the engine's own waits keep them once for all they deliver; the
+filters and sentinels called meanwhile need not each save them again.")
+
 (defun fastrevert--drain ()
   "Handle every result the engine has ready; return how many.
 Quitting is inhibited meanwhile, as it is while Emacs runs a process
@@ -391,8 +397,10 @@ of its statistics), except when a handler exits non-locally."
     (fastrevert--mod-drain #'fastrevert--dispatch)))
 
 (defun fastrevert--wake-filter (_process _bytes)
-  "Drain the engine when it writes its wake byte."
-  (fastrevert--drain))
+  "Drain the engine when it writes its wake byte.
+Emacs keeps the match data around this filter, as around any."
+  (let ((fastrevert--match-data-kept t))
+    (fastrevert--drain)))
 
 (defun fastrevert--wake-sentinel (process _event)
   "Make a new wake process when PROCESS, the current one, has died.
@@ -485,7 +493,13 @@ The wait is native: the engine's results are taken as soon as they
 are ready, not when Emacs's event loop next reads the wake pipe.  It
 happens in slices of `fastrevert--wait-slice' seconds; at least that
 often, Emacs runs what JUST-THIS-ONE allows (see `fastrevert--yield'),
-however busy the engine."
+however busy the engine.  The caller's match data are kept."
+  (save-match-data
+    (let ((fastrevert--match-data-kept t))
+      (fastrevert--wait-for-1 predicate deadline just-this-one))))
+
+(defun fastrevert--wait-for-1 (predicate deadline just-this-one)
+  "Do the work of `fastrevert--wait-for', which see for the arguments."
   (let ((got nil)
         (done nil)
         (drained nil))

@@ -153,12 +153,18 @@ a sentinel) counts as delivered, any other is delivered again.")
   "Call FUNCTION with ARGS as a process KIND, in the stock manner.
 KIND is \"filter\" or \"sentinel\".
 An error is reported rather than propagated, unless `debug-on-error'
-asks for the debugger, and the match data are preserved."
+asks for the debugger, and the match data are preserved (by the drain
+that calls it, when `fastrevert--match-data-kept' says it keeps them)."
   (setq fastrevert--handed t)
-  (save-match-data
-    (condition-case-unless-debug err
-        (apply function args)
-      (error (message "error in process %s: %s" kind (error-message-string err))))))
+  (if fastrevert--match-data-kept
+      (fastrevert--process-call-1 kind function args)
+    (save-match-data (fastrevert--process-call-1 kind function args))))
+
+(defun fastrevert--process-call-1 (kind function args)
+  "Call FUNCTION with ARGS as a process KIND; report an error it signals."
+  (condition-case-unless-debug err
+      (apply function args)
+    (error (message "error in process %s: %s" kind (error-message-string err)))))
 
 (defun fastrevert--process-count-output (process)
   "Count one batch of output of PROCESS as delivered."
@@ -734,7 +740,10 @@ interrupts the wait."
                   fastrevert--process-output-count)))
     (if (and process (not (eq (gethash id fastrevert--processes) process)))
         ;; Its end was handled before: only results already queued are.
-        (progn (fastrevert--drain) nil)
+        (progn (save-match-data
+                 (let ((fastrevert--match-data-kept t))
+                   (fastrevert--drain)))
+               nil)
       (fastrevert--wait-for
        (lambda ()
          (or (/= start (if process (fastrevert--process-outputs process)

@@ -937,6 +937,47 @@ waits at once, and each filter throws out of the event loop's wait."
            (accept-process-output nil seconds)
          (fastrevert-accept-process-output nil seconds))))))
 
+(ert-deftest fastrevert-process-filters-leave-the-waiting-code-its-match-data ()
+  "A filter's searches leave the match data of the code that waits, as stock's do.
+Whether the wait is Emacs's event loop or the engine's own, and with
+filters of several processes delivered in one drain.  In an Emacs of
+its own: after a filter has thrown out of a wait, stock Emacs no
+longer restores the match data around any filter (its own bookkeeping
+is left behind by the throw), and earlier tests here throw."
+  (let ((result
+         (fastrevert-test-batch-emacs
+          (list fastrevert-test-lisp-directory)
+          '(progn
+             (require 'cl-lib)
+             (require 'fastrevert-process)
+             (let ((seen nil))
+               (dolist (wait (list (lambda () (accept-process-output nil 0.05))
+                                   (lambda () (fastrevert-accept-process-output nil 0.05))))
+                 (let* ((got 0)
+                        (processes
+                         (cl-loop for i below 3
+                                  collect (fastrevert-make-process
+                                           :name (format "searcher-%d" i) :noquery t
+                                           :command (list "echo" "xx")
+                                           :filter (lambda (_process text)
+                                                     (when (string-match "\\(x\\)+" text)
+                                                       (setq got (1+ got)))))))
+                        (deadline (+ (float-time) 30)))
+                   (while (and (< got 3) (< (float-time) deadline))
+                     (string-match "\\(b\\)c" "abcd")
+                     (funcall wait)
+                     (push (match-data) seen))
+                   (push got seen)
+                   (mapc #'fastrevert-delete-process processes)))
+               (prin1 (nreverse seen))
+               (kill-emacs 0))))))
+    (should (equal (car result) 0))
+    (let ((seen (car (read-from-string (cdr result)))))
+      ;; Both waits saw all three filters run.
+      (should (equal (cl-remove-if-not #'integerp seen) '(3 3)))
+      (dolist (data (cl-remove-if #'integerp seen))
+        (should (equal data '(1 3 1 2)))))))
+
 (ert-deftest fastrevert-process-accept-process-output-waits-for-output ()
   (let* ((state (fastrevert-process-test--run :name "apo" :command '("sh" "-c" "read x; echo got $x")))
          (process (plist-get state :process)))
