@@ -401,13 +401,14 @@ A memfd, or where there is none a file removed as it was made:
 
 (ert-deftest fastrevert-process-buffer-output-goes-through-a-memfd ()
   ;; A buffer and no filter: past the threshold, a memfd, closed once the
-  ;; process is gone, and never inherited by a child.
+  ;; process is gone, and never inherited by a child.  The child lives on
+  ;; until its input ends, so the memfd is there to look at meanwhile.
   (let* ((buffer (generate-new-buffer " *fastrevert-memfd*"))
          (done nil)
          (size (* 4 fastrevert--memfd-threshold))
          (process (fastrevert-make-process
-                   :name "memfd" :buffer buffer :noquery t
-                   :command (list "sh" "-c" (format "head -c %d /dev/zero; sleep 0.3" size))
+                   :name "memfd" :buffer buffer :noquery t :connection-type 'pipe
+                   :command (list "sh" "-c" (format "head -c %d /dev/zero; exec cat" size))
                    :sentinel (lambda (_p _e) (setq done t))))
          (fd nil))
     (unwind-protect
@@ -423,6 +424,9 @@ A memfd, or where there is none a file removed as it was made:
             ;; Only the engine's own file counts: Emacs may have inherited
             ;; other removed files (a test runner's log) and handed them on.
             (should-not (string-match-p "fastrevert-process" listing))
+            (should (fastrevert-test-wait-for (lambda () (= (buffer-size buffer) size)) 30))
+            (should-not done)
+            (fastrevert-process-send-eof process)
             (should (fastrevert-test-wait-for (lambda () done) 30))
             (should (= (buffer-size buffer) size))
             (should (fastrevert-test-wait-for
@@ -746,7 +750,8 @@ which both read at once."
          (done nil)
          (process (fastrevert-make-process
                    :name "killed" :buffer buffer :noquery t
-                   :command '("sh" "-c" "echo a; sleep 0.3; seq 1 100000")
+                   ;; Output goes on until the hangup, however slow the machine.
+                   :command '("sh" "-c" "echo a; exec yes")
                    :sentinel (lambda (_p event) (setq done event)))))
     (should (fastrevert-test-wait-for (lambda () (> (buffer-size buffer) 0)) 30))
     (kill-buffer buffer)
