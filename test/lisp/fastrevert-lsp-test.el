@@ -23,6 +23,7 @@
 (defconst fastrevert-lsp-test--source
   "#include <stdio.h>
 
+// Adds two numbers: a + b = é, 日本, 😀.
 int add_numbers(int a, int b) { return a + b; }
 int add_more(int a, int b, int c) { return add_numbers(a, b) + c; }
 
@@ -32,7 +33,8 @@ int main(void) {
   return ad
 }
 "
-  "The C file the clangd sessions work on.")
+  "The C file the clangd sessions work on.
+The comment's text, not ASCII, comes back in the hover.")
 
 (defmacro fastrevert-lsp-test--with-project (var &rest body)
   "Bind VAR to a new Git project holding main.c, and run BODY there."
@@ -196,6 +198,7 @@ carried servers are real processes that show the client's command."
       (should (equal (plist-get stock :carried) '(nil nil)))
       (should (cl-some (lambda (label) (string-match-p "add_numbers" label))
                        (plist-get stock :completion)))
+      (should (string-match-p "日本, 😀" (format "%s" (plist-get stock :hover))))
       (should (plist-get stock :rename))
       (dolist (carried carried-runs)
         (should (equal (plist-get carried :carried) '(t t)))
@@ -307,6 +310,7 @@ with the server's messages handed over as JSON and as Lisp."
       (should (equal (plist-get stock :carried) '(nil nil)))
       (should (cl-some (lambda (label) (string-match-p "add_numbers" label))
                        (plist-get stock :completion)))
+      (should (string-match-p "日本, 😀" (format "%s" (plist-get stock :hover))))
       (dolist (carried carried-runs)
         (should (equal (plist-get carried :carried) '(t t)))
         (should (equal (car (plist-get carried :command)) "clangd"))
