@@ -66,6 +66,7 @@
 (defvar lsp--buffer-workspaces)
 (defvar lsp-enable-file-watchers)
 (defvar lsp-headerline-breadcrumb-enable)
+(defvar lsp-response-timeout)
 
 (defconst fastrevert-bench-lsp--sizes
   '((:functions 20000 2000)
@@ -376,6 +377,9 @@ Each request is made ROUNDS times by each side."
            (lsp-log-io nil)
            (lsp-enable-file-watchers nil)
            (lsp-headerline-breadcrumb-enable nil)
+           ;; A first request may wait for clangd to index the large
+           ;; file, longer than lsp-mode's default of 10 s.
+           (lsp-response-timeout 600)
            rows)
       (dolist (side '("stock" "carried"))
         (fastrevert-bench-lsp--write-project (expand-file-name side dir) functions))
