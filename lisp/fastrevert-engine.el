@@ -499,7 +499,8 @@ however busy the engine.  The caller's match data are kept."
       (fastrevert--wait-for-1 predicate deadline just-this-one))))
 
 (defun fastrevert--wait-for-1 (predicate deadline just-this-one)
-  "Do the work of `fastrevert--wait-for', which see for the arguments."
+  "Wait as `fastrevert--wait-for' does, with the match data kept by the caller.
+PREDICATE, DEADLINE and JUST-THIS-ONE are as for `fastrevert--wait-for'."
   (let ((got nil)
         (done nil)
         (drained nil))
