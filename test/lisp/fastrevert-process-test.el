@@ -413,13 +413,16 @@ A memfd, or where there is none a file removed as it was made:
          (fd nil))
     (unwind-protect
         (progn
+          ;; Found by what it links to: a removed file of process output.
+          ;; It is not looked at again, for where there is no memfd,
+          ;; Emacs opens the file anew to read it, and the descriptor
+          ;; found may be one of those, closed again at once.
           (should (fastrevert-test-wait-for
                    (lambda () (setq fd (car (fastrevert-process-test--spill-fds)))) 30))
           (let ((link (format "/proc/self/fd/%d" fd))
                 (listing (with-temp-buffer
                            (call-process "sh" nil t nil "-c" "ls -l /proc/$$/fd")
                            (buffer-string))))
-            (should (string-match-p "fastrevert-process.* (deleted)" (file-symlink-p link)))
             (should (string-match-p "total" listing))
             ;; Only the engine's own file counts: Emacs may have inherited
             ;; other removed files (a test runner's log) and handed them on.
