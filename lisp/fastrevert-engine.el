@@ -387,6 +387,14 @@ Emacs keeps them around a process filter, such as the wake process's,
 and the engine's own waits keep them once for all they deliver; the
 filters and sentinels called meanwhile need not each save them again.")
 
+(defmacro fastrevert--keeping-match-data (&rest body)
+  "Run BODY, a drain or a wait, with the match data saved once for all of it.
+See `fastrevert--match-data-kept'."
+  (declare (indent 0) (debug t))
+  `(save-match-data
+     (let ((fastrevert--match-data-kept t))
+       ,@body)))
+
 (defun fastrevert--drain ()
   "Handle every result the engine has ready; return how many.
 Quitting is inhibited meanwhile, as it is while Emacs runs a process
@@ -494,41 +502,35 @@ are ready, not when Emacs's event loop next reads the wake pipe.  It
 happens in slices of `fastrevert--wait-slice' seconds; at least that
 often, Emacs runs what JUST-THIS-ONE allows (see `fastrevert--yield'),
 however busy the engine.  The caller's match data are kept."
-  (save-match-data
-    (let ((fastrevert--match-data-kept t))
-      (fastrevert--wait-for-1 predicate deadline just-this-one))))
-
-(defun fastrevert--wait-for-1 (predicate deadline just-this-one)
-  "Wait as `fastrevert--wait-for' does, with the match data kept by the caller.
-PREDICATE, DEADLINE and JUST-THIS-ONE are as for `fastrevert--wait-for'."
-  (let ((got nil)
-        (done nil)
-        (drained nil))
-    (while (not done)
-      ;; One call drains what is ready, or waits up to a slice for it and
-      ;; drains it then.  A quit ends the wait, and is taken as the
-      ;; binding ends, after any output being delivered was.
-      (let ((handled (let ((inhibit-quit t))
-                       (fastrevert--mod-wait-drain
-                        (if deadline
-                            (max 0 (min fastrevert--wait-slice (- deadline (float-time))))
-                          fastrevert--wait-slice)
-                        #'fastrevert--dispatch))))
-        (when (> handled 0) (setq drained t))
-        (setq got (funcall predicate))
-        (cond ((or got (and deadline (<= deadline (float-time))))
-               (setq done t))
-              ((zerop handled)
-               (fastrevert--yield just-this-one)
-               (setq drained nil))))
-      ;; An engine that keeps results ready, call after call, must not
-      ;; keep timers from running: they get their turn at least once a
-      ;; slice.
-      (when (>= (- (float-time) fastrevert--last-yield) fastrevert--wait-slice)
-        (fastrevert--yield just-this-one)
-        (setq drained nil)))
-    (when drained (fastrevert--take-wake))
-    got))
+  (fastrevert--keeping-match-data
+    (let ((got nil)
+          (done nil)
+          (drained nil))
+      (while (not done)
+        ;; One call drains what is ready, or waits up to a slice for it and
+        ;; drains it then.  A quit ends the wait, and is taken as the
+        ;; binding ends, after any output being delivered was.
+        (let ((handled (let ((inhibit-quit t))
+                         (fastrevert--mod-wait-drain
+                          (if deadline
+                              (max 0 (min fastrevert--wait-slice (- deadline (float-time))))
+                            fastrevert--wait-slice)
+                          #'fastrevert--dispatch))))
+          (when (> handled 0) (setq drained t))
+          (setq got (funcall predicate))
+          (cond ((or got (and deadline (<= deadline (float-time))))
+                 (setq done t))
+                ((zerop handled)
+                 (fastrevert--yield just-this-one)
+                 (setq drained nil))))
+        ;; An engine that keeps results ready, call after call, must not
+        ;; keep timers from running: they get their turn at least once a
+        ;; slice.
+        (when (>= (- (float-time) fastrevert--last-yield) fastrevert--wait-slice)
+          (fastrevert--yield just-this-one)
+          (setq drained nil)))
+      (when drained (fastrevert--take-wake))
+      got)))
 
 (defun fastrevert--take-wake ()
   "Read the wake byte the engine wrote for results this wait took itself.

@@ -740,9 +740,7 @@ interrupts the wait."
                   fastrevert--process-output-count)))
     (if (and process (not (eq (gethash id fastrevert--processes) process)))
         ;; Its end was handled before: only results already queued are.
-        (progn (save-match-data
-                 (let ((fastrevert--match-data-kept t))
-                   (fastrevert--drain)))
+        (progn (fastrevert--keeping-match-data (fastrevert--drain))
                nil)
       (fastrevert--wait-for
        (lambda ()

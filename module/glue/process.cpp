@@ -337,6 +337,18 @@ bool deliver_process_output(Env& env, const Record& record) {
   const std::uint64_t budget =
       std::max<std::uint64_t>(std::min(output->waiting(), kDeliveryBytes), 1);
   std::uint64_t delivered = 0;
+  // Ends the delivery.  One that Lisp cut short (INTERRUPTED: a non-local
+  // exit, such as a client's throw to its waiting request, or a C++
+  // exception) leaves nothing to tell of when it took all there was.
+  auto tidy = [&](bool interrupted) {
+    auto again = processes.find(id);
+    if (ended) {
+      forget(env, id);
+    } else if (again != processes.end() && again->second.output == output) {
+      again->second.delivering = false;
+      if (interrupted ? !output->settle() : stopped) tell_again(id, output);
+    }
+  };
   try {
     for (;;) {
       // A quit typed while a piece was delivered is taken now, before the
@@ -395,29 +407,11 @@ bool deliver_process_output(Env& env, const Record& record) {
       if (exit) break;
     }
   } catch (...) {
-    auto again = processes.find(id);
-    if (ended) {
-      forget(env, id);
-    } else if (again != processes.end() && again->second.output == output) {
-      again->second.delivering = false;
-      if (!output->settle()) tell_again(id, output);
-    }
+    tidy(true);
     if (exit) env.restore(*exit);
     throw;
   }
-  auto again = processes.find(id);
-  if (ended) {
-    forget(env, id);
-  } else if (again != processes.end() && again->second.output == output) {
-    again->second.delivering = false;
-    if (exit) {
-      // A filter that exits non-locally (a client's throw to its waiting
-      // request) leaves nothing to tell of when it took all there was.
-      if (!output->settle()) tell_again(id, output);
-    } else if (stopped) {
-      tell_again(id, output);
-    }
-  }
+  tidy(exit.has_value());
   if (!exit) return true;
   env.restore(*exit);
   return false;

@@ -70,6 +70,17 @@ bool ask_engine(Runtime& runtime, std::function<bool(Engine&)> ask) {
   return answered->load() == 1;
 }
 
+// Has RUNTIME's engine queue an echo record for each of IDS, and reads the
+// wake byte that says so from WAKE_FD, as the drain's caller would.
+void queue_echoes(Runtime& runtime, int wake_fd, std::vector<std::uint64_t> ids) {
+  REQUIRE(ask_engine(runtime, [ids](Engine& e) {
+    for (std::uint64_t id : ids) e.emit(Record{RecordKind::echo, id, 0, ""});
+    return true;
+  }));
+  char bytes[16];
+  REQUIRE(read(wake_fd, bytes, sizeof bytes) > 0);
+}
+
 // Waits on RUNTIME and drains it until a record of KIND for ID has come;
 // returns every record drained.
 std::vector<Record> drain_until(Runtime& runtime, RecordKind kind, std::uint64_t id) {
@@ -217,14 +228,7 @@ TEST_CASE("runtime drain leaves the records after a failing handler queued and w
   TestPipe wake;
   Runtime runtime;
   runtime.start(wake.release_writer());
-  // All three are queued once the engine has answered.
-  REQUIRE(ask_engine(runtime, [](Engine& e) {
-    for (std::uint64_t id = 1; id <= 3; ++id) e.emit(Record{RecordKind::echo, id, 0, ""});
-    return true;
-  }));
-  // Their wake byte is read, as the drain's caller would.
-  char bytes[16];
-  REQUIRE(read(wake.read_end, bytes, sizeof bytes) > 0);
+  queue_echoes(runtime, wake.read_end, {1, 2, 3});
   std::vector<std::uint64_t> handled;
   auto failing_on_2 = [&handled](const Record& record) {
     handled.push_back(record.id);
@@ -244,12 +248,7 @@ TEST_CASE("runtime drain stops after a handler that says so, and wakes for the r
   TestPipe wake;
   Runtime runtime;
   runtime.start(wake.release_writer());
-  REQUIRE(ask_engine(runtime, [](Engine& e) {
-    for (std::uint64_t id = 1; id <= 3; ++id) e.emit(Record{RecordKind::echo, id, 0, ""});
-    return true;
-  }));
-  char bytes[16];
-  REQUIRE(read(wake.read_end, bytes, sizeof bytes) > 0);
+  queue_echoes(runtime, wake.read_end, {1, 2, 3});
   std::vector<std::uint64_t> handled;
   auto stopping_at_2 = [&handled](const Record& record) {
     handled.push_back(record.id);
@@ -259,15 +258,12 @@ TEST_CASE("runtime drain stops after a handler that says so, and wakes for the r
   CHECK(handled == std::vector<std::uint64_t>{1, 2});
   pollfd readable = {wake.read_end, POLLIN, 0};
   CHECK(poll(&readable, 1, 10000) == 1);
+  char bytes[16];
   REQUIRE(read(wake.read_end, bytes, sizeof bytes) > 0);
   CHECK(runtime.drain(stopping_at_2) == 1);
   CHECK(handled == std::vector<std::uint64_t>{1, 2, 3});
   // Nothing is left, so a stop at the last record wakes nobody.
-  REQUIRE(ask_engine(runtime, [](Engine& e) {
-    e.emit(Record{RecordKind::echo, 2, 0, ""});
-    return true;
-  }));
-  REQUIRE(read(wake.read_end, bytes, sizeof bytes) > 0);
+  queue_echoes(runtime, wake.read_end, {2});
   CHECK(runtime.drain(stopping_at_2) == 1);
   CHECK(poll(&readable, 1, 0) == 0);
 }
