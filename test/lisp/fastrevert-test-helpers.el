@@ -70,7 +70,7 @@ Where the system does not account threads apart (no schedstat), the
 whole process's time: more than the main thread's own, never less."
   (if (file-readable-p fastrevert-test--main-thread-schedstat)
       (with-temp-buffer
-        (insert-file-contents fastrevert-test--main-thread-schedstat)
+        (insert-file-contents-literally fastrevert-test--main-thread-schedstat)
         (/ (string-to-number (buffer-substring (point-min) (progn (skip-chars-forward "0-9")
                                                                    (point))))
            1e9))
