@@ -256,6 +256,13 @@ See `fastrevert-lsp-lisp-replies'."
        (fastrevert--mod-json-to-lisp nil nil)
        fastrevert-lsp--json-style))
 
+(defun fastrevert-lsp--read-lisp ()
+  "Read the engine's printed Lisp of a message from the current buffer.
+The engine labels the keys of a long message (#1=:key, then #1#),
+which `read' takes only with `read-circle' on."
+  (let ((read-circle t))
+    (read (current-buffer))))
+
 (defun fastrevert-lsp--read-reply (json-parse-buffer &rest args)
   "Read the message at point if the engine printed it as Lisp.
 Otherwise call JSON-PARSE-BUFFER with ARGS, on the body the engine put
@@ -263,7 +270,7 @@ in a file if it did."
   (cond ((not (eq (char-after) ?\;)) (apply json-parse-buffer args))
         ((looking-at-p fastrevert-lsp--lisp-marker)
          (setq fastrevert-lsp--lisp-read (1+ fastrevert-lsp--lisp-read))
-         (read (current-buffer)))
+         (fastrevert-lsp--read-lisp))
         ((looking-at-p fastrevert-lsp--file-marker)
          ;; The parse leaves the client's match data as it was.
          (let (lisp id token)
@@ -296,7 +303,7 @@ tenth of the cost of decoding megabytes first."
             (set-buffer-multibyte nil)
             (insert-file-contents-literally (fastrevert--memfd-file-name fd)))
           (goto-char (point-min))
-          (prog1 (if parse (apply (car parse) (cdr parse)) (read (current-buffer)))
+          (prog1 (if parse (apply (car parse) (cdr parse)) (fastrevert-lsp--read-lisp))
             (setq fastrevert-lsp--lisp-files-read (1+ fastrevert-lsp--lisp-files-read)))))
     (fastrevert--mod-lisp-file-done id token)))
 

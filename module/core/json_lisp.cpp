@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include "core/framing.h"
@@ -164,8 +165,20 @@ class LispWriter {
     return true;
   }
 
-  // A keyword for the plist key KEY: `intern' of ":" and KEY.
+  // A keyword for the plist key KEY: `intern' of ":" and KEY, or, with
+  // label_keys, a reference to the label it got where it first came.
   bool keyword(std::string_view key) {
+    if (style_.label_keys) {
+      scratch_.assign(key);
+      auto [label, fresh] = labels_.try_emplace(scratch_, labels_.size() + 1);
+      out_ += '#';
+      out_ += std::to_string(label->second);
+      if (!fresh) {
+        out_ += '#';
+        return true;
+      }
+      out_ += '=';
+    }
     out_ += ':';
     for (char c : key) {
       auto byte = static_cast<unsigned char>(c);
@@ -230,6 +243,9 @@ class LispWriter {
   const JsonLisp& style_;
   std::string& out_;
   std::vector<Object> objects_;
+  // With label_keys, each key's label so far, and the key being looked up.
+  std::unordered_map<std::string, std::size_t> labels_;
+  std::string scratch_;
   std::size_t depth_ = 0;
   bool spaced_ = false;
 };
@@ -327,10 +343,13 @@ std::string lsp_bodies_to_lisp(std::string_view units, const JsonLisp& style,
                                const LispBodyFiler* filer, std::size_t file_threshold) {
   if (!json_lisp_available()) return std::string(units);
   std::string lisp;
+  JsonLisp labelled = style;
+  labelled.label_keys = true;
   return rewrite_bodies(units, units.size() + units.size() / 8,
                         [&](std::string_view json, std::string& body) {
                           lisp.assign(kLispBodyMarker);
-                          if (!json_to_lisp(json, style, lisp)) return false;
+                          const JsonLisp& use = json.size() >= kLabelKeysFrom ? labelled : style;
+                          if (!json_to_lisp(json, use, lisp)) return false;
                           if (!filer || !file_body(lisp, *filer, file_threshold, kLispFileMarker, body)) {
                             body.swap(lisp);
                           }

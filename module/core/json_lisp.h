@@ -45,7 +45,19 @@ struct JsonLisp {
   // `:json-false'.
   std::string null_form = "nil";
   std::string false_form = ":json-false";
+  // Whether a plist key is printed with a label where it first comes
+  // (`#1=:key') and as a reference to it after (`#1#'), as `read' takes
+  // with `read-circle' non-nil.  The keys of a reply recur on every
+  // element of its arrays, and Emacs 28 reads a reference faster than it
+  // reads and interns the name again: a fifth of the read of a clangd
+  // completion reply of 3.8 MB (55 ms to 43 ms of processor time).
+  bool label_keys = false;
 };
+
+// The JSON body this long or longer that lsp_bodies_to_lisp prints with
+// labelled keys (JsonLisp::label_keys): short ones, a hover's reply, have
+// few keys to share, and the reader makes a table for the labels.
+inline constexpr std::size_t kLabelKeysFrom = 64 * 1024;
 
 // What begins each converted LSP body: a comment line, which `read' skips
 // and no JSON text can begin with.
@@ -74,7 +86,8 @@ bool json_to_lisp(std::string_view text, const JsonLisp& style, std::string& out
 
 // UNITS is a run of whole LSP messages, as the LSP framer cuts them (header
 // block, blank line, Content-Length bytes of body).  Returns them with each
-// body that converts replaced by kLispBodyMarker and its Lisp, under a
+// body that converts replaced by kLispBodyMarker and its Lisp (with labelled
+// keys from kLabelKeysFrom bytes of JSON on), under a
 // Content-Length header of the new size; the other headers go, and a body
 // that does not convert stays as it was, with its own headers.  Returns
 // UNITS unchanged if they are not such a run.  With FILER, a body whose Lisp

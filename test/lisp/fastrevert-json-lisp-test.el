@@ -17,8 +17,10 @@
 (require 'fastrevert-engine)
 
 (defconst fastrevert-json-lisp-test--styles
-  '((plist nil :json-false) (hash-table nil nil) (plist nil nil) (plist :null :false))
-  "The settings of `json-parse-string' the clients use, and one more.")
+  '((plist nil :json-false) (hash-table nil nil) (plist nil nil) (plist :null :false)
+    (plist nil :json-false t) (hash-table nil nil t))
+  "The settings of `json-parse-string' the clients use, and one more.
+The last two label keys, as the engine does in long messages.")
 
 (defun fastrevert-json-lisp-test--canon (object)
   "Return OBJECT with each hash table made a list, for `equal'.

@@ -149,3 +149,33 @@ TEST_CASE("lsp_bodies_to_lisp hands bodies of the threshold and more to the file
   CHECK(lsp_bodies_to_lisp(units, plist_style(), &refuser, 1) ==
         lsp_bodies_to_lisp(units, plist_style()));
 }
+
+TEST_CASE("json_lisp labels each plist key where it first comes and refers to it after",
+          "[json]") {
+  REQUIRE(json_lisp_available());
+  JsonLisp labelled = plist_style();
+  labelled.label_keys = true;
+  CHECK(lisp("{\"a\":[{\"b\":1,\"a\":2},{\"b\":{\"c\":false}}],\"x y\":null}", labelled) ==
+        "(#1=:a [(#2=:b 1 #1# 2) (#2# (#3=:c :json-false))] #4=:x\\ y nil)");
+  CHECK(lisp("{\"a\":1,\"a\":2}", labelled) == "REFUSED");
+  // Hash tables have string keys, which stay strings of their own.
+  JsonLisp table = hash_style();
+  table.label_keys = true;
+  CHECK(lisp("{\"a\":1}", table) == lisp("{\"a\":1}", hash_style()));
+}
+
+TEST_CASE("lsp_bodies_to_lisp labels the keys of long bodies only", "[json]") {
+  REQUIRE(json_lisp_available());
+  std::string items = "[";
+  while (items.size() < kLabelKeysFrom) items += "{\"label\":\"x\",\"kind\":1},";
+  items.back() = ']';
+  std::string units = lsp_message("{\"id\":1,\"result\":" + items + "}") +
+                      lsp_message("{\"id\":2,\"result\":[{\"kind\":1},{\"kind\":2}]}");
+  std::string out = lsp_bodies_to_lisp(units, plist_style());
+  std::size_t second = out.find("Content-Length", 1);
+  REQUIRE(second != std::string::npos);
+  CHECK(out.substr(0, second).find(std::string(kLispBodyMarker) +
+                                   "(#1=:id 1 #2=:result [(#3=:label \"x\" #4=:kind 1) "
+                                   "(#3# \"x\" #4# 1)") != std::string::npos);
+  CHECK(out.substr(second).find("(:id 2 :result [(:kind 1) (:kind 2)])") != std::string::npos);
+}
