@@ -33,8 +33,14 @@ int main(void) {
   return ad
 }
 "
-  "The C file the clangd sessions work on.
+  "The C file the clangd sessions work on, after its fillers.
 The comment's text, not ASCII, comes back in the hover.")
+
+(defconst fastrevert-lsp-test--fillers 800
+  "How many small functions main.c begins with.
+They make the reply of its document symbols longer than 64 KiB of
+JSON, which the engine prints as Lisp with labelled keys; their names
+have no \"a\" and so stay out of the completion of \"ad\".")
 
 (defmacro fastrevert-lsp-test--with-project (var &rest body)
   "Bind VAR to a new Git project holding main.c, and run BODY there."
@@ -43,6 +49,8 @@ The comment's text, not ASCII, comes back in the hover.")
      (let ((default-directory ,var))
        (should (eql 0 (call-process "git" nil nil nil "init" "-q" ".")))
        (with-temp-file (expand-file-name "main.c" ,var)
+         (dotimes (i fastrevert-lsp-test--fillers)
+           (insert (format "int fill_%d(int v) { return v + %d; }\n" i i)))
          (insert fastrevert-lsp-test--source))
        ,@body)))
 
@@ -200,6 +208,7 @@ carried servers are real processes that show the client's command."
                        (plist-get stock :completion)))
       (should (string-match-p "日本, 😀" (format "%s" (plist-get stock :hover))))
       (should (plist-get stock :rename))
+      (should (> (length (plist-get stock :symbols)) fastrevert-lsp-test--fillers))
       (dolist (carried carried-runs)
         (should (equal (plist-get carried :carried) '(t t)))
         (should (equal (plist-get carried :command) '("clangd")))
@@ -311,6 +320,7 @@ with the server's messages handed over as JSON and as Lisp."
       (should (cl-some (lambda (label) (string-match-p "add_numbers" label))
                        (plist-get stock :completion)))
       (should (string-match-p "日本, 😀" (format "%s" (plist-get stock :hover))))
+      (should (> (length (plist-get stock :symbols)) (* 64 1024)))
       (dolist (carried carried-runs)
         (should (equal (plist-get carried :carried) '(t t)))
         (should (equal (car (plist-get carried :command)) "clangd"))

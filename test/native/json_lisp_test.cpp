@@ -158,10 +158,13 @@ TEST_CASE("json_lisp labels each plist key where it first comes and refers to it
   CHECK(lisp("{\"a\":[{\"b\":1,\"a\":2},{\"b\":{\"c\":false}}],\"x y\":null}", labelled) ==
         "(#1=:a [(#2=:b 1 #1# 2) (#2# (#3=:c :json-false))] #4=:x\\ y nil)");
   CHECK(lisp("{\"a\":1,\"a\":2}", labelled) == "REFUSED");
-  // Hash tables have string keys, which stay strings of their own.
+  // Hash tables have string keys, which stay strings of their own; the
+  // symbols of their form are labelled.
   JsonLisp table = hash_style();
   table.label_keys = true;
-  CHECK(lisp("{\"a\":1}", table) == lisp("{\"a\":1}", hash_style()));
+  CHECK(lisp("[{\"a\":1},{\"a\":{}}]", table) ==
+        "[#s(#1=hash-table #2=size 1          #3=test #4=equal #5=data (\"a\" 1)) "
+        "#s(#1# #2# 1          #3# #4# #5# (\"a\" #s(#1# #2# 0          #3# #4# #5# ())))]");
 }
 
 TEST_CASE("lsp_bodies_to_lisp labels the keys of long bodies only", "[json]") {
