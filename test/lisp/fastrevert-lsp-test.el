@@ -54,6 +54,12 @@ have no \"a\" and so stay out of the completion of \"ad\".")
          (insert fastrevert-lsp-test--source))
        ,@body)))
 
+(defun fastrevert-lsp-test--own-labels (labels)
+  "Return the completion LABELS of main.c's own functions, sorted.
+clangd adds the system headers' symbols from its index once that is
+ready, which it may be for one session and not yet for the other."
+  (sort (seq-filter (lambda (label) (string-match-p "add_" label)) labels) #'string<))
+
 (defun fastrevert-lsp-test--goto (text &optional offset)
   "Move point to the first TEXT in the buffer, plus OFFSET characters."
   (goto-char (point-min))
@@ -155,9 +161,9 @@ reconnect and shut down."
                                                (eglot--TextDocumentPositionParams))))
               (setq result (append result
                                    (list :completion
-                                         (sort (mapcar (lambda (item) (plist-get item :label))
-                                                       (plist-get completion :items))
-                                               #'string<)))))
+                                         (fastrevert-lsp-test--own-labels
+                                          (mapcar (lambda (item) (plist-get item :label))
+                                                  (plist-get completion :items)))))))
             (fastrevert-lsp-test--goto "add_more(int" 2)
             (setq result (append result
                                  (list :rename
@@ -273,9 +279,9 @@ lsp-mode gives hash tables."
               (setq result
                     (append result
                             (list :completion
-                                  (sort (mapcar (lambda (item) (gethash "label" item))
-                                                (gethash "items" completion))
-                                        #'string<)))))
+                                  (fastrevert-lsp-test--own-labels
+                                   (mapcar (lambda (item) (gethash "label" item))
+                                           (gethash "items" completion)))))))
             (lsp-workspace-restart workspace)
             (should (fastrevert-test-wait-for (lambda () (not (process-live-p process))) 10))
             (let* ((again (fastrevert-test-wait-for
