@@ -254,7 +254,7 @@ std::shared_ptr<const JsonLisp> json_style_arg(Env& env, emacs_value value) {
       if (!plain) env.wrong_type("fastrevert-json-style-p", value);
     }
   }
-  // An optional fourth element: label the plist keys.
+  // An optional fourth element: label the keys (JsonLisp::label_keys).
   if (env.truthy(rest)) style->label_keys = env.truthy(next());
   if (env.truthy(rest)) env.wrong_type("fastrevert-json-style-p", value);
   return style;
@@ -555,8 +555,9 @@ FASTREVERT_DEFUN("fastrevert--mod-json-to-lisp", mod_json_to_lisp, 2, 2,
                  "the others nil or a keyword.  `read' of the text gives what\n"
                  "`json-parse-string' gives for JSON with those settings.  A fourth\n"
                  "element of STYLE, non-nil, labels each plist key where it first comes\n"
-                 "\\=(#1=:key) and refers to the label after (#1#), which `read' takes\n"
-                 "faster than the name, with `read-circle' non-nil.  The value is\n"
+                 "\\=(#1=:key) and refers to the label after (#1#), and so the symbols\n"
+                 "of the `#s' form of hash tables, which `read' takes faster than the\n"
+                 "names, with `read-circle' non-nil.  The value is\n"
                  "nil where it would not be the same: JSON that is not one value,\n"
                  "a key twice in an object, a NUL in a string, a plist key that is not\n"
                  "printable ASCII, an integer beyond 64 bits, a float beyond the double\n"
