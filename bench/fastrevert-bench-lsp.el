@@ -23,8 +23,9 @@
 ;; 10 ms repeating timer meanwhile: how long Emacs could not run a timer
 ;; (or redisplay, or read a key).  Medians of the rounds.
 ;;
-;; Two more rows: the round trip of 1,000 hover requests (medians of the
-;; rounds too), where an extra hop would show; and a stand-in server that
+;; Two more rows: the round trip of 1,000 hover requests (medians of 7
+;; rounds: a round is short, and one garbage collection more or less
+;; decides it), where an extra hop would show; and a stand-in server that
 ;; writes 50 MB of notifications while Emacs is busy for 2 s, with how
 ;; long its writes took (stock: until Emacs reads again).
 
@@ -72,6 +73,7 @@
   '((:functions 20000 2000)
     (:rounds 3 1)
     (:hovers 1000 50)
+    (:hover-rounds 7 1)
     (:flood-messages 800 80)
     (:busy-seconds 2.0 0.5))
   "Sizes as (KEY DEFAULT QUICK).")
@@ -276,7 +278,7 @@ the other rows' do; each column is its median round's."
   (let* ((costs (fastrevert-bench-lsp--pairs
                  (fastrevert-bench-lsp--with-hovers stock count)
                  (fastrevert-bench-lsp--with-hovers carried count)
-                 :hovers (fastrevert-bench-lsp--size :rounds)))
+                 :hovers (fastrevert-bench-lsp--size :hover-rounds)))
          (stock-costs (car costs))
          (carried-costs (cdr costs))
          (ms (lambda (costs key) (* 1000 (fastrevert-bench-lsp--median costs key)))))
@@ -399,10 +401,10 @@ Each request is made ROUNDS times by each side."
 the events buffer is off.  Wall: from the request until the client handled the reply; \
 main ms/MB: the main thread's processor time (its schedstat) per MB of reply; gap: the \
 longest time between two runs of a 10 ms timer meanwhile.  Medians of %d rounds.  Hovers: \
-the whole run, and its main-thread ms.\n\n"
+the whole run, and its main-thread ms, medians of %d rounds.\n\n"
          (if (fastrevert-bench-quick-p) "QUICK sizes." "")
          (if (boundp 'eglot--version) (symbol-value 'eglot--version) "as installed")
-         rounds)
+         rounds (fastrevert-bench-lsp--size :hover-rounds))
         (fastrevert-bench--print-table
          '("request" "MB" "stock ms" "carried ms" "stock/carried" "stock main ms/MB"
            "carried main ms/MB" "stock gap ms" "carried gap ms")

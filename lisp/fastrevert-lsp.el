@@ -230,6 +230,16 @@ drops the output of a deleted process."
                  (fastrevert-lsp--finish process link)
                (fastrevert-lsp--give-up process link)))))))
 
+(defun fastrevert-lsp--remove-pipes-at-exit ()
+  "Remove the named pipes of the carried servers as Emacs exits.
+A server removes its directory once it has opened its pipes; one that
+Emacs ends before then (it exits as the client starts it) would leave
+the directory behind."
+  (dolist (process (process-list))
+    (let ((link (fastrevert-lsp--link process)))
+      (when link
+        (ignore-errors (delete-directory (fastrevert-lsp--link-directory link) t))))))
+
 (defun fastrevert-lsp--give-up (process link)
   "Drop what is left of the output of PROCESS (see LINK) and tell its end."
   (let ((record (fastrevert-lsp--link-record link)))
@@ -351,6 +361,7 @@ PROGRAM is the server's program file."
        (ignore-errors (delete-directory directory t))
        (signal (car err) (cdr err))))
     (process-put process 'fastrevert-lsp link)
+    (add-hook 'kill-emacs-hook #'fastrevert-lsp--remove-pipes-at-exit)
     (setq fastrevert-lsp--links (1+ fastrevert-lsp--links)
           fastrevert-lsp--started (1+ fastrevert-lsp--started))
     (fastrevert-lsp--take-sentinel process)
@@ -507,6 +518,7 @@ Carried servers are killed first."
     (when (fastrevert-lsp--link process) (delete-process process)))
   (setq fastrevert-lsp--links 0)
   (fastrevert-lsp--maybe-unadvise)
+  (remove-hook 'kill-emacs-hook #'fastrevert-lsp--remove-pipes-at-exit)
   nil)
 
 (provide 'fastrevert-lsp)

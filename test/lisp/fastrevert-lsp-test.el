@@ -439,7 +439,8 @@ Stock and carried, 2,000 notifications with a quit every 2 ms."
     (or (null attributes) (equal (alist-get 'state attributes) "Z"))))
 
 (ert-deftest fastrevert-lsp-killing-emacs-leaves-no-server ()
-  "An Emacs that exits with a carried server running leaves no server behind."
+  "An Emacs that exits with a carried server running leaves no server behind.
+Nor its named pipes: the server is ended before it could remove them."
   (let* ((result (fastrevert-test-batch-emacs
                   (list fastrevert-test-lisp-directory
                         (file-name-directory (locate-library "fastrevert-lsp-test")))
@@ -447,16 +448,22 @@ Stock and carried, 2,000 notifications with a quit every 2 ms."
                      (require 'fastrevert-lsp-test)
                      (fastrevert-lsp-mode 1)
                      (let* ((process (jsonrpc--process
-                                      (car (fastrevert-lsp-test--connect "fastrevert-exit" "wait")))))
-                       (princ (format "%S\n" (list (process-id process)
-                                                   (and (fastrevert-lsp--link process) t))))
+                                      (car (fastrevert-lsp-test--connect "fastrevert-exit" "wait"))))
+                            (link (fastrevert-lsp--link process)))
+                       (princ (format "\nserver: %S\n"
+                                      (list (process-id process) (and link t)
+                                            (and link (fastrevert-lsp--link-directory link)))))
                        (kill-emacs 0)))))
-         (pid (and (string-match "^(\\([0-9]+\\) t)$" (cdr result))
-                   (string-to-number (match-string 1 (cdr result))))))
+         (printed (and (string-match "^server: \\(.*\\)$" (cdr result))
+                       (car (read-from-string (match-string 1 (cdr result))))))
+         (pid (car-safe printed)))
     (should (equal (car result) 0))
     ;; The server ran, carried.
-    (should pid)
-    (should (fastrevert-test-wait-for (lambda () (fastrevert-lsp-test--gone-p pid))))))
+    (should (natnump pid))
+    (should (eq (nth 1 printed) t))
+    (should (fastrevert-test-wait-for (lambda () (fastrevert-lsp-test--gone-p pid))))
+    (should (stringp (nth 2 printed)))
+    (should-not (file-exists-p (nth 2 printed)))))
 
 (ert-deftest fastrevert-lsp-delivers-a-100-mb-reply-whole ()
   "A 100 MB reply reaches the client's filter whole, in one call."
