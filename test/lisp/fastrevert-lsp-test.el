@@ -440,7 +440,7 @@ Stock and carried, 2,000 notifications with a quit every 2 ms."
 
 (ert-deftest fastrevert-lsp-killing-emacs-leaves-no-server ()
   "An Emacs that exits with a carried server running leaves no server behind.
-Nor its named pipes: the server is ended before it could remove them."
+Nor its named pipes, which a server ended before it opened them cannot remove."
   (let* ((result (fastrevert-test-batch-emacs
                   (list fastrevert-test-lisp-directory
                         (file-name-directory (locate-library "fastrevert-lsp-test")))
